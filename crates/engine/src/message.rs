@@ -1,0 +1,247 @@
+//! Messages as the engine stores them, and AWS's rules for bodies and message attributes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::{EngineError, Result};
+
+pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
+const MAX_ATTRIBUTE_NAME_LEN: usize = 256;
+const MAX_DATA_TYPE_LEN: usize = 256;
+
+/// The value of a message attribute: text for String and Number types, bytes for Binary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttributeData {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+/// One message attribute, e.g. `{"DataType": "Number.price", "StringValue": "3.5"}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageAttribute {
+    pub data_type: String,
+    pub data: AttributeData,
+}
+
+/// Message attributes keyed by name; a BTreeMap because the MD5 is computed in name order.
+pub type MessageAttributes = BTreeMap<String, MessageAttribute>;
+
+/// What a producer hands to SendMessage.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NewMessage {
+    pub body: String,
+    pub attributes: MessageAttributes,
+    /// Only `AWSTraceHeader` is allowed here, as on AWS.
+    pub system_attributes: MessageAttributes,
+    /// Per-message delay; None takes the queue's DelaySeconds.
+    pub delay_s: Option<u32>,
+}
+
+/// Returns true for the characters SQS accepts in bodies and string attribute values.
+pub fn is_allowed_char(c: char) -> bool {
+    matches!(c as u32, 0x9 | 0xA | 0xD | 0x20..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10FFFF)
+}
+
+fn check_chars(text: &str, what: &str) -> Result<()> {
+    match text.chars().find(|c| !is_allowed_char(*c)) {
+        None => Ok(()),
+        Some(bad) => Err(EngineError::InvalidMessageContents(format!(
+            "Invalid binary character '#x{:X}' was found in the {what}, the set of allowed characters is #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF",
+            bad as u32
+        ))),
+    }
+}
+
+fn invalid(msg: String) -> EngineError {
+    EngineError::InvalidParameterValue(msg)
+}
+
+fn check_attribute_name(name: &str, kind: &str) -> Result<()> {
+    let lower = name.to_ascii_lowercase();
+    let valid_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if name.is_empty()
+        || name.len() > MAX_ATTRIBUTE_NAME_LEN
+        || !valid_chars
+        || name.starts_with('.')
+        || name.ends_with('.')
+        || name.contains("..")
+        || lower.starts_with("aws.")
+        || lower.starts_with("amazon.")
+    {
+        return Err(invalid(format!(
+            "Message ({kind}) attribute name '{name}' is invalid. The attribute name can contain only A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.), must not start or end with a period, must not contain successive periods, and must not start with 'AWS.' or 'Amazon.'."
+        )));
+    }
+    Ok(())
+}
+
+fn check_attribute(name: &str, attr: &MessageAttribute, kind: &str) -> Result<()> {
+    check_attribute_name(name, kind)?;
+    let (base, label) = match attr.data_type.split_once('.') {
+        Some((base, label)) => (base, Some(label)),
+        None => (attr.data_type.as_str(), None),
+    };
+    let label_ok = label.is_none_or(|l| {
+        !l.is_empty()
+            && l.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    });
+    if attr.data_type.is_empty() {
+        return Err(invalid(format!(
+            "The message ({kind}) attribute '{name}' must contain a non-empty attribute type."
+        )));
+    }
+    if !matches!(base, "String" | "Number" | "Binary")
+        || !label_ok
+        || attr.data_type.len() > MAX_DATA_TYPE_LEN
+    {
+        return Err(invalid(format!(
+            "The type of message ({kind}) attribute '{name}' is invalid. You must use only the following supported type prefixes: Binary, Number, String."
+        )));
+    }
+    match (&attr.data, base) {
+        (AttributeData::Binary(bytes), "Binary") if !bytes.is_empty() => Ok(()),
+        (AttributeData::Text(text), "String" | "Number") if !text.is_empty() => {
+            check_chars(text, &format!("message ({kind}) attribute '{name}'"))?;
+            if base == "Number" && !is_number(text) {
+                return Err(invalid(format!(
+                    "Could not cast message ({kind}) attribute '{name}' value to number."
+                )));
+            }
+            Ok(())
+        }
+        _ => Err(invalid(format!(
+            "Message ({kind}) attribute '{name}' must contain a non-empty message attribute value for message attribute type '{base}'."
+        ))),
+    }
+}
+
+/// AWS accepts decimal numbers with up to 38 digits, optionally signed, with an exponent.
+fn is_number(text: &str) -> bool {
+    let digits = text.chars().filter(|c| c.is_ascii_digit()).count();
+    digits > 0 && digits <= 38 && text.trim().parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// The bytes an attribute map adds to a message's size: name, type and value of each.
+pub fn attributes_size(attributes: &MessageAttributes) -> usize {
+    attributes
+        .iter()
+        .map(|(name, attr)| {
+            name.len()
+                + attr.data_type.len()
+                + match &attr.data {
+                    AttributeData::Text(t) => t.len(),
+                    AttributeData::Binary(b) => b.len(),
+                }
+        })
+        .sum()
+}
+
+impl NewMessage {
+    pub fn new(body: impl Into<String>) -> Self {
+        NewMessage {
+            body: body.into(),
+            ..NewMessage::default()
+        }
+    }
+
+    /// The size AWS checks against MaximumMessageSize: body plus message attributes.
+    pub fn size(&self) -> usize {
+        self.body.len() + attributes_size(&self.attributes)
+    }
+
+    /// Checks the message against AWS's rules, given the queue's size limit.
+    pub fn validate(&self, max_size: u32) -> Result<()> {
+        if self.body.is_empty() {
+            return Err(EngineError::MissingParameter("MessageBody".into()));
+        }
+        check_chars(&self.body, "message body")?;
+        if self.attributes.len() > MAX_MESSAGE_ATTRIBUTES {
+            return Err(invalid(format!(
+                "Number of message attributes [{}] exceeds the allowed maximum [{MAX_MESSAGE_ATTRIBUTES}].",
+                self.attributes.len()
+            )));
+        }
+        for (name, attr) in &self.attributes {
+            check_attribute(name, attr, "user")?;
+        }
+        for (name, attr) in &self.system_attributes {
+            if name != "AWSTraceHeader" {
+                return Err(invalid(format!(
+                    "Message system attribute name '{name}' is invalid."
+                )));
+            }
+            if !matches!(&attr.data, AttributeData::Text(t) if !t.is_empty())
+                || attr.data_type != "String"
+            {
+                return Err(invalid(format!(
+                    "Message system attribute '{name}' must contain a non-empty value of type 'String'."
+                )));
+            }
+        }
+        if self.size() > max_size as usize {
+            return Err(invalid(format!(
+                "One or more parameters are invalid. Reason: Message must be shorter than {max_size} bytes."
+            )));
+        }
+        if let Some(delay) = self.delay_s {
+            if delay > crate::settings::MAX_DELAY_S {
+                return Err(EngineError::out_of_range(
+                    "DelaySeconds",
+                    delay,
+                    "DelaySeconds must be >= 0 and <= 900.",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a stored message is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Waiting out DelaySeconds; becomes ready at the instant given.
+    Delayed { until: u64 },
+    /// Receivable now.
+    Ready,
+    /// Leased by a receive until the instant given.
+    InFlight { until: u64 },
+}
+
+/// A stored message. Bodies and attributes are shared with receives, not copied.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredMessage {
+    pub id: [u8; 16],
+    pub body: Arc<str>,
+    pub attributes: Option<Arc<MessageAttributes>>,
+    pub system_attributes: Option<Arc<MessageAttributes>>,
+    pub sent_ms: u64,
+    pub first_receive_ms: Option<u64>,
+    /// When the current (or latest) lease started: the 12-hour ceiling counts from here.
+    pub lease_start_ms: u64,
+    pub receive_count: u32,
+    pub state: State,
+}
+
+/// A message as one receive hands it out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub message_id: String,
+    pub receipt_handle: String,
+    pub body: Arc<str>,
+    pub attributes: Option<Arc<MessageAttributes>>,
+    pub system_attributes: Option<Arc<MessageAttributes>>,
+    pub sent_ms: u64,
+    pub first_receive_ms: u64,
+    pub receive_count: u32,
+}
+
+/// Formats 16 random bytes as a version-4 UUID, as AWS message ids look.
+pub(crate) fn format_message_id(bytes: [u8; 16]) -> String {
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .hyphenated()
+        .to_string()
+}

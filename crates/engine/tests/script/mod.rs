@@ -1,0 +1,142 @@
+//! A tiny script language for engine tests: `check(script, expect![[...]])`.
+//!
+//! Each line is a command; the transcript records each command and what the engine answered.
+//! Receipt handles are named h1, h2, ... in the order receives issue them.
+//!
+//! Commands: `create Q [Attr=Value..]`, `send Q BODY [delay=N]`, `recv Q [max=N] [vis=N]`,
+//! `del Q hN`, `vis Q hN SECONDS`, `advance SECONDS`, `counts Q`, `stats Q`, `purge Q`,
+//! `drop Q`, `attrs Q [Name..]`, `set Q Attr=Value..`.
+
+use std::sync::Arc;
+
+use expect_test::Expect;
+use leasehold_engine::{Engine, EngineConfig, LeaseMode, ManualClock, NewMessage};
+
+pub fn check(script: &str, expected: Expect) {
+    check_mode(LeaseMode::Aws, script, expected)
+}
+
+pub fn check_strict(script: &str, expected: Expect) {
+    check_mode(LeaseMode::Strict, script, expected)
+}
+
+fn check_mode(mode: LeaseMode, script: &str, expected: Expect) {
+    expected.assert_eq(&run(mode, script));
+}
+
+fn pairs(words: &[&str]) -> Vec<(String, String)> {
+    words
+        .iter()
+        .map(|w| {
+            let (k, v) = w.split_once('=').expect("Attr=Value");
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+fn option(words: &[&str], key: &str) -> Option<u32> {
+    words.iter().find_map(|w| {
+        w.strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix('='))
+            .map(|v| v.parse().expect("a number"))
+    })
+}
+
+pub fn run(mode: LeaseMode, script: &str) -> String {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = EngineConfig {
+        lease_mode: mode,
+        receipt_key: [42; 16],
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(Arc::new(clock.clone()), config);
+    let mut handles: Vec<String> = Vec::new();
+    let mut out = String::new();
+    for line in script.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let q = words.get(1).copied().unwrap_or("");
+        let handle = |label: &str| -> String {
+            let n: usize = label.trim_start_matches('h').parse().expect("hN");
+            handles[n - 1].clone()
+        };
+        let reply: Result<String, _> = match words[0] {
+            "create" => engine
+                .create_queue(q, &pairs(&words[2..]), &[])
+                .map(|_| "ok".into()),
+            "drop" => engine.delete_queue(q).map(|_| "ok".into()),
+            "set" => engine
+                .set_attributes(q, &pairs(&words[2..]))
+                .map(|_| "ok".into()),
+            "purge" => engine.purge(q).map(|_| "ok".into()),
+            "send" => {
+                let mut message = NewMessage::new(words[2]);
+                message.delay_s = option(&words, "delay");
+                engine.send(q, message).map(|_| "ok".into())
+            }
+            "recv" => engine
+                .receive(
+                    q,
+                    option(&words, "max").unwrap_or(10),
+                    option(&words, "vis"),
+                )
+                .map(|deliveries| {
+                    if deliveries.is_empty() {
+                        return "(empty)".to_string();
+                    }
+                    let mut lines = Vec::new();
+                    for d in deliveries {
+                        handles.push(d.receipt_handle);
+                        lines.push(format!(
+                            "{} rc={} h{}",
+                            d.body,
+                            d.receive_count,
+                            handles.len()
+                        ));
+                    }
+                    lines.join(", ")
+                }),
+            "del" => engine.delete_message(q, &handle(words[2])).map(|o| {
+                format!(
+                    "{}{}",
+                    if o.removed { "removed" } else { "kept" },
+                    if o.late { " (late)" } else { "" }
+                )
+            }),
+            "vis" => engine
+                .change_visibility(q, &handle(words[2]), words[3].parse().unwrap())
+                .map(|_| "ok".into()),
+            "advance" => {
+                clock.advance_secs(q.parse().unwrap());
+                Ok(format!(
+                    "t+{}s",
+                    (clock_now(&engine) - 1_700_000_000_000) / 1000
+                ))
+            }
+            "counts" => engine.counts(q).map(|c| {
+                format!(
+                    "visible={} inflight={} delayed={}",
+                    c.visible, c.not_visible, c.delayed
+                )
+            }),
+            "stats" => engine.stats(q).map(|s| format!("{s:?}")),
+            "attrs" => {
+                let names: Vec<String> = words[2..].iter().map(|s| s.to_string()).collect();
+                engine.get_attributes(q, &names).map(|attrs| {
+                    attrs
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+            }
+            other => panic!("unknown script command {other}"),
+        };
+        let reply = reply.unwrap_or_else(|e| format!("error {e:?}"));
+        out.push_str(&format!("{line:<28} -> {reply}\n"));
+    }
+    out
+}
+
+fn clock_now(engine: &Engine) -> u64 {
+    engine.now_ms()
+}
