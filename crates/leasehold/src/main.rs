@@ -1,1 +1,112 @@
-fn main() {}
+//! The `leasehold` command: `leasehold serve` runs the SQS-compatible server.
+
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use leasehold_engine::LeaseMode;
+use leasehold_server::{AppState, ServerConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about = "An SQS-compatible queue that is honest about leases"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the SQS API (AWS JSON 1.0) over HTTP.
+    Serve(ServeArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LeaseModeArg {
+    /// As real AWS behaves on standard queues: any handle ever issued still deletes.
+    Aws,
+    /// Only the current, unexpired lease's handle deletes; stale deletes do nothing.
+    Strict,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:9324")]
+    bind: SocketAddr,
+    /// Keep everything in memory; nothing survives a restart.
+    #[arg(long)]
+    in_memory: bool,
+    /// Region written into queue ARNs.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Account id written into queue URLs and ARNs.
+    #[arg(long, default_value = "000000000000")]
+    account_id: String,
+    /// Enable POST /_leasehold/clock/advance {"seconds": N}, for tests.
+    #[arg(long)]
+    time_travel: bool,
+    /// What a receipt handle is worth once its lease is over.
+    #[arg(long, value_enum, default_value = "aws")]
+    lease_mode: LeaseModeArg,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "leasehold=info,leasehold_server=info".into()),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => serve(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    if !args.in_memory {
+        tracing::warn!("no durable store yet: serving from memory, nothing survives a restart");
+    }
+    let config = ServerConfig {
+        lease_mode: match args.lease_mode {
+            LeaseModeArg::Aws => LeaseMode::Aws,
+            LeaseModeArg::Strict => LeaseMode::Strict,
+        },
+        region: args.region,
+        account_id: args.account_id,
+        time_travel: args.time_travel,
+    };
+    let listener = tokio::net::TcpListener::bind(args.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.bind))?;
+    tracing::info!(address = %listener.local_addr()?, "leasehold is serving SQS");
+    leasehold_server::serve(listener, AppState::new(config), shutdown_signal())
+        .await
+        .context("server failed")
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

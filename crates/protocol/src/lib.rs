@@ -1,1 +1,41 @@
-//! placeholder
+//! SQS wire formats: AWS JSON 1.0 requests and responses, their validation, and the one table
+//! that maps every error to AWS's codes.
+//!
+//! Depends on the engine and nothing else of Leasehold; knows nothing of HTTP servers.
+
+mod checksum;
+mod convert;
+mod error;
+mod execute;
+mod request;
+pub mod shapes;
+
+pub use checksum::{md5_hex, md5_of_attributes, md5_of_map};
+pub use convert::{queue_name, queue_url};
+pub use error::{wire_code, ProtocolError, Result, WireCode};
+pub use execute::{execute, receive, receive_wait_seconds, Context};
+pub use request::Request;
+
+/// The JSON protocol's content type.
+pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+/// The prefix of `X-Amz-Target` for SQS.
+pub const TARGET_PREFIX: &str = "AmazonSQS.";
+
+/// The JSON body of an error, as AWS sends it.
+pub fn json_error_body(error: &ProtocolError) -> serde_json::Value {
+    serde_json::json!({
+        "__type": wire_code(error).json_type,
+        "message": error.to_string(),
+    })
+}
+
+/// The `x-amzn-query-error` header value SDKs read the legacy code from.
+pub fn query_error_header(error: &ProtocolError) -> String {
+    let code = wire_code(error);
+    let fault = if code.sender_fault {
+        "Sender"
+    } else {
+        "Receiver"
+    };
+    format!("{};{fault}", code.query_code)
+}

@@ -1,1 +1,71 @@
-//! placeholder
+//! Leasehold's HTTP edge: one `app(state)` builds the router that serves SQS over HTTP.
+//!
+//! The engine stays pure; this crate owns the wall clock, the lock around the engine, long
+//! polling and the tower layers (body limit, timeout, load shedding, tracing).
+
+mod admin;
+mod clock;
+mod sqs;
+mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{BoxError, Router};
+use tower::ServiceBuilder;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::trace::TraceLayer;
+
+pub use clock::WallClock;
+pub use state::{AppState, ServerConfig};
+
+/// Largest request body accepted: a 1 MiB batch, base64 growth of binary attributes, JSON.
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Longer than the longest long poll (20 s), so only a stuck request is cut.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Requests in progress before new ones are shed with 503; long polls hold a slot each.
+const MAX_IN_FLIGHT_REQUESTS: usize = 10_000;
+
+/// The whole HTTP application. Tests drive it in-process; the binary serves it.
+pub fn app(state: Arc<AppState>) -> Router {
+    let mut router = Router::new().route("/", post(sqs::handle));
+    if state.config.time_travel {
+        router = router.route("/_leasehold/clock/advance", post(admin::advance_clock));
+    }
+    router
+        .with_state(state)
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(overloaded))
+                .load_shed()
+                .concurrency_limit(MAX_IN_FLIGHT_REQUESTS)
+                .timeout(REQUEST_TIMEOUT),
+        )
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http())
+}
+
+async fn overloaded(error: BoxError) -> (StatusCode, String) {
+    if error.is::<tower::timeout::error::Elapsed>() {
+        (StatusCode::REQUEST_TIMEOUT, "request timed out".into())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("server overloaded: {error}"),
+        )
+    }
+}
+
+/// Serves `app(state)` on `listener` until `shutdown` resolves, then drains open requests.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

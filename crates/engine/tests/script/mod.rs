@@ -16,6 +16,7 @@ pub fn check(script: &str, expected: Expect) {
     check_mode(LeaseMode::Aws, script, expected)
 }
 
+#[allow(dead_code)] // each test binary uses a part of the helper
 pub fn check_strict(script: &str, expected: Expect) {
     check_mode(LeaseMode::Strict, script, expected)
 }

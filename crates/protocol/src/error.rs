@@ -1,0 +1,169 @@
+//! Protocol-level errors, and the one table that maps every error to AWS's wire codes.
+
+use leasehold_engine::EngineError;
+use thiserror::Error;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProtocolError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("The request body could not be read: {0}")]
+    Malformed(String),
+    #[error("The action or operation requested is invalid: {0}")]
+    UnknownOperation(String),
+    #[error("The request must contain the parameter {0}.")]
+    MissingParameter(&'static str),
+    #[error("{0}")]
+    InvalidParameterValue(String),
+    #[error("There should be at least one {0} in the request.")]
+    EmptyBatchRequest(&'static str),
+    #[error("Maximum number of entries per request are 10. You have sent {0}.")]
+    TooManyEntriesInBatchRequest(usize),
+    #[error("A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most 80 letters long.")]
+    InvalidBatchEntryId,
+    #[error("Id {0} repeated.")]
+    BatchEntryIdsNotDistinct(String),
+    #[error("The operation {0} is not supported by this server yet.")]
+    UnsupportedOperation(String),
+    #[error("The unsupported request was rejected: {0}")]
+    UnsupportedMediaType(String),
+}
+
+/// How one error shows on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireCode {
+    pub status: u16,
+    /// The JSON protocol's `__type`, fully qualified.
+    pub json_type: &'static str,
+    /// The query protocol's code, also sent in `x-amzn-query-error` on JSON errors.
+    pub query_code: &'static str,
+    pub sender_fault: bool,
+}
+
+const fn sender(status: u16, json_type: &'static str, query_code: &'static str) -> WireCode {
+    WireCode {
+        status,
+        json_type,
+        query_code,
+        sender_fault: true,
+    }
+}
+
+/// The table: AWS's JSON `__type` and query code for each error, as recorded against real AWS.
+pub fn wire_code(error: &ProtocolError) -> WireCode {
+    use EngineError as E;
+    use ProtocolError as P;
+    const SQS_INVALID_PARAMETER: WireCode = sender(
+        400,
+        "com.amazonaws.sqs#InvalidParameterValueException",
+        "InvalidParameterValue",
+    );
+    match error {
+        P::Engine(e) => match e {
+            E::QueueDoesNotExist => sender(
+                400,
+                "com.amazonaws.sqs#QueueDoesNotExist",
+                "AWS.SimpleQueueService.NonExistentQueue",
+            ),
+            E::QueueAlreadyExists(_) => sender(
+                400,
+                "com.amazonaws.sqs#QueueNameExists",
+                "QueueAlreadyExists",
+            ),
+            E::QueueDeletedRecently => sender(
+                400,
+                "com.amazonaws.sqs#QueueDeletedRecently",
+                "AWS.SimpleQueueService.QueueDeletedRecently",
+            ),
+            E::PurgeQueueInProgress(_) => sender(
+                403,
+                "com.amazonaws.sqs#PurgeQueueInProgress",
+                "AWS.SimpleQueueService.PurgeQueueInProgress",
+            ),
+            E::InvalidParameterValue(_) | E::MessageNotAvailable(_) => SQS_INVALID_PARAMETER,
+            E::MissingParameter(_) => sender(
+                400,
+                "com.amazonaws.sqs#MissingRequiredParameterException",
+                "MissingParameter",
+            ),
+            E::InvalidAttributeName(_) => sender(
+                400,
+                "com.amazonaws.sqs#InvalidAttributeName",
+                "InvalidAttributeName",
+            ),
+            E::InvalidAttributeValue(_) | E::InvalidAttributeValueReason(_) => sender(
+                400,
+                "com.amazonaws.sqs#InvalidAttributeValue",
+                "InvalidAttributeValue",
+            ),
+            E::InvalidMessageContents(_) => sender(
+                400,
+                "com.amazonaws.sqs#InvalidMessageContents",
+                "InvalidMessageContents",
+            ),
+            E::ReceiptHandleIsInvalid(_) => sender(
+                404,
+                "com.amazonaws.sqs#ReceiptHandleIsInvalid",
+                "ReceiptHandleIsInvalid",
+            ),
+            E::MessageNotInflight(_) => sender(
+                400,
+                "com.amazonaws.sqs#MessageNotInflight",
+                "AWS.SimpleQueueService.MessageNotInflight",
+            ),
+            E::BatchRequestTooLong(..) => sender(
+                400,
+                "com.amazonaws.sqs#BatchRequestTooLong",
+                "AWS.SimpleQueueService.BatchRequestTooLong",
+            ),
+        },
+        P::Malformed(_) => sender(
+            400,
+            "com.amazon.coral.service#SerializationException",
+            "MalformedInput",
+        ),
+        P::UnknownOperation(_) => sender(
+            400,
+            "com.amazon.coral.service#UnknownOperationException",
+            "InvalidAction",
+        ),
+        P::MissingParameter(_) => sender(
+            400,
+            "com.amazonaws.sqs#MissingRequiredParameterException",
+            "MissingParameter",
+        ),
+        P::InvalidParameterValue(_) => SQS_INVALID_PARAMETER,
+        P::EmptyBatchRequest(_) => sender(
+            400,
+            "com.amazonaws.sqs#EmptyBatchRequest",
+            "AWS.SimpleQueueService.EmptyBatchRequest",
+        ),
+        P::TooManyEntriesInBatchRequest(_) => sender(
+            400,
+            "com.amazonaws.sqs#TooManyEntriesInBatchRequest",
+            "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+        ),
+        P::InvalidBatchEntryId => sender(
+            400,
+            "com.amazonaws.sqs#InvalidBatchEntryId",
+            "AWS.SimpleQueueService.InvalidBatchEntryId",
+        ),
+        P::BatchEntryIdsNotDistinct(_) => sender(
+            400,
+            "com.amazonaws.sqs#BatchEntryIdsNotDistinct",
+            "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
+        ),
+        P::UnsupportedOperation(_) => sender(
+            400,
+            "com.amazonaws.sqs#UnsupportedOperation",
+            "AWS.SimpleQueueService.UnsupportedOperation",
+        ),
+        P::UnsupportedMediaType(_) => sender(
+            415,
+            "com.amazon.coral.service#UnsupportedMediaTypeException",
+            "UnsupportedMediaType",
+        ),
+    }
+}
+
+pub type Result<T, E = ProtocolError> = std::result::Result<T, E>;

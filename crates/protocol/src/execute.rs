@@ -1,0 +1,411 @@
+//! Runs a parsed request against the engine and shapes the answer as AWS does.
+
+use std::collections::HashSet;
+
+use leasehold_engine::{Delivery, Engine, EngineError, NewMessage, MAX_VISIBILITY_TIMEOUT_S};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::checksum::{md5_hex, md5_of_attributes, md5_of_map};
+use crate::convert::{attribute_selected, from_wire, queue_name, queue_url, to_u32, to_wire};
+use crate::error::{wire_code, ProtocolError, Result};
+use crate::request::Request;
+use crate::shapes::*;
+
+/// What the request needs to know about how it arrived.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The `Host` the client addressed, so queue URLs point back at it.
+    pub host: String,
+}
+
+fn to_value(output: impl Serialize) -> Value {
+    serde_json::to_value(output).expect("response shapes always serialise")
+}
+
+fn pairs(map: Option<StringMap>) -> Vec<(String, String)> {
+    map.unwrap_or_default().into_iter().collect()
+}
+
+/// Runs every action except the waiting part of ReceiveMessage (see [`receive`]).
+pub fn execute(engine: &mut Engine, ctx: &Context, request: &Request) -> Result<Value> {
+    use Request as R;
+    let name = |engine: &Engine, url: &Option<String>| -> Result<String> {
+        queue_name(engine, &required(url, "QueueUrl")?)
+    };
+    Ok(match request {
+        R::CreateQueue(i) => {
+            let queue = required(&i.queue_name, "QueueName")?;
+            engine.create_queue(&queue, &pairs(i.attributes.clone()), &pairs(i.tags.clone()))?;
+            json!({ "QueueUrl": queue_url(engine, &ctx.host, &queue) })
+        }
+        R::GetQueueUrl(i) => {
+            let queue = required(&i.queue_name, "QueueName")?;
+            engine.queue_exists(&queue)?;
+            json!({ "QueueUrl": queue_url(engine, &ctx.host, &queue) })
+        }
+        R::DeleteQueue(i) => {
+            engine.delete_queue(&name(engine, &i.queue_url)?)?;
+            json!({})
+        }
+        R::ListQueues(i) => {
+            let max = match i.max_results {
+                None => None,
+                Some(n) => Some(to_u32(
+                    n,
+                    "MaxResults",
+                    "MaxResults must be an integer between 1 and 1000.",
+                )? as usize),
+            };
+            let page = engine.list_queues(
+                i.queue_name_prefix.as_deref(),
+                max,
+                i.next_token.as_deref().filter(|t| !t.is_empty()),
+            )?;
+            let urls: Vec<String> = page
+                .names
+                .iter()
+                .map(|n| queue_url(engine, &ctx.host, n))
+                .collect();
+            let mut out = json!({});
+            if !urls.is_empty() {
+                out["QueueUrls"] = json!(urls);
+            }
+            if let Some(token) = page.next_token {
+                out["NextToken"] = json!(token);
+            }
+            out
+        }
+        R::GetQueueAttributes(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            let names = i.attribute_names.clone().unwrap_or_default();
+            let attributes: StringMap =
+                engine.get_attributes(&queue, &names)?.into_iter().collect();
+            if names.is_empty() {
+                json!({})
+            } else {
+                json!({ "Attributes": attributes })
+            }
+        }
+        R::SetQueueAttributes(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            engine.set_attributes(&queue, &pairs(i.attributes.clone()))?;
+            json!({})
+        }
+        R::PurgeQueue(i) => {
+            engine.purge(&name(engine, &i.queue_url)?)?;
+            json!({})
+        }
+        R::SendMessage(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            to_value(send_one(engine, &queue, &i.message)?)
+        }
+        R::SendMessageBatch(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            send_batch(engine, &queue, i.entries.as_deref())?
+        }
+        R::ReceiveMessage(i) => to_value(receive(engine, i)?),
+        R::DeleteMessage(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            engine.delete_message(&queue, &required(&i.receipt_handle, "ReceiptHandle")?)?;
+            json!({})
+        }
+        R::DeleteMessageBatch(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            handle_batch(
+                i.entries.as_deref(),
+                "DeleteMessageBatchRequestEntry",
+                |entry| {
+                    let handle = required(&entry.receipt_handle, "ReceiptHandle")?;
+                    engine.delete_message(&queue, &handle)?;
+                    Ok(())
+                },
+            )?
+        }
+        R::ChangeMessageVisibility(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            let handle = required(&i.receipt_handle, "ReceiptHandle")?;
+            let timeout = visibility(required(&i.visibility_timeout, "VisibilityTimeout")?)?;
+            engine.change_visibility(&queue, &handle, timeout)?;
+            json!({})
+        }
+        R::ChangeMessageVisibilityBatch(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            handle_batch(
+                i.entries.as_deref(),
+                "ChangeMessageVisibilityBatchRequestEntry",
+                |entry| {
+                    let handle = required(&entry.receipt_handle, "ReceiptHandle")?;
+                    let timeout =
+                        visibility(required(&entry.visibility_timeout, "VisibilityTimeout")?)?;
+                    engine.change_visibility(&queue, &handle, timeout)?;
+                    Ok(())
+                },
+            )?
+        }
+        R::TagQueue(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            let tags = pairs(Some(required(&i.tags, "Tags")?));
+            engine.tag_queue(&queue, &tags)?;
+            json!({})
+        }
+        R::UntagQueue(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            engine.untag_queue(&queue, &required(&i.tag_keys, "TagKeys")?)?;
+            json!({})
+        }
+        R::ListQueueTags(i) => {
+            let tags = engine.list_tags(&name(engine, &i.queue_url)?)?;
+            if tags.is_empty() {
+                json!({})
+            } else {
+                json!({ "Tags": tags })
+            }
+        }
+    })
+}
+
+fn visibility(value: i64) -> Result<u32> {
+    let reason = "VisibilityTimeout must be an integer between 0 and 43200";
+    let v = to_u32(value, "VisibilityTimeout", reason)?;
+    if v > MAX_VISIBILITY_TIMEOUT_S {
+        return Err(EngineError::out_of_range("VisibilityTimeout", v, reason).into());
+    }
+    Ok(v)
+}
+
+fn new_message(entry: &MessageEntry) -> Result<NewMessage> {
+    let body = entry.message_body.clone().unwrap_or_default();
+    let delay_s = match entry.delay_seconds {
+        None => None,
+        Some(d) => Some(to_u32(
+            d,
+            "DelaySeconds",
+            "DelaySeconds must be >= 0 and <= 900.",
+        )?),
+    };
+    Ok(NewMessage {
+        body,
+        attributes: from_wire(&entry.message_attributes.clone().unwrap_or_default())?,
+        system_attributes: from_wire(&entry.message_system_attributes.clone().unwrap_or_default())?,
+        delay_s,
+    })
+}
+
+fn sent_output(id: Option<String>, message_id: String, message: &NewMessage) -> SendMessageOutput {
+    SendMessageOutput {
+        id,
+        message_id,
+        md5_of_message_body: md5_hex(message.body.as_bytes()),
+        md5_of_message_attributes: md5_of_map(&message.attributes),
+        md5_of_message_system_attributes: md5_of_map(&message.system_attributes),
+    }
+}
+
+fn send_one(engine: &mut Engine, queue: &str, entry: &MessageEntry) -> Result<SendMessageOutput> {
+    let message = new_message(entry)?;
+    let message_id = engine.send(queue, message.clone())?;
+    Ok(sent_output(None, message_id, &message))
+}
+
+/// Checks a batch's shape as AWS does, before any entry runs.
+fn check_batch_ids<'a>(
+    ids: impl ExactSizeIterator<Item = Option<&'a str>>,
+    entry_name: &'static str,
+) -> Result<()> {
+    if ids.len() == 0 {
+        return Err(ProtocolError::EmptyBatchRequest(entry_name));
+    }
+    if ids.len() > 10 {
+        return Err(ProtocolError::TooManyEntriesInBatchRequest(ids.len()));
+    }
+    let mut seen = HashSet::new();
+    for id in ids {
+        let id = id.ok_or(ProtocolError::MissingParameter("Id"))?;
+        let valid = !id.is_empty()
+            && id.len() <= 80
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid {
+            return Err(ProtocolError::InvalidBatchEntryId);
+        }
+        if !seen.insert(id) {
+            return Err(ProtocolError::BatchEntryIdsNotDistinct(id.to_string()));
+        }
+    }
+    Ok(())
+}
+
+fn failure(id: &str, error: &ProtocolError) -> BatchResultErrorEntry {
+    let code = wire_code(error);
+    BatchResultErrorEntry {
+        id: id.to_string(),
+        sender_fault: code.sender_fault,
+        code: code.query_code.to_string(),
+        message: error.to_string(),
+    }
+}
+
+fn send_batch(engine: &mut Engine, queue: &str, entries: Option<&[MessageEntry]>) -> Result<Value> {
+    let entries = entries.unwrap_or_default();
+    check_batch_ids(
+        entries.iter().map(|e| e.id.as_deref()),
+        "SendMessageBatchRequestEntry",
+    )?;
+    let converted: Vec<Result<NewMessage>> = entries.iter().map(new_message).collect();
+    let valid: Vec<NewMessage> = converted
+        .iter()
+        .filter_map(|c| c.as_ref().ok().cloned())
+        .collect();
+    let mut results = engine
+        .send_batch(queue, valid.clone())?
+        .into_iter()
+        .zip(valid);
+    let mut out = BatchOutput {
+        successful: vec![],
+        failed: vec![],
+    };
+    for (entry, conversion) in entries.iter().zip(converted) {
+        let id = entry.id.clone().unwrap_or_default();
+        let outcome = conversion.and_then(|_| {
+            let (result, message) = results.next().expect("one result per valid entry");
+            result
+                .map(|message_id| (message_id, message))
+                .map_err(ProtocolError::from)
+        });
+        match outcome {
+            Ok((message_id, message)) => {
+                out.successful
+                    .push(sent_output(Some(id), message_id, &message))
+            }
+            Err(error) => out.failed.push(failure(&id, &error)),
+        }
+    }
+    Ok(to_value(out))
+}
+
+fn handle_batch(
+    entries: Option<&[HandleEntry]>,
+    entry_name: &'static str,
+    mut run: impl FnMut(&HandleEntry) -> Result<()>,
+) -> Result<Value> {
+    let entries = entries.unwrap_or_default();
+    check_batch_ids(entries.iter().map(|e| e.id.as_deref()), entry_name)?;
+    let mut out = BatchOutput {
+        successful: vec![],
+        failed: vec![],
+    };
+    for entry in entries {
+        let id = entry.id.clone().unwrap_or_default();
+        match run(entry) {
+            Ok(()) => out.successful.push(IdOnly { id }),
+            Err(error) => out.failed.push(failure(&id, &error)),
+        }
+    }
+    Ok(to_value(out))
+}
+
+/// The wait a ReceiveMessage asks for, in seconds: its own, or the queue's default.
+pub fn receive_wait_seconds(engine: &Engine, input: &ReceiveMessageInput) -> Result<u32> {
+    let queue = queue_name(engine, &required(&input.queue_url, "QueueUrl")?)?;
+    match input.wait_time_seconds {
+        None => Ok(engine.settings(&queue)?.receive_wait_s),
+        Some(w) => {
+            let reason = "Must be >= 0 and <= 20, if provided.";
+            let w = to_u32(w, "WaitTimeSeconds", reason)?;
+            if w > leasehold_engine::MAX_WAIT_TIME_S {
+                return Err(EngineError::out_of_range("WaitTimeSeconds", w, reason).into());
+            }
+            Ok(w)
+        }
+    }
+}
+
+/// One non-waiting ReceiveMessage attempt, shaped for the wire.
+pub fn receive(engine: &mut Engine, input: &ReceiveMessageInput) -> Result<ReceiveMessageOutput> {
+    let queue = queue_name(engine, &required(&input.queue_url, "QueueUrl")?)?;
+    let max = match input.max_number_of_messages {
+        None => 1,
+        Some(n) => to_u32(
+            n,
+            "MaxNumberOfMessages",
+            "Must be between 1 and 10, if provided.",
+        )?,
+    };
+    let visibility = match input.visibility_timeout {
+        None => None,
+        Some(v) => Some(to_u32(
+            v,
+            "VisibilityTimeout",
+            "Must be >= 0 and <= 43200, if provided.",
+        )?),
+    };
+    receive_wait_seconds(engine, input)?;
+    let deliveries = engine.receive(&queue, max, visibility)?;
+    let system: Vec<String> = input
+        .attribute_names
+        .iter()
+        .chain(input.message_system_attribute_names.iter())
+        .flatten()
+        .cloned()
+        .collect();
+    let selectors = input.message_attribute_names.clone().unwrap_or_default();
+    let sender_id = engine.config().account_id.clone();
+    let messages = deliveries
+        .into_iter()
+        .map(|d| shape_delivery(d, &system, &selectors, &sender_id))
+        .collect();
+    Ok(ReceiveMessageOutput { messages })
+}
+
+fn shape_delivery(
+    d: Delivery,
+    system: &[String],
+    selectors: &[String],
+    sender_id: &str,
+) -> ReceivedMessage {
+    let wants = |name: &str| system.iter().any(|s| s == "All" || s == name);
+    let mut attributes = StringMap::new();
+    let mut put = |name: &str, value: String| {
+        if wants(name) {
+            attributes.insert(name.to_string(), value);
+        }
+    };
+    put("SenderId", sender_id.to_string());
+    put("SentTimestamp", d.sent_ms.to_string());
+    put("ApproximateReceiveCount", d.receive_count.to_string());
+    put(
+        "ApproximateFirstReceiveTimestamp",
+        d.first_receive_ms.to_string(),
+    );
+    if let Some(trace) = d
+        .system_attributes
+        .as_ref()
+        .and_then(|s| s.get("AWSTraceHeader"))
+    {
+        if let leasehold_engine::AttributeData::Text(text) = &trace.data {
+            put("AWSTraceHeader", text.clone());
+        }
+    }
+    let selected: Vec<_> = d
+        .attributes
+        .iter()
+        .flat_map(|a| a.iter())
+        .filter(|(name, _)| attribute_selected(selectors, name))
+        .collect();
+    let md5_of_message_attributes =
+        (!selected.is_empty()).then(|| md5_of_attributes(selected.iter().copied()));
+    ReceivedMessage {
+        message_id: d.message_id,
+        receipt_handle: d.receipt_handle,
+        md5_of_body: md5_hex(d.body.as_bytes()),
+        body: d.body.to_string(),
+        attributes,
+        md5_of_message_attributes,
+        message_attributes: selected
+            .into_iter()
+            .map(|(n, a)| (n.clone(), to_wire(a)))
+            .collect(),
+    }
+}

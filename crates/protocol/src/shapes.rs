@@ -1,0 +1,235 @@
+//! Request and response shapes of the SQS API, named and cased as AWS JSON 1.0 sends them.
+//!
+//! Every member is optional here; required ones are checked by `required` so a missing one is
+//! AWS's `MissingParameter`, not a deserializer's message.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ProtocolError, Result};
+
+pub type StringMap = BTreeMap<String, String>;
+
+/// A required member: present, or `MissingParameter` naming it.
+pub fn required<T: Clone>(value: &Option<T>, name: &'static str) -> Result<T> {
+    value.clone().ok_or(ProtocolError::MissingParameter(name))
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct QueueUrlInput {
+    pub queue_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CreateQueueInput {
+    pub queue_name: Option<String>,
+    pub attributes: Option<StringMap>,
+    #[serde(alias = "tags")]
+    pub tags: Option<StringMap>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct GetQueueUrlInput {
+    pub queue_name: Option<String>,
+    #[serde(rename = "QueueOwnerAWSAccountId")]
+    pub queue_owner_aws_account_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListQueuesInput {
+    pub queue_name_prefix: Option<String>,
+    pub next_token: Option<String>,
+    pub max_results: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct GetQueueAttributesInput {
+    pub queue_url: Option<String>,
+    pub attribute_names: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SetQueueAttributesInput {
+    pub queue_url: Option<String>,
+    pub attributes: Option<StringMap>,
+}
+
+/// A message attribute value on the wire; binary values are base64 in JSON.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "PascalCase")]
+pub struct MessageAttributeValue {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub string_value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binary_value: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub string_list_values: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binary_list_values: Vec<String>,
+    pub data_type: Option<String>,
+}
+
+pub type WireAttributes = BTreeMap<String, MessageAttributeValue>;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SendMessageInput {
+    pub queue_url: Option<String>,
+    #[serde(flatten)]
+    pub message: MessageEntry,
+}
+
+/// The members SendMessage and a SendMessageBatch entry share.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct MessageEntry {
+    pub id: Option<String>,
+    pub message_body: Option<String>,
+    pub delay_seconds: Option<i64>,
+    pub message_attributes: Option<WireAttributes>,
+    pub message_system_attributes: Option<WireAttributes>,
+    pub message_deduplication_id: Option<String>,
+    pub message_group_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SendMessageBatchInput {
+    pub queue_url: Option<String>,
+    pub entries: Option<Vec<MessageEntry>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ReceiveMessageInput {
+    pub queue_url: Option<String>,
+    pub attribute_names: Option<Vec<String>>,
+    pub message_system_attribute_names: Option<Vec<String>>,
+    pub message_attribute_names: Option<Vec<String>>,
+    pub max_number_of_messages: Option<i64>,
+    pub visibility_timeout: Option<i64>,
+    pub wait_time_seconds: Option<i64>,
+    pub receive_request_attempt_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DeleteMessageInput {
+    pub queue_url: Option<String>,
+    pub receipt_handle: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ChangeVisibilityInput {
+    pub queue_url: Option<String>,
+    pub receipt_handle: Option<String>,
+    pub visibility_timeout: Option<i64>,
+}
+
+/// An entry of DeleteMessageBatch or ChangeMessageVisibilityBatch.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct HandleEntry {
+    pub id: Option<String>,
+    pub receipt_handle: Option<String>,
+    pub visibility_timeout: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct HandleBatchInput {
+    pub queue_url: Option<String>,
+    pub entries: Option<Vec<HandleEntry>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TagQueueInput {
+    pub queue_url: Option<String>,
+    pub tags: Option<StringMap>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct UntagQueueInput {
+    pub queue_url: Option<String>,
+    pub tag_keys: Option<Vec<String>>,
+}
+
+// ---- outputs ----
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "PascalCase")]
+pub struct ReceivedMessage {
+    pub message_id: String,
+    pub receipt_handle: String,
+    #[serde(rename = "MD5OfBody")]
+    pub md5_of_body: String,
+    pub body: String,
+    #[serde(skip_serializing_if = "StringMap::is_empty")]
+    pub attributes: StringMap,
+    #[serde(
+        rename = "MD5OfMessageAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub md5_of_message_attributes: Option<String>,
+    #[serde(skip_serializing_if = "WireAttributes::is_empty")]
+    pub message_attributes: WireAttributes,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "PascalCase")]
+pub struct ReceiveMessageOutput {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<ReceivedMessage>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SendMessageOutput {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub message_id: String,
+    #[serde(rename = "MD5OfMessageBody")]
+    pub md5_of_message_body: String,
+    #[serde(
+        rename = "MD5OfMessageAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub md5_of_message_attributes: Option<String>,
+    #[serde(
+        rename = "MD5OfMessageSystemAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub md5_of_message_system_attributes: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "PascalCase")]
+pub struct BatchResultErrorEntry {
+    pub id: String,
+    pub sender_fault: bool,
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct BatchOutput<T> {
+    pub successful: Vec<T>,
+    pub failed: Vec<BatchResultErrorEntry>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct IdOnly {
+    pub id: String,
+}

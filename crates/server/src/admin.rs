@@ -1,0 +1,39 @@
+//! Leasehold's own routes under `/_leasehold`: the time-travel clock for tests.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use leasehold_engine::Clock;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::state::AppState;
+
+#[derive(Deserialize)]
+pub struct Advance {
+    seconds: f64,
+}
+
+/// `POST /_leasehold/clock/advance {"seconds": N}`: jumps the clock forward N seconds.
+pub async fn advance_clock(
+    State(state): State<Arc<AppState>>,
+    body: Result<Json<Advance>, axum::extract::rejection::JsonRejection>,
+) -> (StatusCode, Json<Value>) {
+    let seconds = match body {
+        Ok(Json(Advance { seconds })) if seconds.is_finite() && seconds >= 0.0 => seconds,
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"message": "expected a JSON body {\"seconds\": N} with N >= 0"})),
+            )
+        }
+    };
+    state.clock.advance_ms((seconds * 1000.0).round() as u64);
+    state.wake_all();
+    (
+        StatusCode::OK,
+        Json(json!({ "now_ms": state.clock.now_ms() })),
+    )
+}
