@@ -304,9 +304,10 @@ impl Queue {
         if mode == LeaseMode::Strict && !Self::holds_live_lease(message, receipt) {
             return Err(EngineError::MessageNotInflight(handle.to_string()));
         }
-        let limit_ms = message.lease_start_ms + u64::from(MAX_VISIBILITY_TIMEOUT_S) * 1000;
+        // SQS counts in whole seconds: the lease so far, rounded down, plus the new timeout.
+        let held_s = now.saturating_sub(message.lease_start_ms) / 1000;
         let until = now + u64::from(timeout_s) * 1000;
-        if timeout_s > MAX_VISIBILITY_TIMEOUT_S || until > limit_ms {
+        if held_s + u64::from(timeout_s) > u64::from(MAX_VISIBILITY_TIMEOUT_S) {
             return Err(EngineError::out_of_range(
                 "VisibilityTimeout",
                 timeout_s,

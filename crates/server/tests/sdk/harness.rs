@@ -1,0 +1,138 @@
+//! Starts a server on an ephemeral loopback port and hands out SDK clients for it.
+
+use std::time::Duration;
+
+use aws_credential_types::Credentials;
+use aws_sdk_sqs::config::{BehaviorVersion, Region};
+use aws_sdk_sqs::error::ProvideErrorMetadata;
+use aws_sdk_sqs::Client;
+use leasehold_engine::LeaseMode;
+use leasehold_server::{AppState, ServerConfig};
+
+pub struct TestServer {
+    pub sqs: Client,
+    pub base: String,
+    http: reqwest::Client,
+}
+
+impl TestServer {
+    /// A server in the default (AWS) lease mode with time travel on.
+    pub async fn start() -> TestServer {
+        Self::start_with(LeaseMode::Aws).await
+    }
+
+    pub async fn start_with(lease_mode: LeaseMode) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let state = AppState::new(ServerConfig {
+            lease_mode,
+            time_travel: true,
+            ..ServerConfig::default()
+        });
+        tokio::spawn(leasehold_server::serve(
+            listener,
+            state,
+            std::future::pending(),
+        ));
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(&base)
+            .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+            .timeout_config(
+                aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(Duration::from_secs(30))
+                    .build(),
+            )
+            .build();
+        TestServer {
+            sqs: Client::from_conf(config),
+            base,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Creates a queue with the given attributes and returns its URL.
+    pub async fn queue(&self, name: &str, attributes: &[(&str, &str)]) -> String {
+        let mut request = self.sqs.create_queue().queue_name(name);
+        for (k, v) in attributes {
+            request = request.attributes((*k).into(), (*v).to_string());
+        }
+        request.send().await.unwrap().queue_url.unwrap()
+    }
+
+    /// Jumps the server's clock forward.
+    pub async fn advance(&self, seconds: u64) {
+        let response = self
+            .http
+            .post(format!("{}/_leasehold/clock/advance", self.base))
+            .json(&serde_json::json!({ "seconds": seconds }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+
+    /// A raw AWS JSON 1.0 call, for what SDKs will not send.
+    pub async fn raw(
+        &self,
+        target: Option<&str>,
+        body: &str,
+    ) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+        let mut request = self
+            .http
+            .post(format!("{}/", self.base))
+            .header("content-type", "application/x-amz-json-1.0")
+            .body(body.to_string());
+        if let Some(target) = target {
+            request = request.header("x-amz-target", target);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let json = response.json().await.unwrap_or(serde_json::Value::Null);
+        (status, headers, json)
+    }
+
+    pub async fn receive(&self, url: &str, max: i32) -> Vec<aws_sdk_sqs::types::Message> {
+        self.sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(max)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
+    }
+
+    pub async fn send(&self, url: &str, body: &str) -> String {
+        self.sqs
+            .send_message()
+            .queue_url(url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap()
+            .message_id
+            .unwrap()
+    }
+
+    pub async fn attribute(&self, url: &str, name: &str) -> String {
+        let out = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(name.into())
+            .send()
+            .await
+            .unwrap();
+        out.attributes.unwrap()[&name.into()].clone()
+    }
+}
+
+/// The error code an SDK error carries (the legacy query code, via x-amzn-query-error).
+pub fn code<T: ProvideErrorMetadata + ?Sized>(error: &T) -> String {
+    error.code().unwrap_or("<none>").to_string()
+}

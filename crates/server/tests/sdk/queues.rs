@@ -1,0 +1,302 @@
+//! Queue life cycle, attributes, listing and tags through the SDK.
+
+use aws_sdk_sqs::types::QueueAttributeName as A;
+
+use crate::harness::{code, TestServer};
+
+#[tokio::test]
+async fn create_returns_a_url_on_the_requests_host_and_get_queue_url_finds_it() {
+    let s = TestServer::start().await;
+    let url = s.queue("orders", &[]).await;
+    assert_eq!(url, format!("{}/000000000000/orders", s.base));
+    let found = s
+        .sqs
+        .get_queue_url()
+        .queue_name("orders")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(found.queue_url.unwrap(), url);
+    let missing = s
+        .sqs
+        .get_queue_url()
+        .queue_name("nope")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&missing), "AWS.SimpleQueueService.NonExistentQueue");
+}
+
+#[tokio::test]
+async fn create_with_equal_attributes_is_idempotent_and_with_different_ones_fails() {
+    let s = TestServer::start().await;
+    let url = s.queue("q", &[("VisibilityTimeout", "45")]).await;
+    assert_eq!(s.queue("q", &[("VisibilityTimeout", "45")]).await, url);
+    let err = s
+        .sqs
+        .create_queue()
+        .queue_name("q")
+        .attributes(A::VisibilityTimeout, "46")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "QueueAlreadyExists");
+    assert_eq!(s.attribute(&url, "VisibilityTimeout").await, "45");
+}
+
+#[tokio::test]
+async fn bad_queue_names_and_attribute_values_are_refused() {
+    let s = TestServer::start().await;
+    for name in ["has space", "", &"x".repeat(81), "dot.name"] {
+        let err = s
+            .sqs
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(code(&err), "InvalidParameterValue", "name {name:?}");
+    }
+    for (attr, value) in [
+        (A::VisibilityTimeout, "43201"),
+        (A::MessageRetentionPeriod, "59"),
+        (A::MessageRetentionPeriod, "1209601"),
+        (A::MaximumMessageSize, "1023"),
+        (A::MaximumMessageSize, "1048577"),
+        (A::DelaySeconds, "901"),
+        (A::ReceiveMessageWaitTimeSeconds, "21"),
+        (A::VisibilityTimeout, "abc"),
+    ] {
+        let err = s
+            .sqs
+            .create_queue()
+            .queue_name("q")
+            .attributes(attr.clone(), value)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(code(&err), "InvalidAttributeValue", "{attr:?}={value}");
+    }
+    let listed = s.sqs.list_queues().send().await.unwrap();
+    assert!(
+        listed.queue_urls.unwrap_or_default().is_empty(),
+        "no queue was created"
+    );
+}
+
+#[tokio::test]
+async fn set_queue_attributes_validates_everything_before_changing_anything() {
+    let s = TestServer::start().await;
+    let url = s.queue("q", &[]).await;
+    let err = s
+        .sqs
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(A::VisibilityTimeout, "10")
+        .attributes(A::DelaySeconds, "1000")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InvalidAttributeValue");
+    assert_eq!(s.attribute(&url, "VisibilityTimeout").await, "30");
+    s.sqs
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(A::VisibilityTimeout, "10")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.attribute(&url, "VisibilityTimeout").await, "10");
+    let err = s
+        .sqs
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(A::QueueArn, "x")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InvalidAttributeName");
+}
+
+#[tokio::test]
+async fn get_queue_attributes_all_reports_defaults_arn_and_counts() {
+    let s = TestServer::start().await;
+    let url = s.queue("q", &[]).await;
+    s.send(&url, "a").await;
+    s.send(&url, "b").await;
+    s.receive(&url, 1).await;
+    let attrs = s
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(A::All)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    let get = |a: A| attrs.get(&a).cloned().unwrap_or_default();
+    assert_eq!(get(A::QueueArn), "arn:aws:sqs:us-east-1:000000000000:q");
+    assert_eq!(get(A::VisibilityTimeout), "30");
+    assert_eq!(get(A::MessageRetentionPeriod), "345600");
+    assert_eq!(get(A::MaximumMessageSize), "1048576");
+    assert_eq!(get(A::DelaySeconds), "0");
+    assert_eq!(get(A::ReceiveMessageWaitTimeSeconds), "0");
+    assert_eq!(get(A::ApproximateNumberOfMessages), "1");
+    assert_eq!(get(A::ApproximateNumberOfMessagesNotVisible), "1");
+    assert_eq!(get(A::ApproximateNumberOfMessagesDelayed), "0");
+    assert!(get(A::CreatedTimestamp).parse::<u64>().unwrap() > 1_600_000_000);
+    assert!(get(A::LastModifiedTimestamp).parse::<u64>().unwrap() > 1_600_000_000);
+}
+
+#[tokio::test]
+async fn list_queues_filters_by_prefix_and_paginates() {
+    let s = TestServer::start().await;
+    for name in ["a-1", "a-2", "a-3", "b-1"] {
+        s.queue(name, &[]).await;
+    }
+    let with_prefix = s
+        .sqs
+        .list_queues()
+        .queue_name_prefix("a-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_prefix.queue_urls.unwrap().len(), 3);
+
+    let mut seen = Vec::new();
+    let mut token = None;
+    loop {
+        let page = s
+            .sqs
+            .list_queues()
+            .max_results(3)
+            .set_next_token(token)
+            .send()
+            .await
+            .unwrap();
+        let urls = page.queue_urls.unwrap_or_default();
+        assert!(urls.len() <= 3);
+        seen.extend(urls);
+        token = page.next_token;
+        if token.is_none() {
+            break;
+        }
+    }
+    let names: Vec<_> = seen
+        .iter()
+        .map(|u| u.rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["a-1", "a-2", "a-3", "b-1"]);
+    let err = s
+        .sqs
+        .list_queues()
+        .max_results(1001)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InvalidParameterValue");
+}
+
+#[tokio::test]
+async fn a_deleted_queue_is_gone_and_its_name_is_reserved_for_sixty_seconds() {
+    let s = TestServer::start().await;
+    let url = s.queue("q", &[]).await;
+    s.sqs.delete_queue().queue_url(&url).send().await.unwrap();
+    let err = s
+        .sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body("x")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "AWS.SimpleQueueService.NonExistentQueue");
+    let err = s
+        .sqs
+        .create_queue()
+        .queue_name("q")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "AWS.SimpleQueueService.QueueDeletedRecently");
+    s.advance(60).await;
+    s.queue("q", &[]).await;
+}
+
+#[tokio::test]
+async fn purge_drops_every_message_and_is_allowed_once_a_minute() {
+    let s = TestServer::start().await;
+    let url = s.queue("q", &[]).await;
+    s.send(&url, "a").await;
+    s.send(&url, "b").await;
+    s.receive(&url, 1).await;
+    s.sqs.purge_queue().queue_url(&url).send().await.unwrap();
+    assert_eq!(s.attribute(&url, "ApproximateNumberOfMessages").await, "0");
+    assert_eq!(
+        s.attribute(&url, "ApproximateNumberOfMessagesNotVisible")
+            .await,
+        "0"
+    );
+    let err = s
+        .sqs
+        .purge_queue()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "AWS.SimpleQueueService.PurgeQueueInProgress");
+    s.advance(60).await;
+    s.sqs.purge_queue().queue_url(&url).send().await.unwrap();
+}
+
+#[tokio::test]
+async fn tags_are_added_listed_and_removed() {
+    let s = TestServer::start().await;
+    let created = s
+        .sqs
+        .create_queue()
+        .queue_name("q")
+        .tags("team", "payments")
+        .send()
+        .await
+        .unwrap();
+    let url = created.queue_url.unwrap();
+    s.sqs
+        .tag_queue()
+        .queue_url(&url)
+        .tags("env", "prod")
+        .tags("team", "billing")
+        .send()
+        .await
+        .unwrap();
+    let tags = s
+        .sqs
+        .list_queue_tags()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap()
+        .tags
+        .unwrap();
+    assert_eq!(tags.len(), 2);
+    assert_eq!(tags["team"], "billing");
+    assert_eq!(tags["env"], "prod");
+    s.sqs
+        .untag_queue()
+        .queue_url(&url)
+        .tag_keys("team")
+        .send()
+        .await
+        .unwrap();
+    let tags = s
+        .sqs
+        .list_queue_tags()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap()
+        .tags
+        .unwrap();
+    assert_eq!(tags.keys().collect::<Vec<_>>(), ["env"]);
+}
