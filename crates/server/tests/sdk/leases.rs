@@ -46,10 +46,10 @@ async fn a_leased_message_is_hidden_then_redelivered_with_a_new_handle_and_count
     assert_eq!(first.message_id, second.message_id);
     let a1 = first.attributes.unwrap();
     let a2 = second.attributes.unwrap();
-    assert_eq!(a2[&S::ApproximateReceiveCount.into()], "2");
+    assert_eq!(a2[&S::ApproximateReceiveCount], "2");
     assert_eq!(
-        a1[&S::ApproximateFirstReceiveTimestamp.into()],
-        a2[&S::ApproximateFirstReceiveTimestamp.into()],
+        a1[&S::ApproximateFirstReceiveTimestamp],
+        a2[&S::ApproximateFirstReceiveTimestamp],
         "the first receive time never changes"
     );
 }

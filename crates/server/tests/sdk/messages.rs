@@ -69,10 +69,10 @@ async fn a_message_round_trips_with_its_attributes_and_checksums() {
     assert_eq!(attrs["price"], text("Number.usd", "3.50"));
     assert_eq!(attrs["blob"], binary);
     let system = m.attributes.as_ref().unwrap();
-    assert_eq!(system[&S::ApproximateReceiveCount.into()], "1");
-    assert_eq!(system[&S::SenderId.into()], "000000000000");
-    let sent_at: u64 = system[&S::SentTimestamp.into()].parse().unwrap();
-    let first: u64 = system[&S::ApproximateFirstReceiveTimestamp.into()]
+    assert_eq!(system[&S::ApproximateReceiveCount], "1");
+    assert_eq!(system[&S::SenderId], "000000000000");
+    let sent_at: u64 = system[&S::SentTimestamp].parse().unwrap();
+    let first: u64 = system[&S::ApproximateFirstReceiveTimestamp]
         .parse()
         .unwrap();
     assert!(first >= sent_at);

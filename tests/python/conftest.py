@@ -1,0 +1,99 @@
+"""Runs the real `leasehold` binary on a free loopback port and hands boto3 clients to tests."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARY = Path(os.environ.get("LEASEHOLD_BIN", ROOT / "target" / "debug" / "leasehold"))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *extra_args):
+        if not BINARY.exists():
+            raise RuntimeError(f"{BINARY} is missing: run `cargo build` first (scripts/test does)")
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [str(BINARY), "serve", "--bind", f"127.0.0.1:{self.port}", "--in-memory", "--time-travel", *extra_args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.process.stderr.read().decode()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("server did not start listening within 20 s")
+        self.sqs = boto3.client(
+            "sqs",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=30),
+        )
+
+    def advance(self, seconds):
+        request = urllib.request.Request(
+            f"{self.endpoint}/_leasehold/clock/advance",
+            data=json.dumps({"seconds": seconds}).encode(),
+            headers={"content-type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request) as response:
+            assert response.status == 200
+            return json.loads(response.read())["now_ms"]
+
+    def queue(self, **attributes):
+        name = f"q-{uuid.uuid4().hex[:12]}"
+        attrs = {k: str(v) for k, v in attributes.items()}
+        return self.sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+
+    def attribute(self, url, name):
+        return self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[name])["Attributes"][name]
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def strict_server():
+    s = Server("--lease-mode", "strict")
+    yield s
+    s.stop()
+
+
+def error_code(excinfo):
+    return excinfo.value.response["Error"]["Code"]
