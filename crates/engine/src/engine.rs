@@ -381,6 +381,14 @@ impl Engine {
         Ok(queue.receive(now, params, &sealer))
     }
 
+    /// Counts a ReceiveMessage request that returned nothing. Kept apart from `receive`
+    /// because a long poll tries several times but is one request.
+    pub fn record_empty_receive(&mut self, name: &str) {
+        if let Some(queue) = self.queues.get_mut(name) {
+            queue.stats.empty_receives += 1;
+        }
+    }
+
     pub fn delete_message(&mut self, name: &str, handle: &str) -> Result<DeleteOutcome> {
         let mode = self.config.lease_mode;
         let receipt = self.open_receipt(self.queue(name)?, handle)?;

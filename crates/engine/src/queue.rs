@@ -34,6 +34,7 @@ pub struct QueueStats {
     pub sent: u64,
     pub received: u64,
     pub deleted: u64,
+    /// ReceiveMessage requests that returned nothing (a long poll counts once, at its end).
     pub empty_receives: u64,
     /// Leases that ran out without a delete: the message became receivable again.
     pub leases_expired: u64,
@@ -258,9 +259,6 @@ impl Queue {
             self.timers.insert((until, seq));
         }
         self.stats.received += deliveries.len() as u64;
-        if deliveries.is_empty() {
-            self.stats.empty_receives += 1;
-        }
         deliveries
     }
 

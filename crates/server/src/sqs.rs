@@ -113,6 +113,9 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Valu
             (output, engine.next_due(&queue), engine.now_ms())
         };
         if !output.messages.is_empty() || Instant::now() >= deadline {
+            if output.messages.is_empty() {
+                state.engine().record_empty_receive(&queue);
+            }
             return Ok(to_value(output));
         }
         let wake_at = next_due.map_or(deadline, |due| {

@@ -82,6 +82,7 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
                 )
                 .map(|deliveries| {
                     if deliveries.is_empty() {
+                        engine.record_empty_receive(q);
                         return "(empty)".to_string();
                     }
                     let mut lines = Vec::new();
