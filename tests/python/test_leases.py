@@ -103,3 +103,11 @@ def test_long_poll_returns_when_a_message_arrives(server):
     thread.join(timeout=15)
     assert len(result["messages"]) == 1
     assert result["took"] < 3
+
+
+def test_the_older_attribute_names_parameter_selects_system_attributes(server):
+    url = server.queue()
+    server.sqs.send_message(QueueUrl=url, MessageBody="job")
+    m = server.sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount", "SentTimestamp"])["Messages"][0]
+    assert set(m["Attributes"]) == {"ApproximateReceiveCount", "SentTimestamp"}
+    assert m["Attributes"]["ApproximateReceiveCount"] == "1"

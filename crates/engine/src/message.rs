@@ -35,6 +35,11 @@ pub struct NewMessage {
     pub system_attributes: MessageAttributes,
     /// Per-message delay; None takes the queue's DelaySeconds.
     pub delay_s: Option<u32>,
+    /// MessageGroupId: orders a FIFO queue; accepted and ignored on a standard queue, as
+    /// AWS does since fair queues.
+    pub group_id: Option<String>,
+    /// MessageDeduplicationId: FIFO queues only.
+    pub deduplication_id: Option<String>,
 }
 
 /// Returns true for the characters SQS accepts in bodies and string attribute values.
@@ -185,6 +190,13 @@ impl NewMessage {
             return Err(invalid(format!(
                 "One or more parameters are invalid. Reason: Message must be shorter than {max_size} bytes."
             )));
+        }
+        if let Some(id) = &self.deduplication_id {
+            return Err(EngineError::out_of_range(
+                "MessageDeduplicationId",
+                id,
+                "The request include parameter that is not valid for this queue type.",
+            ));
         }
         if let Some(delay) = self.delay_s {
             if delay > crate::settings::MAX_DELAY_S {

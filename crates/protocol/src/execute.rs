@@ -189,6 +189,8 @@ fn new_message(entry: &MessageEntry) -> Result<NewMessage> {
         attributes: from_wire(&entry.message_attributes.clone().unwrap_or_default())?,
         system_attributes: from_wire(&entry.message_system_attributes.clone().unwrap_or_default())?,
         delay_s,
+        group_id: entry.message_group_id.clone(),
+        deduplication_id: entry.message_deduplication_id.clone(),
     })
 }
 

@@ -22,13 +22,18 @@ impl TestServer {
     }
 
     pub async fn start_with(lease_mode: LeaseMode) -> TestServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let state = AppState::new(ServerConfig {
+        Self::start_config(ServerConfig {
             lease_mode,
             time_travel: true,
             ..ServerConfig::default()
-        });
+        })
+        .await
+    }
+
+    pub async fn start_config(config: ServerConfig) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let state = AppState::new(config);
         tokio::spawn(leasehold_server::serve(
             listener,
             state,

@@ -392,3 +392,28 @@ async fn delete_batch_deletes_good_handles_and_reports_bad_ones() {
         "0"
     );
 }
+
+#[tokio::test]
+async fn a_deduplication_id_is_refused_on_a_standard_queue_but_a_group_id_is_accepted() {
+    let s = TestServer::start().await;
+    let url = s.queue("q", &[]).await;
+    let err = s
+        .sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body("x")
+        .message_deduplication_id("d1")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InvalidParameterValue");
+    s.sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body("x")
+        .message_group_id("tenant-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.attribute(&url, "ApproximateNumberOfMessages").await, "1");
+}

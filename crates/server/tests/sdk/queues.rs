@@ -2,6 +2,8 @@
 
 use aws_sdk_sqs::types::QueueAttributeName as A;
 
+use leasehold_server::ServerConfig;
+
 use crate::harness::{code, TestServer};
 
 #[tokio::test]
@@ -299,4 +301,37 @@ async fn tags_are_added_listed_and_removed() {
         .tags
         .unwrap();
     assert_eq!(tags.keys().collect::<Vec<_>>(), ["env"]);
+}
+
+#[tokio::test]
+async fn region_and_account_id_flags_shape_urls_and_arns() {
+    let s = TestServer::start_config(ServerConfig {
+        region: "eu-north-1".into(),
+        account_id: "123456789012".into(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let url = s.queue("q", &[]).await;
+    assert_eq!(url, format!("{}/123456789012/q", s.base));
+    let attrs = s
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(A::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    assert_eq!(attrs[&A::QueueArn], "arn:aws:sqs:eu-north-1:123456789012:q");
+    let foreign = format!("{}/000000000000/q", s.base);
+    let err = s
+        .sqs
+        .send_message()
+        .queue_url(foreign)
+        .message_body("x")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "AWS.SimpleQueueService.NonExistentQueue");
 }
