@@ -28,12 +28,18 @@ pub enum EngineError {
     InvalidMessageContents(String),
     #[error("The input receipt handle \"{0}\" is not a valid receipt handle.")]
     ReceiptHandleIsInvalid(String),
+    #[error(
+        "Value {0} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired."
+    )]
+    ReceiptHandleExpired(String),
     #[error("Value {0} for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.")]
     MessageNotAvailable(String),
     #[error("Message with receipt handle {0} is not in flight.")]
     MessageNotInflight(String),
     #[error("Batch requests cannot be longer than {0} bytes. You have sent {1} bytes.")]
     BatchRequestTooLong(usize, usize),
+    #[error("{0}")]
+    ResourceNotFound(String),
 }
 
 impl EngineError {

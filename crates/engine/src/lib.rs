@@ -7,19 +7,34 @@
 mod clock;
 mod engine;
 mod error;
+mod fifo;
 mod message;
 mod queue;
 mod receipt;
+mod redrive;
 mod settings;
 
 pub use clock::{Clock, ManualClock, Millis};
-pub use engine::{validate_queue_name, Engine, EngineConfig, QueuePage, MAX_LIST_RESULTS};
+pub use engine::{
+    validate_queue_name, Engine, EngineConfig, MoveTaskInfo, MoveTaskStatus, QueuePage,
+    ReceiveRequest, MAX_LIST_RESULTS,
+};
 pub use error::{EngineError, Result};
 pub use message::{
     is_allowed_char, AttributeData, Delivery, MessageAttribute, MessageAttributes, NewMessage,
     MAX_MESSAGE_ATTRIBUTES,
 };
-pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueStats};
+pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueStats, Sent};
+pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
 pub use settings::{
     QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S, MAX_WAIT_TIME_S,
 };
+
+/// Hex SHA-256, as FIFO content-based deduplication uses for a body.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
+use crate::settings::QueueSettings;
 
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 const MAX_ATTRIBUTE_NAME_LEN: usize = 256;
@@ -33,7 +34,7 @@ pub struct NewMessage {
     pub attributes: MessageAttributes,
     /// Only `AWSTraceHeader` is allowed here, as on AWS.
     pub system_attributes: MessageAttributes,
-    /// Per-message delay; None takes the queue's DelaySeconds.
+    /// Per-message delay; None takes the queue's DelaySeconds. Standard queues only.
     pub delay_s: Option<u32>,
     /// MessageGroupId: orders a FIFO queue; accepted and ignored on a standard queue, as
     /// AWS does since fair queues.
@@ -157,8 +158,8 @@ impl NewMessage {
         self.body.len() + attributes_size(&self.attributes)
     }
 
-    /// Checks the message against AWS's rules, given the queue's size limit.
-    pub fn validate(&self, max_size: u32) -> Result<()> {
+    /// Checks the message against AWS's rules for the queue it is sent to.
+    pub fn validate(&self, settings: &QueueSettings) -> Result<()> {
         if self.body.is_empty() {
             return Err(EngineError::MissingParameter("MessageBody".into()));
         }
@@ -186,17 +187,11 @@ impl NewMessage {
                 )));
             }
         }
+        let max_size = settings.max_message_size;
         if self.size() > max_size as usize {
             return Err(invalid(format!(
                 "One or more parameters are invalid. Reason: Message must be shorter than {max_size} bytes."
             )));
-        }
-        if let Some(id) = &self.deduplication_id {
-            return Err(EngineError::out_of_range(
-                "MessageDeduplicationId",
-                id,
-                "The request include parameter that is not valid for this queue type.",
-            ));
         }
         if let Some(delay) = self.delay_s {
             if delay > crate::settings::MAX_DELAY_S {
@@ -207,8 +202,69 @@ impl NewMessage {
                 ));
             }
         }
-        Ok(())
+        if settings.fifo {
+            self.validate_fifo(settings)
+        } else if let Some(id) = &self.deduplication_id {
+            Err(EngineError::out_of_range(
+                "MessageDeduplicationId",
+                id,
+                NOT_FOR_THIS_QUEUE_TYPE,
+            ))
+        } else {
+            Ok(())
+        }
     }
+
+    fn validate_fifo(&self, settings: &QueueSettings) -> Result<()> {
+        if let Some(delay) = self.delay_s.filter(|d| *d > 0) {
+            return Err(EngineError::out_of_range(
+                "DelaySeconds",
+                delay,
+                NOT_FOR_THIS_QUEUE_TYPE,
+            ));
+        }
+        let Some(group) = &self.group_id else {
+            return Err(EngineError::MissingParameter("MessageGroupId".into()));
+        };
+        check_fifo_id("MessageGroupId", group)?;
+        match &self.deduplication_id {
+            Some(id) => check_fifo_id("MessageDeduplicationId", id),
+            None if settings.content_based_dedup => Ok(()),
+            None => Err(invalid(
+                "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly".into(),
+            )),
+        }
+    }
+}
+
+const NOT_FOR_THIS_QUEUE_TYPE: &str =
+    "The request include parameter that is not valid for this queue type.";
+
+/// MessageGroupId and MessageDeduplicationId: 1..128 alphanumeric or punctuation characters.
+fn check_fifo_id(param: &str, id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c.is_ascii_punctuation());
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::out_of_range(
+            param,
+            id,
+            "It must be 1 to 128 alphanumeric or punctuation characters.",
+        ))
+    }
+}
+
+/// Where a message sits in its queue's indexes: by send time, then sequence number. Sequence
+/// numbers grow with sends, so for messages sent to the queue this is send order; a message
+/// moved in from another queue keeps its send time and so its place by age.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MsgKey {
+    pub sent_ms: u64,
+    pub seq: u64,
 }
 
 /// Where a stored message is in its life.
@@ -222,19 +278,34 @@ pub(crate) enum State {
     InFlight { until: u64 },
 }
 
+/// The rarely set parts of a message, boxed so that plain messages stay small.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Extras {
+    pub group: Option<Arc<str>>,
+    pub deduplication_id: Option<Arc<str>>,
+    pub system_attributes: Option<Arc<MessageAttributes>>,
+    /// The ARN of the queue a dead-lettered message came from.
+    pub dead_letter_source: Option<Arc<str>>,
+}
+
 /// A stored message. Bodies and attributes are shared with receives, not copied.
 #[derive(Clone, Debug)]
 pub(crate) struct StoredMessage {
     pub id: [u8; 16],
     pub body: Arc<str>,
     pub attributes: Option<Arc<MessageAttributes>>,
-    pub system_attributes: Option<Arc<MessageAttributes>>,
-    pub sent_ms: u64,
+    pub extras: Option<Box<Extras>>,
     pub first_receive_ms: Option<u64>,
     /// When the current (or latest) lease started: the 12-hour ceiling counts from here.
     pub lease_start_ms: u64,
     pub receive_count: u32,
     pub state: State,
+}
+
+impl StoredMessage {
+    pub fn group(&self) -> Option<&Arc<str>> {
+        self.extras.as_ref().and_then(|e| e.group.as_ref())
+    }
 }
 
 /// A message as one receive hands it out.
@@ -248,6 +319,11 @@ pub struct Delivery {
     pub sent_ms: u64,
     pub first_receive_ms: u64,
     pub receive_count: u32,
+    pub group_id: Option<Arc<str>>,
+    pub deduplication_id: Option<Arc<str>>,
+    /// FIFO queues only: the message's place in the queue.
+    pub sequence_number: Option<u64>,
+    pub dead_letter_source_arn: Option<Arc<str>>,
 }
 
 /// Formats 16 random bytes as a version-4 UUID, as AWS message ids look.

@@ -1,20 +1,25 @@
-//! One queue's state machine: stored messages, the ready set, the timer index, lease rules.
+//! One queue's state machine: stored messages, the ready set, the timer index, lease rules,
+//! and for FIFO queues the group order (see `fifo.rs`).
 //!
 //! Invariants:
-//! - every stored message is in exactly one of `ready` (state Ready) or `timers` (Delayed or
-//!   InFlight, keyed by the instant its state ends);
+//! - every stored message is in exactly one state; Delayed and InFlight messages are in
+//!   `timers` under the instant that state ends; Ready messages of a standard queue are in
+//!   `ready`, and a FIFO queue's Ready messages are reached through their group;
 //! - `in_flight` and `delayed` count the messages in those states;
-//! - sequence numbers grow with send time, so the first entry of `messages` is the oldest and
-//!   retention expiry only ever looks at the front.
+//! - `messages` is ordered by (send time, sequence number), so its first entry is the oldest
+//!   and retention expiry only ever looks at the front.
 //!
-//! Every operation first calls `tick(now)`, which moves due timers to `ready` and drops expired
+//! Every operation first calls `tick(now)`, which moves due timers to Ready and drops expired
 //! messages: amortised O(log n) per event, never a scan of the queue.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
-use crate::message::{format_message_id, Delivery, NewMessage, State, StoredMessage};
+use crate::fifo::{FifoState, Original};
+use crate::message::{
+    format_message_id, Delivery, Extras, MsgKey, NewMessage, State, StoredMessage,
+};
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::settings::{QueueSettings, MAX_VISIBILITY_TIMEOUT_S};
 
@@ -40,6 +45,8 @@ pub struct QueueStats {
     pub leases_expired: u64,
     /// Deletes whose lease had already expired: proof of duplicate work.
     pub late_deletes: u64,
+    /// Messages moved to the dead-letter queue after maxReceiveCount receives.
+    pub dead_lettered: u64,
 }
 
 /// What a delete did.
@@ -53,9 +60,43 @@ pub struct DeleteOutcome {
 
 /// What one call to `Queue::receive` asks for.
 #[derive(Clone, Copy, Debug)]
-pub struct ReceiveParams {
+pub(crate) struct ReceiveParams<'a> {
     pub max_messages: usize,
     pub visibility_s: u32,
+    /// Messages received this many times go to the dead-letter queue instead.
+    pub max_receive_count: Option<u32>,
+    /// FIFO only: a retried receive with the same id gets the same messages back.
+    pub attempt_id: Option<&'a str>,
+}
+
+/// A send's answer: the id, and on FIFO queues the sequence number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sent {
+    pub message_id: String,
+    pub sequence_number: Option<u64>,
+}
+
+/// The approximate counts that GetQueueAttributes reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub visible: usize,
+    pub not_visible: usize,
+    pub delayed: usize,
+}
+
+/// The lease a receive hands out.
+struct Lease {
+    now: u64,
+    until: u64,
+    max_receive_count: Option<u32>,
+}
+
+/// What one receive has gathered so far.
+#[derive(Default)]
+struct Batch {
+    deliveries: Vec<Delivery>,
+    dead: Vec<(MsgKey, StoredMessage)>,
+    leased: Vec<(MsgKey, u32)>,
 }
 
 pub(crate) struct Queue {
@@ -66,20 +107,13 @@ pub(crate) struct Queue {
     pub modified_ms: u64,
     pub last_purge_ms: Option<u64>,
     pub stats: QueueStats,
-    messages: BTreeMap<u64, StoredMessage>,
-    ready: BTreeSet<u64>,
-    timers: BTreeSet<(u64, u64)>,
+    messages: BTreeMap<MsgKey, StoredMessage>,
+    ready: BTreeSet<MsgKey>,
+    timers: BTreeSet<(u64, MsgKey)>,
+    fifo: FifoState,
     next_seq: u64,
     in_flight: usize,
     delayed: usize,
-}
-
-/// The approximate counts that GetQueueAttributes reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QueueCounts {
-    pub visible: usize,
-    pub not_visible: usize,
-    pub delayed: usize,
 }
 
 impl Queue {
@@ -95,86 +129,138 @@ impl Queue {
             messages: BTreeMap::new(),
             ready: BTreeSet::new(),
             timers: BTreeSet::new(),
+            fifo: FifoState::default(),
             next_seq: 1,
             in_flight: 0,
             delayed: 0,
         }
     }
 
-    fn link(&mut self, seq: u64, state: State) {
+    /// The group a message is ordered in: FIFO queues only.
+    fn fifo_group(&self, key: MsgKey) -> Option<Arc<str>> {
+        if !self.settings.fifo {
+            return None;
+        }
+        self.messages.get(&key).and_then(|m| m.group().cloned())
+    }
+
+    fn link(&mut self, key: MsgKey, state: State, group: Option<&Arc<str>>) {
         match state {
-            State::Ready => {
-                self.ready.insert(seq);
+            State::Ready if group.is_none() => {
+                self.ready.insert(key);
             }
+            State::Ready => {}
             State::Delayed { until } => {
                 self.delayed += 1;
-                self.timers.insert((until, seq));
+                self.timers.insert((until, key));
             }
             State::InFlight { until } => {
                 self.in_flight += 1;
-                self.timers.insert((until, seq));
+                self.timers.insert((until, key));
+                if let Some(g) = group {
+                    self.fifo.add_in_flight(g, 1);
+                }
             }
         }
     }
 
-    fn unlink(&mut self, seq: u64, state: State) {
+    fn unlink(&mut self, key: MsgKey, state: State, group: Option<&Arc<str>>) {
         match state {
             State::Ready => {
-                self.ready.remove(&seq);
+                self.ready.remove(&key);
             }
             State::Delayed { until } => {
                 self.delayed -= 1;
-                self.timers.remove(&(until, seq));
+                self.timers.remove(&(until, key));
             }
             State::InFlight { until } => {
                 self.in_flight -= 1;
-                self.timers.remove(&(until, seq));
+                self.timers.remove(&(until, key));
+                if let Some(g) = group {
+                    self.fifo.add_in_flight(g, -1);
+                }
             }
         }
     }
 
+    /// Re-lists a FIFO group after anything about it changed.
+    fn refresh_group(&mut self, group: &Arc<str>) {
+        let head = self
+            .fifo
+            .deliverable_head(group)
+            .filter(|k| matches!(self.messages.get(k).map(|m| m.state), Some(State::Ready)));
+        self.fifo.list(group, head);
+    }
+
     /// Moves a stored message to a new state, keeping the indexes true.
-    fn set_state(&mut self, seq: u64, state: State) {
-        let Some(message) = self.messages.get_mut(&seq) else {
+    fn set_state(&mut self, key: MsgKey, state: State) {
+        let group = self.fifo_group(key);
+        let Some(message) = self.messages.get_mut(&key) else {
             return;
         };
         let old = std::mem::replace(&mut message.state, state);
-        self.unlink(seq, old);
-        self.link(seq, state);
+        self.unlink(key, old, group.as_ref());
+        self.link(key, state, group.as_ref());
+        if let Some(g) = group {
+            self.refresh_group(&g);
+        }
     }
 
-    fn remove(&mut self, seq: u64) -> Option<StoredMessage> {
-        let message = self.messages.remove(&seq)?;
-        self.unlink(seq, message.state);
+    fn insert(&mut self, key: MsgKey, message: StoredMessage) {
+        let state = message.state;
+        let group = self
+            .settings
+            .fifo
+            .then(|| message.group().cloned())
+            .flatten();
+        self.messages.insert(key, message);
+        if let Some(g) = &group {
+            self.fifo.add_member(g, key);
+        }
+        self.link(key, state, group.as_ref());
+        if let Some(g) = group {
+            self.refresh_group(&g);
+        }
+    }
+
+    fn remove(&mut self, key: MsgKey) -> Option<StoredMessage> {
+        let group = self.fifo_group(key);
+        let message = self.messages.remove(&key)?;
+        self.unlink(key, message.state, group.as_ref());
+        if let Some(g) = group {
+            self.fifo.remove_member(&g, key);
+            self.refresh_group(&g);
+        }
         Some(message)
     }
 
     /// Brings the queue up to `now`: due delays and leases end, expired messages go.
     pub fn tick(&mut self, now: u64) {
-        while let Some(&(due, seq)) = self.timers.first() {
+        while let Some(&(due, key)) = self.timers.first() {
             if due > now {
                 break;
             }
             if matches!(
-                self.messages.get(&seq).map(|m| m.state),
+                self.messages.get(&key).map(|m| m.state),
                 Some(State::InFlight { .. })
             ) {
                 self.stats.leases_expired += 1;
             }
-            self.set_state(seq, State::Ready);
+            self.set_state(key, State::Ready);
         }
         let retention_ms = u64::from(self.settings.retention_s) * 1000;
-        while let Some((&seq, message)) = self.messages.first_key_value() {
-            if message.sent_ms + retention_ms > now {
+        while let Some((&key, _)) = self.messages.first_key_value() {
+            if key.sent_ms + retention_ms > now {
                 break;
             }
-            self.remove(seq);
+            self.remove(key);
         }
+        self.fifo.expire(now);
     }
 
     pub fn counts(&self) -> QueueCounts {
         QueueCounts {
-            visible: self.ready.len(),
+            visible: self.messages.len() - self.in_flight - self.delayed,
             not_visible: self.in_flight,
             delayed: self.delayed,
         }
@@ -185,10 +271,50 @@ impl Queue {
         self.timers.first().map(|&(due, _)| due)
     }
 
-    /// Stores a validated message and returns its id.
-    pub fn send(&mut self, now: u64, message: NewMessage, id: [u8; 16]) -> String {
+    fn next_key(&mut self, sent_ms: u64) -> MsgKey {
         let seq = self.next_seq;
         self.next_seq += 1;
+        MsgKey { sent_ms, seq }
+    }
+
+    /// Stores a validated message. On a FIFO queue a duplicate within the deduplication
+    /// window is accepted and answered with the original's id, and nothing is stored.
+    pub fn send(&mut self, now: u64, message: NewMessage, id: [u8; 16]) -> Sent {
+        let fifo = self.settings.fifo;
+        let group: Option<Arc<str>> = message.group_id.as_deref().map(Arc::from);
+        let dedup_id: Option<Arc<str>> = if fifo {
+            Some(match &message.deduplication_id {
+                Some(explicit) => Arc::from(explicit.as_str()),
+                None => Arc::from(crate::sha256_hex(message.body.as_bytes()).as_str()),
+            })
+        } else {
+            None
+        };
+        let dedup_key = dedup_id.clone().map(|d| {
+            let scope = self
+                .settings
+                .dedup_per_group
+                .then(|| group.clone())
+                .flatten();
+            (scope, d)
+        });
+        if let Some(original) = dedup_key.as_ref().and_then(|k| self.fifo.original(k)) {
+            return Sent {
+                message_id: format_message_id(original.message_id),
+                sequence_number: Some(original.seq),
+            };
+        }
+        let key = self.next_key(now);
+        if let Some(k) = dedup_key {
+            self.fifo.remember(
+                now,
+                k,
+                Original {
+                    message_id: id,
+                    seq: key.seq,
+                },
+            );
+        }
         let delay = message.delay_s.unwrap_or(self.settings.delay_s);
         let state = if delay == 0 {
             State::Ready
@@ -197,69 +323,197 @@ impl Queue {
                 until: now + u64::from(delay) * 1000,
             }
         };
-        let non_empty =
-            |attrs: crate::MessageAttributes| (!attrs.is_empty()).then(|| Arc::new(attrs));
-        self.messages.insert(
-            seq,
+        let system_attributes =
+            (!message.system_attributes.is_empty()).then(|| Arc::new(message.system_attributes));
+        let extras = Extras {
+            group,
+            deduplication_id: dedup_id,
+            system_attributes,
+            dead_letter_source: None,
+        };
+        let has_extras = extras.group.is_some() || extras.system_attributes.is_some();
+        self.insert(
+            key,
             StoredMessage {
                 id,
                 body: message.body.into(),
-                attributes: non_empty(message.attributes),
-                system_attributes: non_empty(message.system_attributes),
-                sent_ms: now,
+                attributes: (!message.attributes.is_empty()).then(|| Arc::new(message.attributes)),
+                extras: has_extras.then(|| Box::new(extras)),
                 first_receive_ms: None,
                 lease_start_ms: 0,
                 receive_count: 0,
                 state,
             },
         );
-        self.link(seq, state);
         self.stats.sent += 1;
-        format_message_id(id)
+        Sent {
+            message_id: format_message_id(id),
+            sequence_number: fifo.then_some(key.seq),
+        }
     }
 
-    /// Leases up to `max_messages` ready messages, oldest first.
+    /// Takes in a message dead-lettered from another queue, keeping its id, body, attributes
+    /// and receive count. A standard queue keeps its send time (so retention still counts
+    /// from the original send); a FIFO queue re-stamps it, as AWS does.
+    pub fn accept_dead_letter(
+        &mut self,
+        now: u64,
+        sent_ms: u64,
+        mut message: StoredMessage,
+        source_arn: &Arc<str>,
+    ) {
+        let key = self.next_key(if self.settings.fifo { now } else { sent_ms });
+        message.state = State::Ready;
+        message
+            .extras
+            .get_or_insert_with(Box::default)
+            .dead_letter_source = Some(source_arn.clone());
+        self.insert(key, message);
+    }
+
+    /// Takes in a message moved by a message move task: it starts afresh, with no receives,
+    /// so it does not bounce straight back to the dead-letter queue.
+    pub fn accept_moved(&mut self, now: u64, sent_ms: u64, mut message: StoredMessage) {
+        let key = self.next_key(if self.settings.fifo { now } else { sent_ms });
+        message.state = State::Ready;
+        message.receive_count = 0;
+        message.first_receive_ms = None;
+        if let Some(extras) = message.extras.as_mut() {
+            extras.dead_letter_source = None;
+        }
+        self.insert(key, message);
+    }
+
+    /// Leases up to `max_messages` ready messages, oldest first (FIFO: by group, in order).
+    /// Messages past maxReceiveCount are taken out and returned for the dead-letter queue.
     pub fn receive(
         &mut self,
         now: u64,
         params: ReceiveParams,
         sealer: &ReceiptSealer,
-    ) -> Vec<Delivery> {
-        let until = now + u64::from(params.visibility_s) * 1000;
-        let mut deliveries = Vec::with_capacity(params.max_messages.min(self.ready.len()));
-        while deliveries.len() < params.max_messages {
-            let Some(seq) = self.ready.pop_first() else {
-                break;
-            };
-            let queue_id = self.id;
-            let message = self
-                .messages
-                .get_mut(&seq)
-                .expect("ready set names a stored message");
-            message.receive_count += 1;
-            message.lease_start_ms = now;
-            let first_receive_ms = *message.first_receive_ms.get_or_insert(now);
-            message.state = State::InFlight { until };
-            let receipt = Receipt {
-                queue_id,
-                seq,
-                receive_no: message.receive_count,
-            };
-            deliveries.push(Delivery {
-                message_id: format_message_id(message.id),
-                receipt_handle: sealer.seal(receipt),
-                body: message.body.clone(),
-                attributes: message.attributes.clone(),
-                system_attributes: message.system_attributes.clone(),
-                sent_ms: message.sent_ms,
-                first_receive_ms,
-                receive_count: message.receive_count,
-            });
-            self.in_flight += 1;
-            self.timers.insert((until, seq));
+    ) -> (Vec<Delivery>, Vec<(MsgKey, StoredMessage)>) {
+        if let Some(replayed) = self.replay_attempt(now, &params, sealer) {
+            return (replayed, Vec::new());
+        }
+        let lease = Lease {
+            now,
+            until: now + u64::from(params.visibility_s) * 1000,
+            max_receive_count: params.max_receive_count,
+        };
+        let mut batch = Batch::default();
+        'outer: while batch.leased.len() < params.max_messages {
+            if self.settings.fifo {
+                // One group at a time, in order, as far as its messages are ready.
+                let Some(group) = self.fifo.pop_ready_group() else {
+                    break;
+                };
+                let mut cursor = None;
+                while let Some(key) = self.fifo.next_member(&group, cursor) {
+                    if batch.leased.len() == params.max_messages {
+                        break 'outer;
+                    }
+                    cursor = Some(key);
+                    if !self.take(key, &lease, sealer, &mut batch) {
+                        break;
+                    }
+                }
+            } else {
+                let Some(&key) = self.ready.first() else {
+                    break;
+                };
+                self.take(key, &lease, sealer, &mut batch);
+            }
+        }
+        let Batch {
+            deliveries,
+            dead,
+            leased,
+        } = batch;
+        if let (Some(id), true) = (params.attempt_id, self.settings.fifo) {
+            self.fifo.record_attempt(now, id, leased);
         }
         self.stats.received += deliveries.len() as u64;
-        deliveries
+        self.stats.dead_lettered += dead.len() as u64;
+        (deliveries, dead)
+    }
+
+    /// Leases one Ready message into `batch`, or dead-letters it. False if it is not Ready.
+    fn take(
+        &mut self,
+        key: MsgKey,
+        lease: &Lease,
+        sealer: &ReceiptSealer,
+        batch: &mut Batch,
+    ) -> bool {
+        let Some(message) = self.messages.get_mut(&key) else {
+            return false;
+        };
+        if message.state != State::Ready {
+            return false;
+        }
+        if lease
+            .max_receive_count
+            .is_some_and(|max| message.receive_count >= max)
+        {
+            batch.dead.push((key, self.remove(key).expect("stored")));
+            return true;
+        }
+        message.receive_count += 1;
+        message.lease_start_ms = lease.now;
+        message.first_receive_ms.get_or_insert(lease.now);
+        let receive_no = message.receive_count;
+        self.set_state(key, State::InFlight { until: lease.until });
+        batch.leased.push((key, receive_no));
+        batch
+            .deliveries
+            .push(self.delivery(key, receive_no, sealer));
+        true
+    }
+
+    /// A FIFO receive retried with the same ReceiveRequestAttemptId within five minutes gets
+    /// the same messages and handles back, with the lease restarted.
+    fn replay_attempt(
+        &mut self,
+        now: u64,
+        params: &ReceiveParams,
+        sealer: &ReceiptSealer,
+    ) -> Option<Vec<Delivery>> {
+        let items = self.fifo.attempt(params.attempt_id?)?.to_vec();
+        let until = now + u64::from(params.visibility_s) * 1000;
+        let mut out = Vec::new();
+        for (key, receive_no) in items {
+            let still_ours = self.messages.get(&key).is_some_and(|m| {
+                m.receive_count == receive_no && !matches!(m.state, State::Delayed { .. })
+            });
+            if still_ours {
+                self.set_state(key, State::InFlight { until });
+                out.push(self.delivery(key, receive_no, sealer));
+            }
+        }
+        Some(out)
+    }
+
+    fn delivery(&self, key: MsgKey, receive_no: u32, sealer: &ReceiptSealer) -> Delivery {
+        let message = &self.messages[&key];
+        let extras = message.extras.as_deref();
+        Delivery {
+            message_id: format_message_id(message.id),
+            receipt_handle: sealer.seal(Receipt {
+                queue_id: self.id,
+                key,
+                receive_no,
+            }),
+            body: message.body.clone(),
+            attributes: message.attributes.clone(),
+            system_attributes: extras.and_then(|e| e.system_attributes.clone()),
+            sent_ms: key.sent_ms,
+            first_receive_ms: message.first_receive_ms.unwrap_or(key.sent_ms),
+            receive_count: receive_no,
+            group_id: extras.and_then(|e| e.group.clone()),
+            deduplication_id: extras.and_then(|e| e.deduplication_id.clone()),
+            sequence_number: self.settings.fifo.then_some(key.seq),
+            dead_letter_source_arn: extras.and_then(|e| e.dead_letter_source.clone()),
+        }
     }
 
     /// Whether the lease that `receipt` names is still the message's current, live lease.
@@ -268,24 +522,37 @@ impl Queue {
             && matches!(message.state, State::InFlight { .. })
     }
 
-    pub fn delete(&mut self, receipt: &Receipt, mode: LeaseMode) -> DeleteOutcome {
-        let Some(message) = self.messages.get(&receipt.seq) else {
+    /// FIFO queues refuse a handle whose lease is over, whatever the lease mode.
+    fn expired(handle: &str) -> EngineError {
+        EngineError::ReceiptHandleExpired(handle.to_string())
+    }
+
+    pub fn delete(
+        &mut self,
+        receipt: &Receipt,
+        handle: &str,
+        mode: LeaseMode,
+    ) -> Result<DeleteOutcome> {
+        let Some(message) = self.messages.get(&receipt.key) else {
             // Deleting twice, or after retention dropped it, succeeds as on AWS.
-            return DeleteOutcome {
+            return Ok(DeleteOutcome {
                 removed: false,
                 late: false,
-            };
+            });
         };
         let late = !Self::holds_live_lease(message, receipt);
         if late {
             self.stats.late_deletes += 1;
+            if self.settings.fifo {
+                return Err(Self::expired(handle));
+            }
         }
         let removed = !late || mode == LeaseMode::Aws;
         if removed {
-            self.remove(receipt.seq);
+            self.remove(receipt.key);
             self.stats.deleted += 1;
         }
-        DeleteOutcome { removed, late }
+        Ok(DeleteOutcome { removed, late })
     }
 
     pub fn change_visibility(
@@ -296,15 +563,19 @@ impl Queue {
         timeout_s: u32,
         mode: LeaseMode,
     ) -> Result<()> {
-        let Some(message) = self.messages.get(&receipt.seq) else {
+        let Some(message) = self.messages.get(&receipt.key) else {
             return Err(EngineError::MessageNotAvailable(handle.to_string()));
         };
-        if mode == LeaseMode::Strict && !Self::holds_live_lease(message, receipt) {
-            return Err(EngineError::MessageNotInflight(handle.to_string()));
+        if !Self::holds_live_lease(message, receipt) {
+            if self.settings.fifo {
+                return Err(Self::expired(handle));
+            }
+            if mode == LeaseMode::Strict {
+                return Err(EngineError::MessageNotInflight(handle.to_string()));
+            }
         }
         // SQS counts in whole seconds: the lease so far, rounded down, plus the new timeout.
         let held_s = now.saturating_sub(message.lease_start_ms) / 1000;
-        let until = now + u64::from(timeout_s) * 1000;
         if held_s + u64::from(timeout_s) > u64::from(MAX_VISIBILITY_TIMEOUT_S) {
             return Err(EngineError::out_of_range(
                 "VisibilityTimeout",
@@ -315,19 +586,54 @@ impl Queue {
         let state = if timeout_s == 0 {
             State::Ready
         } else {
-            State::InFlight { until }
+            State::InFlight {
+                until: now + u64::from(timeout_s) * 1000,
+            }
         };
-        self.set_state(receipt.seq, state);
+        self.set_state(receipt.key, state);
         Ok(())
     }
 
-    /// Drops every message; stats and settings stay.
+    /// Drops every message; stats, settings and FIFO deduplication ids stay.
     pub fn purge(&mut self, now: u64) {
         self.messages.clear();
         self.ready.clear();
         self.timers.clear();
+        self.fifo.clear_groups();
         self.in_flight = 0;
         self.delayed = 0;
         self.last_purge_ms = Some(now);
+    }
+
+    /// The oldest Ready message whose key is at most `limit`, with the queue it was
+    /// dead-lettered from: what a message move task moves next. O(log n) on standard queues,
+    /// whose Ready messages are indexed; a FIFO dead-letter queue is searched in key order.
+    pub fn oldest_ready(&self, limit: MsgKey) -> Option<(MsgKey, Option<Arc<str>>)> {
+        let key = if self.settings.fifo {
+            self.messages
+                .range(..=limit)
+                .find(|(_, m)| m.state == State::Ready)
+                .map(|(k, _)| *k)?
+        } else {
+            *self.ready.range(..=limit).next()?
+        };
+        let source = self.messages[&key]
+            .extras
+            .as_ref()
+            .and_then(|e| e.dead_letter_source.clone());
+        Some((key, source))
+    }
+
+    /// Takes a message out of the queue, to move it elsewhere.
+    pub fn take_message(&mut self, key: MsgKey) -> Option<StoredMessage> {
+        self.remove(key)
+    }
+
+    /// The key of the newest stored message and how many are stored.
+    pub fn newest(&self) -> (Option<MsgKey>, usize) {
+        (
+            self.messages.last_key_value().map(|(k, _)| *k),
+            self.messages.len(),
+        )
     }
 }

@@ -1,7 +1,7 @@
 //! Receipt handles: opaque, unforgeable tokens naming one receive of one message.
 //!
-//! A handle carries the queue's incarnation, the message's sequence number and the receive
-//! number, sealed with a keyed SipHash. The server can tell a handle it issued (even for a
+//! A handle carries the queue's incarnation, the message's key (send time and sequence
+//! number) and the receive number, sealed with a keyed SipHash. The server can tell a handle it issued (even for a
 //! message since deleted) from one it never issued, without remembering every handle.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -9,15 +9,17 @@ use base64::Engine as _;
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
 
-const BODY_LEN: usize = 8 + 8 + 4;
+use crate::message::MsgKey;
+
+const BODY_LEN: usize = 8 + 8 + 8 + 4;
 const LEN: usize = BODY_LEN + 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Receipt {
     /// Which incarnation of the queue issued it: a recreated queue refuses old handles.
     pub queue_id: u64,
-    /// The message's sequence number within the queue.
-    pub seq: u64,
+    /// The message's key within the queue.
+    pub key: MsgKey,
     /// Which receive of the message issued it (1 for the first).
     pub receive_no: u32,
 }
@@ -42,8 +44,9 @@ impl ReceiptSealer {
     pub fn seal(&self, receipt: Receipt) -> String {
         let mut bytes = [0u8; LEN];
         bytes[0..8].copy_from_slice(&receipt.queue_id.to_be_bytes());
-        bytes[8..16].copy_from_slice(&receipt.seq.to_be_bytes());
-        bytes[16..20].copy_from_slice(&receipt.receive_no.to_be_bytes());
+        bytes[8..16].copy_from_slice(&receipt.key.sent_ms.to_be_bytes());
+        bytes[16..24].copy_from_slice(&receipt.key.seq.to_be_bytes());
+        bytes[24..28].copy_from_slice(&receipt.receive_no.to_be_bytes());
         let mac = self.mac(&bytes[..BODY_LEN]);
         bytes[BODY_LEN..].copy_from_slice(&mac.to_be_bytes());
         URL_SAFE_NO_PAD.encode(bytes)
@@ -61,8 +64,11 @@ impl ReceiptSealer {
         }
         Some(Receipt {
             queue_id: u64::from_be_bytes(bytes[0..8].try_into().ok()?),
-            seq: u64::from_be_bytes(bytes[8..16].try_into().ok()?),
-            receive_no: u32::from_be_bytes(bytes[16..20].try_into().ok()?),
+            key: MsgKey {
+                sent_ms: u64::from_be_bytes(bytes[8..16].try_into().ok()?),
+                seq: u64::from_be_bytes(bytes[16..24].try_into().ok()?),
+            },
+            receive_no: u32::from_be_bytes(bytes[24..28].try_into().ok()?),
         })
     }
 }
@@ -76,7 +82,10 @@ mod tests {
         let sealer = ReceiptSealer::new([7; 16]);
         let receipt = Receipt {
             queue_id: 3,
-            seq: 99,
+            key: MsgKey {
+                sent_ms: 1_700_000_000_000,
+                seq: 99,
+            },
             receive_no: 2,
         };
         assert_eq!(sealer.open(&sealer.seal(receipt)), Some(receipt));
@@ -87,7 +96,7 @@ mod tests {
         let sealer = ReceiptSealer::new([7; 16]);
         let handle = sealer.seal(Receipt {
             queue_id: 1,
-            seq: 1,
+            key: MsgKey { sent_ms: 5, seq: 1 },
             receive_no: 1,
         });
         assert_eq!(ReceiptSealer::new([8; 16]).open(&handle), None);

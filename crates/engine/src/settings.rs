@@ -1,6 +1,7 @@
 //! Queue settings: the typed form of SQS's string-named queue attributes, with AWS's ranges.
 
 use crate::error::{EngineError, Result};
+use crate::redrive::{RedriveAllowPolicy, RedrivePolicy};
 
 /// The longest a single receive's lease may run, in total, from that receive.
 pub const MAX_VISIBILITY_TIMEOUT_S: u32 = 43_200;
@@ -22,6 +23,18 @@ const SETTABLE: &[&str] = &[
     "KmsMasterKeyId",
     "KmsDataKeyReusePeriodSeconds",
     "SqsManagedSseEnabled",
+    "RedrivePolicy",
+    "RedriveAllowPolicy",
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+];
+
+/// Settable on FIFO queues only; a standard queue does not know these names.
+const FIFO_ONLY: &[&str] = &[
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
 ];
 
 /// Attributes the queue reports but nobody sets.
@@ -32,6 +45,7 @@ pub const READ_ONLY: &[&str] = &[
     "CreatedTimestamp",
     "LastModifiedTimestamp",
     "QueueArn",
+    "FifoQueue",
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +59,15 @@ pub struct QueueSettings {
     pub kms_master_key_id: Option<String>,
     pub kms_data_key_reuse_s: u32,
     pub sqs_managed_sse: bool,
+    /// Fixed at creation: `FifoQueue=true` with a `.fifo` name.
+    pub fifo: bool,
+    pub content_based_dedup: bool,
+    /// DeduplicationScope=messageGroup (else queue).
+    pub dedup_per_group: bool,
+    /// FifoThroughputLimit=perMessageGroupId (else perQueue).
+    pub throughput_per_group: bool,
+    pub redrive: Option<RedrivePolicy>,
+    pub redrive_allow: Option<RedriveAllowPolicy>,
 }
 
 impl Default for QueueSettings {
@@ -59,6 +82,12 @@ impl Default for QueueSettings {
             kms_master_key_id: None,
             kms_data_key_reuse_s: 300,
             sqs_managed_sse: true,
+            fifo: false,
+            content_based_dedup: false,
+            dedup_per_group: false,
+            throughput_per_group: false,
+            redrive: None,
+            redrive_allow: None,
         }
     }
 }
@@ -81,9 +110,43 @@ impl QueueSettings {
         SETTABLE.iter().chain(READ_ONLY.iter()).copied()
     }
 
+    /// Default settings of a new FIFO or standard queue.
+    pub fn new(fifo: bool) -> Self {
+        QueueSettings {
+            fifo,
+            ..QueueSettings::default()
+        }
+    }
+
     /// Applies one attribute, validating it as AWS does. Nothing changes on error.
     pub fn apply(&mut self, name: &str, value: &str) -> Result<()> {
+        if !self.fifo && FIFO_ONLY.contains(&name) {
+            return Err(EngineError::InvalidAttributeName(name.to_string()));
+        }
+        let one_of = |options: [&str; 2]| -> Result<bool> {
+            match options.iter().position(|o| *o == value) {
+                Some(i) => Ok(i == 1),
+                None => Err(EngineError::InvalidAttributeValue(name.to_string())),
+            }
+        };
         match name {
+            "ContentBasedDeduplication" => self.content_based_dedup = one_of(["false", "true"])?,
+            "DeduplicationScope" => self.dedup_per_group = one_of(["queue", "messageGroup"])?,
+            "FifoThroughputLimit" => {
+                self.throughput_per_group = one_of(["perQueue", "perMessageGroupId"])?
+            }
+            "RedrivePolicy" => {
+                self.redrive = match value.trim() {
+                    "" | "{}" => None,
+                    raw => Some(RedrivePolicy::parse(raw)?),
+                }
+            }
+            "RedriveAllowPolicy" => {
+                self.redrive_allow = match value.trim() {
+                    "" => None,
+                    raw => Some(RedriveAllowPolicy::parse(raw)?),
+                }
+            }
             "VisibilityTimeout" => {
                 self.visibility_timeout_s =
                     parse_in_range(name, value, 0, MAX_VISIBILITY_TIMEOUT_S)?
@@ -135,6 +198,12 @@ impl QueueSettings {
         for (name, value) in attributes {
             next.apply(name, value)?;
         }
+        if next.throughput_per_group && !next.dedup_per_group {
+            // High-throughput FIFO needs deduplication scoped to the message group.
+            return Err(EngineError::InvalidAttributeValue(
+                "FifoThroughputLimit".into(),
+            ));
+        }
         Ok(next)
     }
 
@@ -153,6 +222,22 @@ impl QueueSettings {
                 self.kms_master_key_id.as_ref()?;
                 self.kms_data_key_reuse_s.to_string()
             }
+            "RedrivePolicy" => self.redrive.as_ref()?.to_json(),
+            "RedriveAllowPolicy" => self.redrive_allow.as_ref()?.to_json(),
+            "FifoQueue" if self.fifo => "true".into(),
+            "ContentBasedDeduplication" if self.fifo => self.content_based_dedup.to_string(),
+            "DeduplicationScope" if self.fifo => if self.dedup_per_group {
+                "messageGroup"
+            } else {
+                "queue"
+            }
+            .into(),
+            "FifoThroughputLimit" if self.fifo => if self.throughput_per_group {
+                "perMessageGroupId"
+            } else {
+                "perQueue"
+            }
+            .into(),
             _ => return None,
         })
     }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use leasehold_engine::{
-    Clock, Engine, EngineConfig, EngineError, LeaseMode, ManualClock, NewMessage,
+    Clock, Engine, EngineConfig, EngineError, LeaseMode, ManualClock, NewMessage, ReceiveRequest,
 };
 use proptest::prelude::*;
 
@@ -176,7 +176,12 @@ fn run(mode: LeaseMode, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 });
             }
             Op::Receive { max, visibility_s } => {
-                let got = engine.receive("q", max, visibility_s).unwrap();
+                let request = ReceiveRequest {
+                    max_messages: max,
+                    visibility_s,
+                    attempt_id: None,
+                };
+                let got = engine.receive("q", &request).unwrap();
                 let expected = model.receive(now, max, visibility_s.unwrap_or(3));
                 let got_summary: Vec<_> = got
                     .iter()

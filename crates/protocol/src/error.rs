@@ -23,8 +23,6 @@ pub enum ProtocolError {
     InvalidBatchEntryId,
     #[error("Id {0} repeated.")]
     BatchEntryIdsNotDistinct(String),
-    #[error("The operation {0} is not supported by this server yet.")]
-    UnsupportedOperation(String),
     #[error("The unsupported request was rejected: {0}")]
     UnsupportedMediaType(String),
 }
@@ -80,7 +78,14 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
                 "com.amazonaws.sqs#PurgeQueueInProgress",
                 "AWS.SimpleQueueService.PurgeQueueInProgress",
             ),
-            E::InvalidParameterValue(_) | E::MessageNotAvailable(_) => SQS_INVALID_PARAMETER,
+            E::InvalidParameterValue(_)
+            | E::MessageNotAvailable(_)
+            | E::ReceiptHandleExpired(_) => SQS_INVALID_PARAMETER,
+            E::ResourceNotFound(_) => sender(
+                404,
+                "com.amazonaws.sqs#ResourceNotFoundException",
+                "ResourceNotFoundException",
+            ),
             E::MissingParameter(_) => sender(
                 400,
                 "com.amazonaws.sqs#MissingRequiredParameterException",
@@ -152,11 +157,6 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
             400,
             "com.amazonaws.sqs#BatchEntryIdsNotDistinct",
             "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
-        ),
-        P::UnsupportedOperation(_) => sender(
-            400,
-            "com.amazonaws.sqs#UnsupportedOperation",
-            "AWS.SimpleQueueService.UnsupportedOperation",
         ),
         P::UnsupportedMediaType(_) => sender(
             415,

@@ -2,7 +2,10 @@
 
 use std::collections::HashSet;
 
-use leasehold_engine::{Delivery, Engine, EngineError, NewMessage, MAX_VISIBILITY_TIMEOUT_S};
+use leasehold_engine::{
+    Delivery, Engine, EngineError, NewMessage, QueuePage, ReceiveRequest, Sent,
+    MAX_VISIBILITY_TIMEOUT_S,
+};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -49,32 +52,85 @@ pub fn execute(engine: &mut Engine, ctx: &Context, request: &Request) -> Result<
             json!({})
         }
         R::ListQueues(i) => {
-            let max = match i.max_results {
-                None => None,
-                Some(n) => Some(to_u32(
-                    n,
-                    "MaxResults",
-                    "MaxResults must be an integer between 1 and 1000.",
-                )? as usize),
-            };
+            let max = max_results(i.max_results)?;
             let page = engine.list_queues(
                 i.queue_name_prefix.as_deref(),
                 max,
                 i.next_token.as_deref().filter(|t| !t.is_empty()),
             )?;
-            let urls: Vec<String> = page
-                .names
-                .iter()
-                .map(|n| queue_url(engine, &ctx.host, n))
+            url_page(engine, ctx, page, "QueueUrls")
+        }
+        R::ListDeadLetterSourceQueues(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            let max = max_results(i.max_results)?;
+            let page = engine.list_dead_letter_source_queues(
+                &queue,
+                max,
+                i.next_token.as_deref().filter(|t| !t.is_empty()),
+            )?;
+            // The one member of the SQS API spelt in camel case.
+            url_page(engine, ctx, page, "queueUrls")
+        }
+        R::AddPermission(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            engine.add_permission(
+                &queue,
+                &required(&i.label, "Label")?,
+                &required(&i.aws_account_ids, "AWSAccountIds")?,
+                &required(&i.actions, "Actions")?,
+            )?;
+            json!({})
+        }
+        R::RemovePermission(i) => {
+            let queue = name(engine, &i.queue_url)?;
+            engine.remove_permission(&queue, &required(&i.label, "Label")?)?;
+            json!({})
+        }
+        R::StartMessageMoveTask(i) => {
+            let rate = match i.max_number_of_messages_per_second {
+                None => None,
+                Some(r) => Some(to_u32(
+                    r,
+                    "MaxNumberOfMessagesPerSecond",
+                    "Must be between 1 and 500.",
+                )?),
+            };
+            let handle = engine.start_move_task(
+                &required(&i.source_arn, "SourceArn")?,
+                i.destination_arn.as_deref(),
+                rate,
+            )?;
+            json!({ "TaskHandle": handle })
+        }
+        R::CancelMessageMoveTask(i) => {
+            let moved = engine.cancel_move_task(&required(&i.task_handle, "TaskHandle")?)?;
+            json!({ "ApproximateNumberOfMessagesMoved": moved })
+        }
+        R::ListMessageMoveTasks(i) => {
+            let max = match i.max_results {
+                None => None,
+                Some(m) => Some(to_u32(
+                    m,
+                    "MaxResults",
+                    "You must enter a number that's between 1 and 10.",
+                )?),
+            };
+            let tasks = engine.list_move_tasks(&required(&i.source_arn, "SourceArn")?, max)?;
+            let results: Vec<MoveTaskResult> = tasks
+                .into_iter()
+                .map(|t| MoveTaskResult {
+                    task_handle: t.task_handle,
+                    status: t.status.as_str().to_string(),
+                    source_arn: t.source_arn,
+                    destination_arn: t.destination_arn,
+                    max_number_of_messages_per_second: t.max_per_second,
+                    approximate_number_of_messages_moved: t.moved,
+                    approximate_number_of_messages_to_move: t.to_move,
+                    failure_reason: t.failure_reason,
+                    started_timestamp: t.started_ms,
+                })
                 .collect();
-            let mut out = json!({});
-            if !urls.is_empty() {
-                out["QueueUrls"] = json!(urls);
-            }
-            if let Some(token) = page.next_token {
-                out["NextToken"] = json!(token);
-            }
-            out
+            json!({ "Results": results })
         }
         R::GetQueueAttributes(i) => {
             let queue = name(engine, &i.queue_url)?;
@@ -165,6 +221,36 @@ pub fn execute(engine: &mut Engine, ctx: &Context, request: &Request) -> Result<
     })
 }
 
+fn max_results(value: Option<i64>) -> Result<Option<usize>> {
+    value
+        .map(|n| {
+            to_u32(
+                n,
+                "MaxResults",
+                "MaxResults must be an integer between 1 and 1000.",
+            )
+            .map(|n| n as usize)
+        })
+        .transpose()
+}
+
+/// A page of queue URLs under `member`, with NextToken when there is more.
+fn url_page(engine: &Engine, ctx: &Context, page: QueuePage, member: &str) -> Value {
+    let urls: Vec<String> = page
+        .names
+        .iter()
+        .map(|n| queue_url(engine, &ctx.host, n))
+        .collect();
+    let mut out = json!({});
+    if !urls.is_empty() {
+        out[member] = json!(urls);
+    }
+    if let Some(token) = page.next_token {
+        out["NextToken"] = json!(token);
+    }
+    out
+}
+
 fn visibility(value: i64) -> Result<u32> {
     let reason = "VisibilityTimeout must be an integer between 0 and 43200";
     let v = to_u32(value, "VisibilityTimeout", reason)?;
@@ -194,10 +280,11 @@ fn new_message(entry: &MessageEntry) -> Result<NewMessage> {
     })
 }
 
-fn sent_output(id: Option<String>, message_id: String, message: &NewMessage) -> SendMessageOutput {
+fn sent_output(id: Option<String>, sent: Sent, message: &NewMessage) -> SendMessageOutput {
     SendMessageOutput {
         id,
-        message_id,
+        message_id: sent.message_id,
+        sequence_number: sent.sequence_number.map(format_sequence_number),
         md5_of_message_body: md5_hex(message.body.as_bytes()),
         md5_of_message_attributes: md5_of_map(&message.attributes),
         md5_of_message_system_attributes: md5_of_map(&message.system_attributes),
@@ -206,8 +293,8 @@ fn sent_output(id: Option<String>, message_id: String, message: &NewMessage) -> 
 
 fn send_one(engine: &mut Engine, queue: &str, entry: &MessageEntry) -> Result<SendMessageOutput> {
     let message = new_message(entry)?;
-    let message_id = engine.send(queue, message.clone())?;
-    Ok(sent_output(None, message_id, &message))
+    let sent = engine.send(queue, message.clone())?;
+    Ok(sent_output(None, sent, &message))
 }
 
 /// Checks a batch's shape as AWS does, before any entry runs.
@@ -344,7 +431,12 @@ pub fn receive(engine: &mut Engine, input: &ReceiveMessageInput) -> Result<Recei
         )?),
     };
     receive_wait_seconds(engine, input)?;
-    let deliveries = engine.receive(&queue, max, visibility)?;
+    let request = ReceiveRequest {
+        max_messages: max,
+        visibility_s: visibility,
+        attempt_id: input.receive_request_attempt_id.clone(),
+    };
+    let deliveries = engine.receive(&queue, &request)?;
     let system: Vec<String> = input
         .attribute_names
         .iter()
@@ -410,4 +502,9 @@ fn shape_delivery(
             .map(|(n, a)| (n.clone(), to_wire(a)))
             .collect(),
     }
+}
+
+/// AWS's sequence numbers are 20-digit decimal strings, increasing per queue.
+fn format_sequence_number(seq: u64) -> String {
+    format!("{:020}", seq)
 }

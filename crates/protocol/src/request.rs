@@ -26,17 +26,13 @@ pub enum Request {
     TagQueue(TagQueueInput),
     UntagQueue(UntagQueueInput),
     ListQueueTags(QueueUrlInput),
+    AddPermission(AddPermissionInput),
+    RemovePermission(RemovePermissionInput),
+    ListDeadLetterSourceQueues(ListDeadLetterSourceQueuesInput),
+    StartMessageMoveTask(StartMessageMoveTaskInput),
+    CancelMessageMoveTask(CancelMessageMoveTaskInput),
+    ListMessageMoveTasks(ListMessageMoveTasksInput),
 }
-
-/// SQS actions this server knows of but does not serve yet.
-const NOT_YET: &[&str] = &[
-    "AddPermission",
-    "RemovePermission",
-    "ListDeadLetterSourceQueues",
-    "StartMessageMoveTask",
-    "CancelMessageMoveTask",
-    "ListMessageMoveTasks",
-];
 
 fn parse<T: DeserializeOwned>(value: Value) -> Result<T> {
     serde_json::from_value(value).map_err(|e| ProtocolError::Malformed(e.to_string()))
@@ -79,9 +75,12 @@ impl Request {
             "TagQueue" => R::TagQueue(parse(value)?),
             "UntagQueue" => R::UntagQueue(parse(value)?),
             "ListQueueTags" => R::ListQueueTags(parse(value)?),
-            other if NOT_YET.contains(&other) => {
-                return Err(ProtocolError::UnsupportedOperation(other.to_string()))
-            }
+            "AddPermission" => R::AddPermission(parse(value)?),
+            "RemovePermission" => R::RemovePermission(parse(value)?),
+            "ListDeadLetterSourceQueues" => R::ListDeadLetterSourceQueues(parse(value)?),
+            "StartMessageMoveTask" => R::StartMessageMoveTask(parse(value)?),
+            "CancelMessageMoveTask" => R::CancelMessageMoveTask(parse(value)?),
+            "ListMessageMoveTasks" => R::ListMessageMoveTasks(parse(value)?),
             other => return Err(ProtocolError::UnknownOperation(other.to_string())),
         })
     }
@@ -90,7 +89,15 @@ impl Request {
     pub fn queue_url(&self) -> Option<&str> {
         use Request as R;
         match self {
-            R::CreateQueue(_) | R::GetQueueUrl(_) | R::ListQueues(_) => None,
+            R::CreateQueue(_)
+            | R::GetQueueUrl(_)
+            | R::ListQueues(_)
+            | R::StartMessageMoveTask(_)
+            | R::CancelMessageMoveTask(_)
+            | R::ListMessageMoveTasks(_) => None,
+            R::AddPermission(i) => i.queue_url.as_deref(),
+            R::RemovePermission(i) => i.queue_url.as_deref(),
+            R::ListDeadLetterSourceQueues(i) => i.queue_url.as_deref(),
             R::DeleteQueue(i) | R::PurgeQueue(i) | R::ListQueueTags(i) => i.queue_url.as_deref(),
             R::GetQueueAttributes(i) => i.queue_url.as_deref(),
             R::SetQueueAttributes(i) => i.queue_url.as_deref(),
@@ -102,6 +109,36 @@ impl Request {
             R::ChangeMessageVisibility(i) => i.queue_url.as_deref(),
             R::TagQueue(i) => i.queue_url.as_deref(),
             R::UntagQueue(i) => i.queue_url.as_deref(),
+        }
+    }
+
+    /// The action's name, as `X-Amz-Target` and the query protocol's `Action` spell it.
+    pub fn action(&self) -> &'static str {
+        use Request as R;
+        match self {
+            R::CreateQueue(_) => "CreateQueue",
+            R::DeleteQueue(_) => "DeleteQueue",
+            R::GetQueueUrl(_) => "GetQueueUrl",
+            R::ListQueues(_) => "ListQueues",
+            R::GetQueueAttributes(_) => "GetQueueAttributes",
+            R::SetQueueAttributes(_) => "SetQueueAttributes",
+            R::PurgeQueue(_) => "PurgeQueue",
+            R::SendMessage(_) => "SendMessage",
+            R::SendMessageBatch(_) => "SendMessageBatch",
+            R::ReceiveMessage(_) => "ReceiveMessage",
+            R::DeleteMessage(_) => "DeleteMessage",
+            R::DeleteMessageBatch(_) => "DeleteMessageBatch",
+            R::ChangeMessageVisibility(_) => "ChangeMessageVisibility",
+            R::ChangeMessageVisibilityBatch(_) => "ChangeMessageVisibilityBatch",
+            R::TagQueue(_) => "TagQueue",
+            R::UntagQueue(_) => "UntagQueue",
+            R::ListQueueTags(_) => "ListQueueTags",
+            R::AddPermission(_) => "AddPermission",
+            R::RemovePermission(_) => "RemovePermission",
+            R::ListDeadLetterSourceQueues(_) => "ListDeadLetterSourceQueues",
+            R::StartMessageMoveTask(_) => "StartMessageMoveTask",
+            R::CancelMessageMoveTask(_) => "CancelMessageMoveTask",
+            R::ListMessageMoveTasks(_) => "ListMessageMoveTasks",
         }
     }
 

@@ -164,6 +164,52 @@ pub struct UntagQueueInput {
     pub tag_keys: Option<Vec<String>>,
 }
 
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AddPermissionInput {
+    pub queue_url: Option<String>,
+    pub label: Option<String>,
+    #[serde(rename = "AWSAccountIds")]
+    pub aws_account_ids: Option<Vec<String>>,
+    pub actions: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RemovePermissionInput {
+    pub queue_url: Option<String>,
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListDeadLetterSourceQueuesInput {
+    pub queue_url: Option<String>,
+    pub next_token: Option<String>,
+    pub max_results: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct StartMessageMoveTaskInput {
+    pub source_arn: Option<String>,
+    pub destination_arn: Option<String>,
+    pub max_number_of_messages_per_second: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CancelMessageMoveTaskInput {
+    pub task_handle: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListMessageMoveTasksInput {
+    pub source_arn: Option<String>,
+    pub max_results: Option<i64>,
+}
+
 // ---- outputs ----
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -210,6 +256,26 @@ pub struct SendMessageOutput {
         skip_serializing_if = "Option::is_none"
     )]
     pub md5_of_message_system_attributes: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence_number: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct MoveTaskResult {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_handle: Option<String>,
+    pub status: String,
+    pub source_arn: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destination_arn: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_number_of_messages_per_second: Option<u32>,
+    pub approximate_number_of_messages_moved: u64,
+    pub approximate_number_of_messages_to_move: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    pub started_timestamp: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -59,13 +59,32 @@ async fn overloaded(error: BoxError) -> (StatusCode, String) {
     }
 }
 
+/// How often running message move tasks are advanced.
+const MOVE_TASK_PERIOD: Duration = Duration::from_millis(100);
+
 /// Serves `app(state)` on `listener` until `shutdown` resolves, then drains open requests.
+/// Also drives message move tasks in the background while it serves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state))
+    let ticker = tokio::spawn(run_move_tasks(state.clone()));
+    let served = axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    ticker.abort();
+    served
+}
+
+async fn run_move_tasks(state: Arc<AppState>) {
+    let mut interval = tokio::time::interval(MOVE_TASK_PERIOD);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        interval.tick().await;
+        let woken = state.engine().run_move_tasks();
+        for queue in woken {
+            state.wake(&queue);
+        }
+    }
 }

@@ -3,14 +3,16 @@
 //! Each line is a command; the transcript records each command and what the engine answered.
 //! Receipt handles are named h1, h2, ... in the order receives issue them.
 //!
-//! Commands: `create Q [Attr=Value..]`, `send Q BODY [delay=N]`, `recv Q [max=N] [vis=N]`,
-//! `del Q hN`, `vis Q hN SECONDS`, `advance SECONDS`, `counts Q`, `stats Q`, `purge Q`,
-//! `drop Q`, `attrs Q [Name..]`, `set Q Attr=Value..`.
+//! Commands: `create Q [Attr=Value..]`, `send Q BODY [delay=N] [group=G] [dedup=D]`,
+//! `recv Q [max=N] [vis=N] [attempt=ID]`, `del Q hN`, `vis Q hN SECONDS`, `advance SECONDS`,
+//! `counts Q`, `stats Q`, `purge Q`, `drop Q`, `attrs Q [Name..]`, `set Q Attr=Value..`,
+//! `sources Q` (dead-letter sources), `move SRC [dest=Q] [rate=N]` (start a move task,
+//! named t1, t2, ...), `cancel tN`, `tasks SRC`.
 
 use std::sync::Arc;
 
 use expect_test::Expect;
-use leasehold_engine::{Engine, EngineConfig, LeaseMode, ManualClock, NewMessage};
+use leasehold_engine::{Engine, EngineConfig, LeaseMode, ManualClock, NewMessage, ReceiveRequest};
 
 pub fn check(script: &str, expected: Expect) {
     check_mode(LeaseMode::Aws, script, expected)
@@ -35,12 +37,20 @@ fn pairs(words: &[&str]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn option(words: &[&str], key: &str) -> Option<u32> {
+fn text_option(words: &[&str], key: &str) -> Option<String> {
     words.iter().find_map(|w| {
         w.strip_prefix(key)
             .and_then(|rest| rest.strip_prefix('='))
-            .map(|v| v.parse().expect("a number"))
+            .map(str::to_string)
     })
+}
+
+fn option(words: &[&str], key: &str) -> Option<u32> {
+    text_option(words, key).map(|v| v.parse().expect("a number"))
+}
+
+fn arn(name: &str) -> String {
+    format!("arn:aws:sqs:us-east-1:000000000000:{name}")
 }
 
 pub fn run(mode: LeaseMode, script: &str) -> String {
@@ -52,6 +62,7 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
     };
     let mut engine = Engine::new(Arc::new(clock.clone()), config);
     let mut handles: Vec<String> = Vec::new();
+    let mut tasks: Vec<String> = Vec::new();
     let mut out = String::new();
     for line in script.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -72,13 +83,23 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
             "send" => {
                 let mut message = NewMessage::new(words[2]);
                 message.delay_s = option(&words, "delay");
-                engine.send(q, message).map(|_| "ok".into())
+                message.group_id = text_option(&words, "group");
+                message.deduplication_id = text_option(&words, "dedup");
+                engine
+                    .send(q, message)
+                    .map(|sent| match sent.sequence_number {
+                        Some(seq) => format!("seq={seq}"),
+                        None => "ok".into(),
+                    })
             }
             "recv" => engine
                 .receive(
                     q,
-                    option(&words, "max").unwrap_or(10),
-                    option(&words, "vis"),
+                    &ReceiveRequest {
+                        max_messages: option(&words, "max").unwrap_or(10),
+                        visibility_s: option(&words, "vis"),
+                        attempt_id: text_option(&words, "attempt"),
+                    },
                 )
                 .map(|deliveries| {
                     if deliveries.is_empty() {
@@ -87,13 +108,19 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
                     }
                     let mut lines = Vec::new();
                     for d in deliveries {
-                        handles.push(d.receipt_handle);
-                        lines.push(format!(
-                            "{} rc={} h{}",
-                            d.body,
-                            d.receive_count,
-                            handles.len()
-                        ));
+                        // A replayed receive attempt gives back handles seen before.
+                        let label = match handles.iter().position(|h| *h == d.receipt_handle) {
+                            Some(i) => i + 1,
+                            None => {
+                                handles.push(d.receipt_handle.clone());
+                                handles.len()
+                            }
+                        };
+                        let from = d
+                            .dead_letter_source_arn
+                            .map(|a| format!(" from={}", a.rsplit(':').next().unwrap_or("")))
+                            .unwrap_or_default();
+                        lines.push(format!("{} rc={} h{label}{from}", d.body, d.receive_count));
                     }
                     lines.join(", ")
                 }),
@@ -122,7 +149,10 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
             }),
             "stats" => engine.stats(q).map(|s| format!("{s:?}")),
             "attrs" => {
-                let names: Vec<String> = words[2..].iter().map(|s| s.to_string()).collect();
+                let mut names: Vec<String> = words[2..].iter().map(|s| s.to_string()).collect();
+                if names.is_empty() {
+                    names.push("All".into());
+                }
                 engine.get_attributes(q, &names).map(|attrs| {
                     attrs
                         .iter()
@@ -131,6 +161,42 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
                         .join(" ")
                 })
             }
+            "sources" => engine
+                .list_dead_letter_source_queues(q, None, None)
+                .map(|page| page.names.join(" ")),
+            "move" => engine
+                .start_move_task(
+                    &arn(q),
+                    text_option(&words, "dest").map(|d| arn(&d)).as_deref(),
+                    option(&words, "rate"),
+                )
+                .map(|handle| {
+                    tasks.push(handle);
+                    format!("t{}", tasks.len())
+                }),
+            "cancel" => {
+                let n: usize = q.trim_start_matches('t').parse().expect("tN");
+                engine
+                    .cancel_move_task(&tasks[n - 1])
+                    .map(|moved| format!("moved={moved}"))
+            }
+            "tasks" => engine.list_move_tasks(&arn(q), Some(10)).map(|list| {
+                list.iter()
+                    .map(|t| {
+                        format!(
+                            "{} moved={}/{}{}",
+                            t.status.as_str(),
+                            t.moved,
+                            t.to_move,
+                            t.failure_reason
+                                .as_deref()
+                                .map(|r| format!(" ({r})"))
+                                .unwrap_or_default()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }),
             other => panic!("unknown script command {other}"),
         };
         let reply = reply.unwrap_or_else(|e| format!("error {e:?}"));

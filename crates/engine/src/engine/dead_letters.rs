@@ -1,0 +1,353 @@
+//! Dead letters: redrive policy checks, ListDeadLetterSourceQueues, and message move tasks.
+//!
+//! A move task progresses with the clock: `run_move_tasks` moves as many messages as the
+//! task's rate allows by now. The server calls it on a timer; tests call it directly.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use rand::Rng;
+
+use super::{paginate, Engine, QueuePage};
+use crate::error::{EngineError, Result};
+use crate::message::{format_message_id, MsgKey};
+use crate::settings::QueueSettings;
+
+/// At most this many messages move per task per call, so one call never holds the engine long.
+const MOVE_BATCH: u64 = 10_000;
+const MAX_MOVE_RATE: u32 = 500;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveTaskStatus {
+    Running,
+    Completed,
+    Cancelled,
+    Failed,
+}
+
+impl MoveTaskStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            MoveTaskStatus::Running => "RUNNING",
+            MoveTaskStatus::Completed => "COMPLETED",
+            MoveTaskStatus::Cancelled => "CANCELLED",
+            MoveTaskStatus::Failed => "FAILED",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct MoveTask {
+    id: String,
+    source: String,
+    source_arn: String,
+    destination_arn: Option<String>,
+    rate: Option<u32>,
+    status: MoveTaskStatus,
+    moved: u64,
+    to_move: u64,
+    /// Messages stored at the start have keys up to this; later arrivals stay.
+    limit: Option<MsgKey>,
+    started_ms: u64,
+    failure: Option<String>,
+}
+
+/// A move task as ListMessageMoveTasks reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveTaskInfo {
+    /// Only while the task runs.
+    pub task_handle: Option<String>,
+    pub status: MoveTaskStatus,
+    pub source_arn: String,
+    pub destination_arn: Option<String>,
+    pub max_per_second: Option<u32>,
+    pub moved: u64,
+    pub to_move: u64,
+    pub failure_reason: Option<String>,
+    pub started_ms: u64,
+}
+
+fn not_found(what: &str) -> EngineError {
+    EngineError::ResourceNotFound(format!(
+        "The resource that you specified for the {what} parameter doesn't exist."
+    ))
+}
+
+fn task_handle(task: &MoveTask) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}|{}", task.id, task.source_arn))
+}
+
+impl Engine {
+    /// Checks a RedrivePolicy: the target exists, is of the same type, and allows the source.
+    pub(super) fn check_redrive(&self, source: &str, settings: &QueueSettings) -> Result<()> {
+        let Some(policy) = &settings.redrive else {
+            return Ok(());
+        };
+        let invalid = |reason: &str| {
+            EngineError::InvalidParameterValue(format!(
+                "Value {} for parameter RedrivePolicy is invalid. Reason: {reason}",
+                policy.to_json()
+            ))
+        };
+        let target = self
+            .queue_name_from_arn(&policy.dead_letter_target_arn)
+            .and_then(|n| self.queues.get(n))
+            .ok_or_else(|| invalid("Dead letter target does not exist."))?;
+        if target.settings.fifo != settings.fifo {
+            return Err(invalid(
+                "Dead-letter queue must be same type of queue as the source.",
+            ));
+        }
+        let source_arn = self.queue_arn(source);
+        if let Some(allow) = &target.settings.redrive_allow {
+            if !allow.allows(&source_arn) {
+                return Err(invalid(&format!(
+                    "Queue {source_arn} is not allowed to use {} as its dead-letter queue by its RedriveAllowPolicy.",
+                    policy.dead_letter_target_arn
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The dead-letter queue and maxReceiveCount in force for `name`. A target that no
+    /// longer exists turns dead-lettering off rather than destroying messages.
+    pub(super) fn live_dead_letter_target(&self, name: &str) -> Result<Option<(String, u32)>> {
+        let queue = self.queue(name)?;
+        Ok(queue.settings.redrive.as_ref().and_then(|policy| {
+            let target = self.queue_name_from_arn(&policy.dead_letter_target_arn)?;
+            let same_type = self.queues.get(target)?.settings.fifo == queue.settings.fifo;
+            same_type.then(|| (target.to_string(), policy.max_receive_count))
+        }))
+    }
+
+    /// ListDeadLetterSourceQueues: queues whose RedrivePolicy targets `name`.
+    pub fn list_dead_letter_source_queues(
+        &self,
+        name: &str,
+        max_results: Option<usize>,
+        next_token: Option<&str>,
+    ) -> Result<QueuePage> {
+        self.queue(name)?;
+        let arn = self.queue_arn(name);
+        let names = self
+            .queues
+            .iter()
+            .filter(|(_, q)| {
+                q.settings
+                    .redrive
+                    .as_ref()
+                    .is_some_and(|p| p.dead_letter_target_arn == arn)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        paginate(names, max_results, next_token)
+    }
+
+    fn existing_queue_of_arn(&self, arn: &str, param: &str) -> Result<String> {
+        self.queue_name_from_arn(arn)
+            .map(str::to_string)
+            .ok_or_else(|| not_found(param))
+    }
+
+    /// StartMessageMoveTask: moves a dead-letter queue's messages back to their sources (or
+    /// to one destination), at most `rate` per second. Returns the task handle.
+    pub fn start_move_task(
+        &mut self,
+        source_arn: &str,
+        destination_arn: Option<&str>,
+        rate: Option<u32>,
+    ) -> Result<String> {
+        let source = self.existing_queue_of_arn(source_arn, "SourceArn")?;
+        if let Some(dest) = destination_arn {
+            self.existing_queue_of_arn(dest, "DestinationArn")?;
+        }
+        if let Some(r) = rate.filter(|r| !(1..=MAX_MOVE_RATE).contains(r)) {
+            return Err(EngineError::out_of_range(
+                "MaxNumberOfMessagesPerSecond",
+                r,
+                "Must be between 1 and 500.",
+            ));
+        }
+        let is_dead_letter_queue = self.queues.values().any(|q| {
+            q.settings
+                .redrive
+                .as_ref()
+                .is_some_and(|p| p.dead_letter_target_arn == source_arn)
+        });
+        if !is_dead_letter_queue {
+            return Err(EngineError::InvalidParameterValue(
+                "Source queue must be configured as a Dead Letter Queue.".into(),
+            ));
+        }
+        self.run_move_tasks();
+        if self
+            .tasks
+            .iter()
+            .any(|t| t.source_arn == source_arn && t.status == MoveTaskStatus::Running)
+        {
+            return Err(EngineError::InvalidParameterValue(
+                "There is already a task running. Only one active task is allowed for a source queue arn at a given time."
+                    .into(),
+            ));
+        }
+        let (queue, now) = self.queue_now(&source)?;
+        let (limit, to_move) = queue.newest();
+        let task = MoveTask {
+            id: format_message_id(self.rng.random()),
+            source,
+            source_arn: source_arn.to_string(),
+            destination_arn: destination_arn.map(str::to_string),
+            rate,
+            status: MoveTaskStatus::Running,
+            moved: 0,
+            to_move: to_move as u64,
+            limit,
+            started_ms: now,
+            failure: None,
+        };
+        let handle = task_handle(&task);
+        self.tasks.push(task);
+        self.run_move_tasks();
+        Ok(handle)
+    }
+
+    /// CancelMessageMoveTask: stops a running task; returns how many it had moved.
+    pub fn cancel_move_task(&mut self, handle: &str) -> Result<u64> {
+        let invalid = || {
+            EngineError::InvalidParameterValue("Value for parameter TaskHandle is invalid.".into())
+        };
+        let decoded = URL_SAFE_NO_PAD
+            .decode(handle)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(invalid)?;
+        let (id, source_arn) = decoded.split_once('|').ok_or_else(invalid)?;
+        self.existing_queue_of_arn(source_arn, "SourceArn")?;
+        self.run_move_tasks();
+        let task = self
+            .tasks
+            .iter_mut()
+            .find(|t| t.id == id && t.source_arn == source_arn)
+            .ok_or_else(|| EngineError::ResourceNotFound("Task does not exist.".into()))?;
+        if task.status != MoveTaskStatus::Running {
+            return Err(EngineError::InvalidParameterValue(
+                "Only active tasks can be cancelled.".into(),
+            ));
+        }
+        task.status = MoveTaskStatus::Cancelled;
+        Ok(task.moved)
+    }
+
+    /// ListMessageMoveTasks: the most recent tasks of a source queue, newest first.
+    pub fn list_move_tasks(
+        &mut self,
+        source_arn: &str,
+        max_results: Option<u32>,
+    ) -> Result<Vec<MoveTaskInfo>> {
+        self.existing_queue_of_arn(source_arn, "SourceArn")?;
+        let max = max_results.unwrap_or(1);
+        if !(1..=10).contains(&max) {
+            return Err(EngineError::out_of_range(
+                "MaxResults",
+                max,
+                "You must enter a number that's between 1 and 10.",
+            ));
+        }
+        self.run_move_tasks();
+        Ok(self
+            .tasks
+            .iter()
+            .rev()
+            .filter(|t| t.source_arn == source_arn)
+            .take(max as usize)
+            .map(|t| MoveTaskInfo {
+                task_handle: (t.status == MoveTaskStatus::Running).then(|| task_handle(t)),
+                status: t.status,
+                source_arn: t.source_arn.clone(),
+                destination_arn: t.destination_arn.clone(),
+                max_per_second: t.rate,
+                moved: t.moved,
+                to_move: t.to_move,
+                failure_reason: t.failure.clone(),
+                started_ms: t.started_ms,
+            })
+            .collect())
+    }
+
+    /// Moves what every running task may move by now. Returns the queues that received
+    /// messages, so waiting receives on them can be woken.
+    pub fn run_move_tasks(&mut self) -> Vec<String> {
+        let now = self.clock.now_ms();
+        let mut woken = Vec::new();
+        for index in 0..self.tasks.len() {
+            if self.tasks[index].status == MoveTaskStatus::Running {
+                self.progress_task(index, now, &mut woken);
+            }
+        }
+        woken.sort();
+        woken.dedup();
+        woken
+    }
+
+    fn progress_task(&mut self, index: usize, now: u64, woken: &mut Vec<String>) {
+        let task = &self.tasks[index];
+        let allowed = match task.rate {
+            Some(rate) => now.saturating_sub(task.started_ms) * u64::from(rate) / 1000,
+            None => u64::MAX,
+        };
+        let budget = allowed.saturating_sub(task.moved).min(MOVE_BATCH);
+        let (source, limit, fixed_destination) = (
+            task.source.clone(),
+            task.limit,
+            task.destination_arn.clone(),
+        );
+        let mut outcome = None;
+        let mut moved = 0;
+        while moved < budget {
+            let Some(limit) = limit else {
+                outcome = Some((MoveTaskStatus::Completed, None));
+                break;
+            };
+            let Some(queue) = self.queues.get_mut(&source) else {
+                outcome = Some((
+                    MoveTaskStatus::Failed,
+                    Some("AWS.SimpleQueueService.NonExistentQueue"),
+                ));
+                break;
+            };
+            queue.tick(now);
+            let Some((key, origin)) = queue.oldest_ready(limit) else {
+                outcome = Some((MoveTaskStatus::Completed, None));
+                break;
+            };
+            let destination = fixed_destination
+                .as_deref()
+                .or(origin.as_deref())
+                .and_then(|arn| self.queue_name_from_arn(arn))
+                .map(str::to_string);
+            let Some(destination) = destination else {
+                outcome = Some((
+                    MoveTaskStatus::Failed,
+                    Some("AWS.SimpleQueueService.NonExistentQueue"),
+                ));
+                break;
+            };
+            let message = self
+                .queues
+                .get_mut(&source)
+                .and_then(|q| q.take_message(key))
+                .expect("just found");
+            let target = self.queues.get_mut(&destination).expect("resolved above");
+            target.tick(now);
+            target.accept_moved(now, key.sent_ms, message);
+            woken.push(destination);
+            moved += 1;
+        }
+        let task = &mut self.tasks[index];
+        task.moved += moved;
+        if let Some((status, failure)) = outcome {
+            task.status = status;
+            task.failure = failure.map(str::to_string);
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Message operations: send, receive (with dead-lettering), delete, change visibility.
+
+use std::sync::Arc;
+
+use rand::Rng;
+
+use super::Engine;
+use crate::error::{EngineError, Result};
+use crate::message::{Delivery, NewMessage};
+use crate::queue::{DeleteOutcome, ReceiveParams, Sent};
+use crate::settings::MAX_VISIBILITY_TIMEOUT_S;
+
+/// What ReceiveMessage asks the engine for.
+#[derive(Clone, Debug, Default)]
+pub struct ReceiveRequest {
+    /// 1..=10.
+    pub max_messages: u32,
+    /// Overrides the queue's VisibilityTimeout for this receive.
+    pub visibility_s: Option<u32>,
+    /// FIFO only: retrying with the same id returns the same messages.
+    pub attempt_id: Option<String>,
+}
+
+impl ReceiveRequest {
+    pub fn up_to(max_messages: u32) -> Self {
+        ReceiveRequest {
+            max_messages,
+            ..ReceiveRequest::default()
+        }
+    }
+}
+
+impl Engine {
+    /// SendMessage: validates against the queue's rules, then stores.
+    pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
+        message.validate(&self.queue(name)?.settings)?;
+        let id: [u8; 16] = self.rng.random();
+        let (queue, now) = self.queue_now(name)?;
+        Ok(queue.send(now, message, id))
+    }
+
+    /// SendMessageBatch: the batch's total size is checked first; then each entry on its own.
+    pub fn send_batch(
+        &mut self,
+        name: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Result<Sent>>> {
+        let max_size = self.queue(name)?.settings.max_message_size as usize;
+        let total: usize = messages.iter().map(NewMessage::size).sum();
+        if total > max_size {
+            return Err(EngineError::BatchRequestTooLong(max_size, total));
+        }
+        Ok(messages.into_iter().map(|m| self.send(name, m)).collect())
+    }
+
+    /// ReceiveMessage without waiting: leases what is ready now. A message already received
+    /// maxReceiveCount times moves to the dead-letter queue instead of being returned.
+    pub fn receive(&mut self, name: &str, request: &ReceiveRequest) -> Result<Vec<Delivery>> {
+        if !(1..=10).contains(&request.max_messages) {
+            return Err(EngineError::out_of_range(
+                "MaxNumberOfMessages",
+                request.max_messages,
+                "Must be between 1 and 10, if provided.",
+            ));
+        }
+        if let Some(v) = request
+            .visibility_s
+            .filter(|v| *v > MAX_VISIBILITY_TIMEOUT_S)
+        {
+            return Err(EngineError::out_of_range(
+                "VisibilityTimeout",
+                v,
+                "Must be >= 0 and <= 43200, if provided.",
+            ));
+        }
+        let dead_letter_queue = self.live_dead_letter_target(name)?;
+        let source_arn: Arc<str> = Arc::from(self.queue_arn(name).as_str());
+        let sealer = self.sealer.clone();
+        let (queue, now) = self.queue_now(name)?;
+        let params = ReceiveParams {
+            max_messages: request.max_messages as usize,
+            visibility_s: request
+                .visibility_s
+                .unwrap_or(queue.settings.visibility_timeout_s),
+            max_receive_count: dead_letter_queue.as_ref().map(|(_, max)| *max),
+            attempt_id: request.attempt_id.as_deref(),
+        };
+        let (deliveries, dead) = queue.receive(now, params, &sealer);
+        if let Some((target, _)) = dead_letter_queue {
+            let dlq = self
+                .queues
+                .get_mut(&target)
+                .expect("target checked to exist");
+            dlq.tick(now);
+            for (key, message) in dead {
+                dlq.accept_dead_letter(now, key.sent_ms, message, &source_arn);
+            }
+        }
+        Ok(deliveries)
+    }
+
+    /// Counts a ReceiveMessage request that returned nothing. Kept apart from `receive`
+    /// because a long poll tries several times but is one request.
+    pub fn record_empty_receive(&mut self, name: &str) {
+        if let Some(queue) = self.queues.get_mut(name) {
+            queue.stats.empty_receives += 1;
+        }
+    }
+
+    pub fn delete_message(&mut self, name: &str, handle: &str) -> Result<DeleteOutcome> {
+        let mode = self.config.lease_mode;
+        let receipt = self.open_receipt(self.queue(name)?, handle)?;
+        let (queue, _) = self.queue_now(name)?;
+        queue.delete(&receipt, handle, mode)
+    }
+
+    pub fn change_visibility(&mut self, name: &str, handle: &str, timeout_s: u32) -> Result<()> {
+        let mode = self.config.lease_mode;
+        let receipt = self.open_receipt(self.queue(name)?, handle)?;
+        let (queue, now) = self.queue_now(name)?;
+        queue.change_visibility(now, &receipt, handle, timeout_s, mode)
+    }
+}

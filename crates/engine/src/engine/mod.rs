@@ -1,0 +1,176 @@
+//! The engine: every queue of one account and region, and the SQS operations on them.
+//!
+//! Synchronous and deterministic: given the same clock readings, seed and commands, it gives
+//! the same replies. Callers serialise access (the server holds it behind a mutex). The
+//! operations are spread over `queues.rs` (queue life cycle, attributes, tags, permissions),
+//! `messages.rs` (send, receive, delete, visibility) and `dead_letters.rs` (redrive policies,
+//! dead-letter sources, message move tasks).
+
+mod dead_letters;
+mod messages;
+mod queues;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::clock::Clock;
+use crate::error::{EngineError, Result};
+use crate::queue::{LeaseMode, Queue};
+use crate::receipt::{Receipt, ReceiptSealer};
+
+pub use dead_letters::{MoveTaskInfo, MoveTaskStatus};
+pub use messages::ReceiveRequest;
+pub use queues::validate_queue_name;
+
+pub const MAX_LIST_RESULTS: usize = 1000;
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub lease_mode: LeaseMode,
+    pub region: String,
+    pub account_id: String,
+    /// Seals receipt handles; must stay the same for handles to outlive a restart.
+    pub receipt_key: [u8; 16],
+    /// Seeds message ids, so a simulation replays exactly.
+    pub seed: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            lease_mode: LeaseMode::Aws,
+            region: "us-east-1".into(),
+            account_id: "000000000000".into(),
+            receipt_key: [0; 16],
+            seed: 0,
+        }
+    }
+}
+
+pub struct Engine {
+    clock: Arc<dyn Clock>,
+    config: EngineConfig,
+    sealer: ReceiptSealer,
+    rng: StdRng,
+    queues: HashMap<String, Queue>,
+    deleted_at: HashMap<String, u64>,
+    next_queue_id: u64,
+    tasks: Vec<dead_letters::MoveTask>,
+}
+
+/// One page of a listing of queue names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuePage {
+    pub names: Vec<String>,
+    pub next_token: Option<String>,
+}
+
+impl Engine {
+    pub fn new(clock: Arc<dyn Clock>, config: EngineConfig) -> Self {
+        Engine {
+            clock,
+            sealer: ReceiptSealer::new(config.receipt_key),
+            rng: StdRng::seed_from_u64(config.seed),
+            config,
+            queues: HashMap::new(),
+            deleted_at: HashMap::new(),
+            next_queue_id: 1,
+            tasks: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub fn queue_arn(&self, name: &str) -> String {
+        format!(
+            "arn:aws:sqs:{}:{}:{}",
+            self.config.region, self.config.account_id, name
+        )
+    }
+
+    /// The queue an ARN names, if it is one of this engine's.
+    pub fn queue_name_from_arn<'a>(&self, arn: &'a str) -> Option<&'a str> {
+        let prefix = format!(
+            "arn:aws:sqs:{}:{}:",
+            self.config.region, self.config.account_id
+        );
+        let name = arn.strip_prefix(&prefix)?;
+        self.queues.contains_key(name).then_some(name)
+    }
+
+    fn queue(&self, name: &str) -> Result<&Queue> {
+        self.queues.get(name).ok_or(EngineError::QueueDoesNotExist)
+    }
+
+    /// The queue, brought up to the present.
+    fn queue_now(&mut self, name: &str) -> Result<(&mut Queue, u64)> {
+        let now = self.clock.now_ms();
+        let queue = self
+            .queues
+            .get_mut(name)
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        queue.tick(now);
+        Ok((queue, now))
+    }
+
+    /// Opens a handle and checks it was issued by this incarnation of the queue.
+    fn open_receipt(&self, queue: &Queue, handle: &str) -> Result<Receipt> {
+        match self.sealer.open(handle) {
+            Some(receipt) if receipt.queue_id == queue.id => Ok(receipt),
+            _ => Err(EngineError::ReceiptHandleIsInvalid(handle.to_string())),
+        }
+    }
+}
+
+/// Sorted names after an opaque token, at most `max_results` (or 1000 with no token given).
+fn paginate(
+    mut names: Vec<String>,
+    max_results: Option<usize>,
+    next_token: Option<&str>,
+) -> Result<QueuePage> {
+    if let Some(max) = max_results {
+        if !(1..=MAX_LIST_RESULTS).contains(&max) {
+            return Err(EngineError::out_of_range(
+                "MaxResults",
+                max,
+                "MaxResults must be an integer between 1 and 1000.",
+            ));
+        }
+    }
+    let after = match next_token {
+        None => None,
+        Some(token) => Some(
+            URL_SAFE_NO_PAD
+                .decode(token)
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+                .ok_or_else(|| {
+                    EngineError::InvalidParameterValue("Invalid NextToken value.".into())
+                })?,
+        ),
+    };
+    names.sort();
+    names.retain(|n| after.as_ref().is_none_or(|a| n > a));
+    let limit = max_results.unwrap_or(MAX_LIST_RESULTS);
+    let more = names.len() > limit && max_results.is_some();
+    names.truncate(limit);
+    let next_token = more
+        .then(|| {
+            names
+                .last()
+                .map(|last| URL_SAFE_NO_PAD.encode(last.as_bytes()))
+        })
+        .flatten();
+    Ok(QueuePage { names, next_token })
+}

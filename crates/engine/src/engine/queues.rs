@@ -1,0 +1,342 @@
+//! Queue life cycle, attributes, tags and permissions.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::{paginate, Engine, QueuePage};
+use crate::error::{EngineError, Result};
+use crate::queue::{Queue, QueueCounts, QueueStats};
+use crate::settings::QueueSettings;
+
+/// A deleted queue's name cannot be reused for this long.
+const QUEUE_NAME_COOLDOWN_MS: u64 = 60_000;
+/// PurgeQueue may run once per this period per queue.
+const PURGE_COOLDOWN_MS: u64 = 60_000;
+const MAX_TAGS: usize = 50;
+
+/// Queue names: 1..80 of `[A-Za-z0-9_-]`, and a FIFO queue's ends in `.fifo`.
+pub fn validate_queue_name(name: &str) -> Result<()> {
+    let base = name.strip_suffix(".fifo").unwrap_or(name);
+    let ok = !base.is_empty()
+        && name.len() <= 80
+        && base
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::InvalidParameterValue(
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
+                .into(),
+        ))
+    }
+}
+
+fn check_tags(name: &str, count: usize) -> Result<()> {
+    if count > MAX_TAGS {
+        return Err(EngineError::InvalidParameterValue(format!(
+            "Too many tags added for queue {name}."
+        )));
+    }
+    Ok(())
+}
+
+impl Engine {
+    pub fn create_queue(
+        &mut self,
+        name: &str,
+        attributes: &[(String, String)],
+        tags: &[(String, String)],
+    ) -> Result<()> {
+        validate_queue_name(name)?;
+        let mut fifo = false;
+        let mut requested = Vec::with_capacity(attributes.len());
+        for (key, value) in attributes {
+            match (key.as_str(), value.as_str()) {
+                ("FifoQueue", "true") => fifo = true,
+                ("FifoQueue", "false") => {}
+                ("FifoQueue", _) => return Err(EngineError::InvalidAttributeValue(key.clone())),
+                _ => requested.push((key.as_str(), value.as_str())),
+            }
+        }
+        if fifo != name.ends_with(".fifo") {
+            return Err(EngineError::InvalidParameterValue(
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length."
+                    .into(),
+            ));
+        }
+        let settings = QueueSettings::new(fifo).with_applied(requested.iter().copied())?;
+        let now = self.clock.now_ms();
+        if let Some(existing) = self.queues.get(name) {
+            // CreateQueue is idempotent only for the attributes the caller names.
+            for (key, _) in &requested {
+                if existing.settings.get(key) != settings.get(key) {
+                    return Err(EngineError::QueueAlreadyExists(key.to_string()));
+                }
+            }
+            return Ok(());
+        }
+        self.deleted_at
+            .retain(|_, at| now < *at + QUEUE_NAME_COOLDOWN_MS);
+        if self.deleted_at.contains_key(name) {
+            return Err(EngineError::QueueDeletedRecently);
+        }
+        check_tags(name, tags.len())?;
+        self.check_redrive(name, &settings)?;
+        let mut queue = Queue::new(self.next_queue_id, settings, now);
+        self.next_queue_id += 1;
+        queue.tags = tags.iter().cloned().collect();
+        self.queues.insert(name.to_string(), queue);
+        Ok(())
+    }
+
+    pub fn delete_queue(&mut self, name: &str) -> Result<()> {
+        self.queues
+            .remove(name)
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        self.deleted_at
+            .insert(name.to_string(), self.clock.now_ms());
+        Ok(())
+    }
+
+    pub fn queue_exists(&self, name: &str) -> Result<()> {
+        self.queue(name).map(|_| ())
+    }
+
+    /// Names in order, optionally by prefix, paginated by an opaque token.
+    pub fn list_queues(
+        &self,
+        prefix: Option<&str>,
+        max_results: Option<usize>,
+        next_token: Option<&str>,
+    ) -> Result<QueuePage> {
+        let names = self
+            .queues
+            .keys()
+            .filter(|n| prefix.is_none_or(|p| n.starts_with(p)))
+            .cloned()
+            .collect();
+        paginate(names, max_results, next_token)
+    }
+
+    pub fn settings(&self, name: &str) -> Result<&QueueSettings> {
+        self.queue(name).map(|q| &q.settings)
+    }
+
+    pub fn stats(&self, name: &str) -> Result<QueueStats> {
+        self.queue(name).map(|q| q.stats.clone())
+    }
+
+    pub fn counts(&mut self, name: &str) -> Result<QueueCounts> {
+        self.queue_now(name).map(|(q, _)| q.counts())
+    }
+
+    /// The next instant at which a message of this queue becomes receivable by itself.
+    pub fn next_due(&self, name: &str) -> Option<u64> {
+        self.queues.get(name).and_then(Queue::next_due)
+    }
+
+    /// GetQueueAttributes: `All`, or the names asked for, in a stable order.
+    pub fn get_attributes(
+        &mut self,
+        name: &str,
+        names: &[String],
+    ) -> Result<Vec<(String, String)>> {
+        let all = names.iter().any(|n| n == "All");
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| *n != "All" && !QueueSettings::known_names().any(|k| k == n.as_str()))
+        {
+            return Err(EngineError::InvalidAttributeName(unknown.clone()));
+        }
+        let arn = self.queue_arn(name);
+        let (queue, _) = self.queue_now(name)?;
+        let counts = queue.counts();
+        let mut out = Vec::new();
+        for key in QueueSettings::known_names() {
+            if !all && !names.iter().any(|n| n == key) {
+                continue;
+            }
+            let value = match key {
+                "ApproximateNumberOfMessages" => Some(counts.visible.to_string()),
+                "ApproximateNumberOfMessagesNotVisible" => Some(counts.not_visible.to_string()),
+                "ApproximateNumberOfMessagesDelayed" => Some(counts.delayed.to_string()),
+                "CreatedTimestamp" => Some((queue.created_ms / 1000).to_string()),
+                "LastModifiedTimestamp" => Some((queue.modified_ms / 1000).to_string()),
+                "QueueArn" => Some(arn.clone()),
+                settable => queue.settings.get(settable),
+            };
+            if let Some(value) = value {
+                out.push((key.to_string(), value));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    pub fn set_attributes(&mut self, name: &str, attributes: &[(String, String)]) -> Result<()> {
+        let now = self.clock.now_ms();
+        let queue = self.queue(name)?;
+        if let Some((key, _)) = attributes.iter().find(|(k, _)| k == "FifoQueue") {
+            // Fixed at creation.
+            return Err(EngineError::InvalidAttributeName(key.clone()));
+        }
+        let settings = queue
+            .settings
+            .with_applied(attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        self.check_redrive(name, &settings)?;
+        let queue = self.queues.get_mut(name).expect("checked above");
+        queue.settings = settings;
+        queue.modified_ms = now;
+        Ok(())
+    }
+
+    pub fn purge(&mut self, name: &str) -> Result<()> {
+        let (queue, now) = self.queue_now(name)?;
+        if queue
+            .last_purge_ms
+            .is_some_and(|at| now < at + PURGE_COOLDOWN_MS)
+        {
+            return Err(EngineError::PurgeQueueInProgress(name.to_string()));
+        }
+        queue.purge(now);
+        Ok(())
+    }
+
+    pub fn tag_queue(&mut self, name: &str, tags: &[(String, String)]) -> Result<()> {
+        let queue = self
+            .queues
+            .get_mut(name)
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        let mut next = queue.tags.clone();
+        next.extend(tags.iter().cloned());
+        check_tags(name, next.len())?;
+        queue.tags = next;
+        Ok(())
+    }
+
+    pub fn untag_queue(&mut self, name: &str, keys: &[String]) -> Result<()> {
+        let queue = self
+            .queues
+            .get_mut(name)
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        for key in keys {
+            queue.tags.remove(key);
+        }
+        Ok(())
+    }
+
+    pub fn list_tags(&self, name: &str) -> Result<BTreeMap<String, String>> {
+        self.queue(name).map(|q| q.tags.clone())
+    }
+
+    /// AddPermission: adds a statement to the queue's Policy, as AWS builds it.
+    pub fn add_permission(
+        &mut self,
+        name: &str,
+        label: &str,
+        accounts: &[String],
+        actions: &[String],
+    ) -> Result<()> {
+        let arn = self.queue_arn(name);
+        let queue = self
+            .queues
+            .get_mut(name)
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        let invalid = |param: &str, value: &str, reason: &str| {
+            EngineError::out_of_range(param, value, reason)
+        };
+        let label_ok = !label.is_empty()
+            && label.len() <= 80
+            && label
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !label_ok {
+            return Err(invalid("Label", label, "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"));
+        }
+        if accounts.is_empty() {
+            return Err(EngineError::MissingParameter("AWSAccountIds".into()));
+        }
+        if actions.is_empty() {
+            return Err(EngineError::MissingParameter("Actions".into()));
+        }
+        if let Some(bad) = actions
+            .iter()
+            .find(|a| !PERMISSION_ACTIONS.contains(&a.as_str()))
+        {
+            return Err(invalid(
+                "Actions",
+                bad,
+                "Only the queue owner is allowed to invoke this action.",
+            ));
+        }
+        let mut policy: Value = match &queue.settings.policy {
+            Some(raw) => serde_json::from_str(raw).unwrap_or_else(|_| json!({})),
+            None => json!({"Version": "2012-10-17", "Id": format!("{arn}/SQSDefaultPolicy")}),
+        };
+        let statements = policy
+            .as_object_mut()
+            .map(|o| o.entry("Statement").or_insert_with(|| json!([])))
+            .and_then(Value::as_array_mut)
+            .ok_or_else(|| EngineError::InvalidAttributeValue("Policy".into()))?;
+        if statements.iter().any(|s| s["Sid"] == label) {
+            return Err(invalid("Label", label, "Already exists."));
+        }
+        let one_or_many = |items: Vec<String>| {
+            if items.len() == 1 {
+                json!(items[0])
+            } else {
+                json!(items)
+            }
+        };
+        statements.push(json!({
+            "Sid": label,
+            "Effect": "Allow",
+            "Principal": {"AWS": one_or_many(accounts.iter().map(|a| format!("arn:aws:iam::{a}:root")).collect())},
+            "Action": one_or_many(actions.iter().map(|a| format!("SQS:{a}")).collect()),
+            "Resource": arn,
+        }));
+        queue.settings.policy = Some(policy.to_string());
+        Ok(())
+    }
+
+    /// RemovePermission: drops the statement with this label from the queue's Policy.
+    pub fn remove_permission(&mut self, name: &str, label: &str) -> Result<()> {
+        let queue = self
+            .queues
+            .get_mut(name)
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        let not_found =
+            || EngineError::out_of_range("Label", label, "can't find label on existing policy.");
+        let mut policy: Value = queue
+            .settings
+            .policy
+            .as_deref()
+            .and_then(|raw| serde_json::from_str(raw).ok())
+            .ok_or_else(not_found)?;
+        let statements = policy["Statement"].as_array_mut().ok_or_else(not_found)?;
+        let before = statements.len();
+        statements.retain(|s| s["Sid"] != label);
+        if statements.len() == before {
+            return Err(not_found());
+        }
+        let empty = statements.is_empty();
+        queue.settings.policy = (!empty).then(|| policy.to_string());
+        Ok(())
+    }
+}
+
+/// Actions that AddPermission may grant.
+const PERMISSION_ACTIONS: &[&str] = &[
+    "*",
+    "SendMessage",
+    "ReceiveMessage",
+    "DeleteMessage",
+    "ChangeMessageVisibility",
+    "GetQueueAttributes",
+    "GetQueueUrl",
+    "ListDeadLetterSourceQueues",
+    "PurgeQueue",
+    "ListQueueTags",
+];

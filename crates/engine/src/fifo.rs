@@ -1,0 +1,154 @@
+//! FIFO queue state: message groups, the deduplication window and receive-attempt replay.
+//!
+//! Invariants:
+//! - a group is listed in `ready_groups` (under its head's key) exactly when none of its
+//!   messages is in flight and its head (oldest member) is Ready;
+//! - `dedup` and `attempts` hold only entries younger than five minutes once `expire` ran.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::message::MsgKey;
+
+/// How long a deduplication id, or a receive attempt id, is remembered.
+pub const FIFO_WINDOW_MS: u64 = 5 * 60 * 1000;
+
+#[derive(Default, Debug)]
+struct Group {
+    members: BTreeSet<MsgKey>,
+    in_flight: u32,
+    listed: Option<MsgKey>,
+}
+
+/// A deduplication key: the id, and the group when DeduplicationScope is messageGroup.
+pub(crate) type DedupKey = (Option<Arc<str>>, Arc<str>);
+
+/// What a deduplicated send answers with: the original's id and sequence number.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Original {
+    pub message_id: [u8; 16],
+    pub seq: u64,
+}
+
+#[derive(Default, Debug)]
+pub(crate) struct FifoState {
+    groups: HashMap<Arc<str>, Group>,
+    ready_groups: BTreeSet<(MsgKey, Arc<str>)>,
+    dedup: HashMap<DedupKey, Original>,
+    dedup_expiry: VecDeque<(u64, DedupKey)>,
+    attempts: HashMap<String, Vec<(MsgKey, u32)>>,
+    attempt_expiry: VecDeque<(u64, String)>,
+}
+
+impl FifoState {
+    pub fn add_member(&mut self, group: &Arc<str>, key: MsgKey) {
+        self.groups
+            .entry(group.clone())
+            .or_default()
+            .members
+            .insert(key);
+    }
+
+    pub fn remove_member(&mut self, group: &Arc<str>, key: MsgKey) {
+        if let Some(g) = self.groups.get_mut(group) {
+            g.members.remove(&key);
+        }
+    }
+
+    pub fn add_in_flight(&mut self, group: &Arc<str>, delta: i32) {
+        if let Some(g) = self.groups.get_mut(group) {
+            g.in_flight = g.in_flight.saturating_add_signed(delta);
+        }
+    }
+
+    /// The group's oldest message, if the group may deliver now (nothing of it in flight).
+    pub fn deliverable_head(&self, group: &Arc<str>) -> Option<MsgKey> {
+        let g = self.groups.get(group)?;
+        (g.in_flight == 0)
+            .then(|| g.members.first().copied())
+            .flatten()
+    }
+
+    /// Lists the group under `head`, or unlists it when `head` is None; drops empty groups.
+    pub fn list(&mut self, group: &Arc<str>, head: Option<MsgKey>) {
+        let Some(g) = self.groups.get_mut(group) else {
+            return;
+        };
+        if g.listed == head {
+            return;
+        }
+        if let Some(old) = g.listed.take() {
+            self.ready_groups.remove(&(old, group.clone()));
+        }
+        if let Some(new) = head {
+            self.ready_groups.insert((new, group.clone()));
+            g.listed = Some(new);
+        }
+        if g.members.is_empty() && g.in_flight == 0 {
+            self.groups.remove(group);
+        }
+    }
+
+    /// The deliverable group with the oldest head, unlisted.
+    pub fn pop_ready_group(&mut self) -> Option<Arc<str>> {
+        let (_, group) = self.ready_groups.pop_first()?;
+        if let Some(g) = self.groups.get_mut(&group) {
+            g.listed = None;
+        }
+        Some(group)
+    }
+
+    /// The group's next member after `after` (or its first), in order.
+    pub fn next_member(&self, group: &Arc<str>, after: Option<MsgKey>) -> Option<MsgKey> {
+        let members = &self.groups.get(group)?.members;
+        match after {
+            None => members.first().copied(),
+            Some(key) => members
+                .range((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))
+                .next()
+                .copied(),
+        }
+    }
+
+    /// Forgets deduplication ids and receive attempts older than the window.
+    pub fn expire(&mut self, now: u64) {
+        while self.dedup_expiry.front().is_some_and(|(at, _)| *at <= now) {
+            let (_, key) = self.dedup_expiry.pop_front().expect("front exists");
+            self.dedup.remove(&key);
+        }
+        while self
+            .attempt_expiry
+            .front()
+            .is_some_and(|(at, _)| *at <= now)
+        {
+            let (_, id) = self.attempt_expiry.pop_front().expect("front exists");
+            self.attempts.remove(&id);
+        }
+    }
+
+    pub fn original(&self, key: &DedupKey) -> Option<Original> {
+        self.dedup.get(key).copied()
+    }
+
+    pub fn remember(&mut self, now: u64, key: DedupKey, original: Original) {
+        self.dedup.insert(key.clone(), original);
+        self.dedup_expiry.push_back((now + FIFO_WINDOW_MS, key));
+    }
+
+    pub fn attempt(&self, id: &str) -> Option<&[(MsgKey, u32)]> {
+        self.attempts.get(id).map(Vec::as_slice)
+    }
+
+    pub fn record_attempt(&mut self, now: u64, id: &str, items: Vec<(MsgKey, u32)>) {
+        if self.attempts.insert(id.to_string(), items).is_none() {
+            self.attempt_expiry
+                .push_back((now + FIFO_WINDOW_MS, id.to_string()));
+        }
+    }
+
+    /// Purge: every message is gone, so are the groups. Deduplication ids stay remembered.
+    pub fn clear_groups(&mut self) {
+        self.groups.clear();
+        self.ready_groups.clear();
+    }
+}

@@ -1,0 +1,272 @@
+//! FIFO queues: naming, group order, deduplication, sequence numbers, receive attempts,
+//! expired handles.
+
+mod script;
+use expect_test::expect;
+use script::{check, check_strict};
+
+#[test]
+fn fifo_needs_the_attribute_and_the_suffix_together() {
+    check(
+        "
+        create jobs.fifo
+        create jobs FifoQueue=true
+        create jobs.fifo FifoQueue=false
+        create jobs.fifo FifoQueue=true
+        attrs jobs.fifo FifoQueue ContentBasedDeduplication DeduplicationScope FifoThroughputLimit
+        set jobs.fifo FifoQueue=false
+        create plain ContentBasedDeduplication=true
+        create hi.fifo FifoQueue=true FifoThroughputLimit=perMessageGroupId
+        create hi.fifo FifoQueue=true FifoThroughputLimit=perMessageGroupId DeduplicationScope=messageGroup
+        ",
+        expect![[r#"
+            create jobs.fifo             -> error InvalidParameterValue("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")
+            create jobs FifoQueue=true   -> error InvalidParameterValue("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")
+            create jobs.fifo FifoQueue=false -> error InvalidParameterValue("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")
+            create jobs.fifo FifoQueue=true -> ok
+            attrs jobs.fifo FifoQueue ContentBasedDeduplication DeduplicationScope FifoThroughputLimit -> ContentBasedDeduplication=false DeduplicationScope=queue FifoQueue=true FifoThroughputLimit=perQueue
+            set jobs.fifo FifoQueue=false -> error InvalidAttributeName("FifoQueue")
+            create plain ContentBasedDeduplication=true -> error InvalidAttributeName("ContentBasedDeduplication")
+            create hi.fifo FifoQueue=true FifoThroughputLimit=perMessageGroupId -> error InvalidAttributeValue("FifoThroughputLimit")
+            create hi.fifo FifoQueue=true FifoThroughputLimit=perMessageGroupId DeduplicationScope=messageGroup -> ok
+        "#]],
+    );
+}
+
+#[test]
+fn fifo_sends_need_a_group_and_a_deduplication_id_and_no_per_message_delay() {
+    check(
+        "
+        create q.fifo FifoQueue=true
+        send q.fifo a
+        send q.fifo a group=g
+        send q.fifo a group=g dedup=d1
+        send q.fifo b group=g dedup=d2 delay=5
+        send q.fifo b group=g dedup=d2 delay=0
+        create c.fifo FifoQueue=true ContentBasedDeduplication=true
+        send c.fifo body group=g
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true -> ok
+            send q.fifo a                -> error MissingParameter("MessageGroupId")
+            send q.fifo a group=g        -> error InvalidParameterValue("The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
+            send q.fifo a group=g dedup=d1 -> seq=1
+            send q.fifo b group=g dedup=d2 delay=5 -> error InvalidParameterValue("Value 5 for parameter DelaySeconds is invalid. Reason: The request include parameter that is not valid for this queue type.")
+            send q.fifo b group=g dedup=d2 delay=0 -> seq=2
+            create c.fifo FifoQueue=true ContentBasedDeduplication=true -> ok
+            send c.fifo body group=g     -> seq=1
+        "#]],
+    );
+}
+
+#[test]
+fn a_group_delivers_in_order_and_is_blocked_while_a_message_is_in_flight() {
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30
+        send q.fifo a1 group=a
+        send q.fifo b1 group=b
+        send q.fifo a2 group=a
+        send q.fifo a3 group=a
+        send q.fifo b2 group=b
+        recv q.fifo max=2
+        recv q.fifo max=1
+        recv q.fifo
+        del q.fifo h1
+        recv q.fifo
+        del q.fifo h2
+        recv q.fifo
+        del q.fifo h3
+        recv q.fifo
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30 -> ok
+            send q.fifo a1 group=a       -> seq=1
+            send q.fifo b1 group=b       -> seq=2
+            send q.fifo a2 group=a       -> seq=3
+            send q.fifo a3 group=a       -> seq=4
+            send q.fifo b2 group=b       -> seq=5
+            recv q.fifo max=2            -> a1 rc=1 h1, a2 rc=1 h2
+            recv q.fifo max=1            -> b1 rc=1 h3
+            recv q.fifo                  -> (empty)
+            del q.fifo h1                -> removed
+            recv q.fifo                  -> (empty)
+            del q.fifo h2                -> removed
+            recv q.fifo                  -> a3 rc=1 h4
+            del q.fifo h3                -> removed
+            recv q.fifo                  -> b2 rc=1 h5
+        "#]],
+    );
+}
+
+#[test]
+fn an_expired_lease_returns_the_group_head_before_later_messages() {
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30
+        send q.fifo m1 group=g
+        send q.fifo m2 group=g
+        recv q.fifo max=1
+        advance 30
+        recv q.fifo max=10
+        vis q.fifo h2 0
+        recv q.fifo max=1
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30 -> ok
+            send q.fifo m1 group=g       -> seq=1
+            send q.fifo m2 group=g       -> seq=2
+            recv q.fifo max=1            -> m1 rc=1 h1
+            advance 30                   -> t+30s
+            recv q.fifo max=10           -> m1 rc=2 h2, m2 rc=1 h3
+            vis q.fifo h2 0              -> ok
+            recv q.fifo max=1            -> (empty)
+        "#]],
+    );
+}
+
+#[test]
+fn duplicates_within_five_minutes_are_accepted_but_not_stored() {
+    check(
+        "
+        create q.fifo FifoQueue=true
+        send q.fifo first group=g dedup=same
+        send q.fifo second group=g dedup=same
+        send q.fifo third group=h dedup=same
+        counts q.fifo
+        advance 299
+        send q.fifo fourth group=g dedup=same
+        advance 1
+        send q.fifo fifth group=g dedup=same
+        counts q.fifo
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true -> ok
+            send q.fifo first group=g dedup=same -> seq=1
+            send q.fifo second group=g dedup=same -> seq=1
+            send q.fifo third group=h dedup=same -> seq=1
+            counts q.fifo                -> visible=1 inflight=0 delayed=0
+            advance 299                  -> t+299s
+            send q.fifo fourth group=g dedup=same -> seq=1
+            advance 1                    -> t+300s
+            send q.fifo fifth group=g dedup=same -> seq=2
+            counts q.fifo                -> visible=2 inflight=0 delayed=0
+        "#]],
+    );
+}
+
+#[test]
+fn deduplication_scoped_to_the_group_lets_other_groups_reuse_an_id() {
+    check(
+        "
+        create q.fifo FifoQueue=true DeduplicationScope=messageGroup
+        send q.fifo first group=g dedup=same
+        send q.fifo second group=h dedup=same
+        send q.fifo third group=g dedup=same
+        counts q.fifo
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true DeduplicationScope=messageGroup -> ok
+            send q.fifo first group=g dedup=same -> seq=1
+            send q.fifo second group=h dedup=same -> seq=2
+            send q.fifo third group=g dedup=same -> seq=1
+            counts q.fifo                -> visible=2 inflight=0 delayed=0
+        "#]],
+    );
+}
+
+#[test]
+fn content_based_deduplication_uses_the_body() {
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true
+        send q.fifo same group=g
+        send q.fifo same group=g
+        send q.fifo other group=g
+        send q.fifo same group=g dedup=explicit
+        counts q.fifo
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true -> ok
+            send q.fifo same group=g     -> seq=1
+            send q.fifo same group=g     -> seq=1
+            send q.fifo other group=g    -> seq=2
+            send q.fifo same group=g dedup=explicit -> seq=3
+            counts q.fifo                -> visible=3 inflight=0 delayed=0
+        "#]],
+    );
+}
+
+#[test]
+fn a_retried_receive_attempt_returns_the_same_messages_and_restarts_the_lease() {
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30
+        send q.fifo a group=g
+        send q.fifo b group=g
+        recv q.fifo max=2 attempt=try-1
+        advance 20
+        recv q.fifo max=2 attempt=try-1
+        advance 20
+        recv q.fifo max=2
+        advance 10
+        recv q.fifo max=2
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30 -> ok
+            send q.fifo a group=g        -> seq=1
+            send q.fifo b group=g        -> seq=2
+            recv q.fifo max=2 attempt=try-1 -> a rc=1 h1, b rc=1 h2
+            advance 20                   -> t+20s
+            recv q.fifo max=2 attempt=try-1 -> a rc=1 h1, b rc=1 h2
+            advance 20                   -> t+40s
+            recv q.fifo max=2            -> (empty)
+            advance 10                   -> t+50s
+            recv q.fifo max=2            -> a rc=2 h3, b rc=2 h4
+        "#]],
+    );
+}
+
+#[test]
+fn an_expired_handle_is_refused_on_a_fifo_queue_in_either_mode() {
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30
+        send q.fifo a group=g
+        recv q.fifo
+        advance 30
+        del q.fifo h1
+        vis q.fifo h1 10
+        recv q.fifo
+        del q.fifo h2
+        stats q.fifo
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30 -> ok
+            send q.fifo a group=g        -> seq=1
+            recv q.fifo                  -> a rc=1 h1
+            advance 30                   -> t+30s
+            del q.fifo h1                -> error ReceiptHandleExpired("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
+            vis q.fifo h1 10             -> error ReceiptHandleExpired("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
+            recv q.fifo                  -> a rc=2 h2
+            del q.fifo h2                -> removed
+            stats q.fifo                 -> QueueStats { sent: 1, received: 2, deleted: 1, empty_receives: 0, leases_expired: 1, late_deletes: 1, dead_lettered: 0 }
+        "#]],
+    );
+    check_strict(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30
+        send q.fifo a group=g
+        recv q.fifo
+        advance 30
+        del q.fifo h1
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30 -> ok
+            send q.fifo a group=g        -> seq=1
+            recv q.fifo                  -> a rc=1 h1
+            advance 30                   -> t+30s
+            del q.fifo h1                -> error ReceiptHandleExpired("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
+        "#]],
+    );
+}
