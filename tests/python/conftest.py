@@ -95,5 +95,10 @@ def strict_server():
     s.stop()
 
 
+# The wire protocol this run's botocore speaks to SQS: scripts/test runs the suite once per
+# protocol, each in its own virtualenv, and says which one it expects.
+EXPECTED_PROTOCOL = os.environ.get("LEASEHOLD_EXPECT_PROTOCOL")
+
+
 def error_code(excinfo):
     return excinfo.value.response["Error"]["Code"]

@@ -10,7 +10,7 @@ from conftest import error_code
 
 
 def receive_one(sqs, url, **kwargs):
-    messages = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"], **kwargs).get("Messages", [])
+    messages = sqs.receive_message(QueueUrl=url, AttributeNames=["All"], **kwargs).get("Messages", [])
     return messages[0] if messages else None
 
 

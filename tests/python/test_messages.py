@@ -40,7 +40,7 @@ def test_send_receive_delete_with_checksums(server):
     assert sent["MD5OfMessageAttributes"] == md5_of_attributes(attributes)
 
     got = server.sqs.receive_message(
-        QueueUrl=url, MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"]
+        QueueUrl=url, MessageAttributeNames=["All"], AttributeNames=["All"]
     )["Messages"]
     assert len(got) == 1
     m = got[0]

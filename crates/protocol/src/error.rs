@@ -23,8 +23,6 @@ pub enum ProtocolError {
     InvalidBatchEntryId,
     #[error("Id {0} repeated.")]
     BatchEntryIdsNotDistinct(String),
-    #[error("The unsupported request was rejected: {0}")]
-    UnsupportedMediaType(String),
 }
 
 /// How one error shows on the wire.
@@ -157,11 +155,6 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
             400,
             "com.amazonaws.sqs#BatchEntryIdsNotDistinct",
             "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
-        ),
-        P::UnsupportedMediaType(_) => sender(
-            415,
-            "com.amazon.coral.service#UnsupportedMediaTypeException",
-            "UnsupportedMediaType",
         ),
     }
 }

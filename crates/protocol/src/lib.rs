@@ -1,5 +1,6 @@
-//! SQS wire formats: AWS JSON 1.0 requests and responses, their validation, and the one table
-//! that maps every error to AWS's codes.
+//! SQS wire formats: AWS JSON 1.0 and the query/XML protocol, their validation, and the one
+//! table that maps every error to AWS's codes. Both protocols parse into one `Request` and
+//! render one JSON-shaped result, so they cannot drift apart.
 //!
 //! Depends on the engine and nothing else of Leasehold; knows nothing of HTTP servers.
 
@@ -7,14 +8,18 @@ mod checksum;
 mod convert;
 mod error;
 mod execute;
+mod query;
 mod request;
 pub mod shapes;
+mod xml;
 
 pub use checksum::{md5_hex, md5_of_attributes, md5_of_map};
 pub use convert::{queue_name, queue_url};
 pub use error::{wire_code, ProtocolError, Result, WireCode};
 pub use execute::{execute, receive, receive_wait_seconds, Context};
+pub use query::{form_params, parse_query};
 pub use request::Request;
+pub use xml::{xml_error, xml_response, XML_CONTENT_TYPE, XML_NAMESPACE};
 
 /// The JSON protocol's content type.
 pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";

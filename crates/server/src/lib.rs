@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{BoxError, Router};
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -31,7 +31,9 @@ const MAX_IN_FLIGHT_REQUESTS: usize = 10_000;
 
 /// The whole HTTP application. Tests drive it in-process; the binary serves it.
 pub fn app(state: Arc<AppState>) -> Router {
-    let mut router = Router::new().route("/", post(sqs::handle));
+    let mut router = Router::new()
+        .route("/", get(sqs::handle).post(sqs::handle))
+        .route("/{account}/{queue}", get(sqs::handle).post(sqs::handle));
     if state.config.time_travel {
         router = router.route("/_leasehold/clock/advance", post(admin::advance_clock));
     }

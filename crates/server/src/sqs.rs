@@ -1,40 +1,81 @@
-//! The SQS endpoint: `POST /` with AWS JSON 1.0, dispatch, long polling and error answers.
+//! The SQS endpoint: dispatch on the wire protocol (AWS JSON 1.0 when `X-Amz-Target` is
+//! present, else the query protocol), long polling, and answers in the matching format.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use leasehold_protocol::shapes::ReceiveMessageInput;
 use leasehold_protocol::{
-    execute, json_error_body, query_error_header, queue_name, receive, receive_wait_seconds,
-    wire_code, Context, ProtocolError, Request, JSON_CONTENT_TYPE, TARGET_PREFIX,
+    execute, form_params, json_error_body, parse_query, query_error_header, queue_name, receive,
+    receive_wait_seconds, wire_code, xml_error, xml_response, Context, ProtocolError, Request,
+    JSON_CONTENT_TYPE, TARGET_PREFIX, XML_CONTENT_TYPE,
 };
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::state::AppState;
 
+/// Which protocol a request spoke, so the answer speaks it too.
+enum Wire {
+    Json,
+    Query,
+}
+
 pub async fn handle(
     State(state): State<Arc<AppState>>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let request_id = uuid::Uuid::new_v4().to_string();
-    let outcome = match parse(&headers, &body) {
-        Ok(request) => {
-            let ctx = Context {
-                host: host(&headers),
-            };
-            run(&state, &ctx, request).await
-        }
+    let ctx = Context {
+        host: host(&headers),
+    };
+    let target = headers.get("x-amz-target").and_then(|t| t.to_str().ok());
+    let (wire, parsed) = match target {
+        Some(target) => (Wire::Json, parse_json(target, &body)),
+        None => (Wire::Query, parse_form(&ctx, &method, &uri, &body)),
+    };
+    let outcome = match parsed {
+        Ok(request) => run(&state, &ctx, &request)
+            .await
+            .map(|value| (request.action(), value)),
         Err(error) => Err(error),
     };
-    match outcome {
-        Ok(value) => json_response(StatusCode::OK, &request_id, &value, None),
-        Err(error) => error_response(&request_id, &error),
+    match (wire, outcome) {
+        (Wire::Json, Ok((_, value))) => respond(
+            StatusCode::OK,
+            &request_id,
+            JSON_CONTENT_TYPE,
+            value.to_string(),
+            None,
+        ),
+        (Wire::Query, Ok((action, value))) => respond(
+            StatusCode::OK,
+            &request_id,
+            XML_CONTENT_TYPE,
+            xml_response(action, &value, &request_id),
+            None,
+        ),
+        (Wire::Json, Err(error)) => respond(
+            status(&error),
+            &request_id,
+            JSON_CONTENT_TYPE,
+            json_error_body(&error).to_string(),
+            Some(query_error_header(&error)),
+        ),
+        (Wire::Query, Err(error)) => respond(
+            status(&error),
+            &request_id,
+            XML_CONTENT_TYPE,
+            xml_error(&error, &request_id),
+            None,
+        ),
     }
 }
 
@@ -46,35 +87,36 @@ fn host(headers: &HeaderMap) -> String {
         .to_string()
 }
 
-fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Request, ProtocolError> {
-    let target = headers.get("x-amz-target").and_then(|t| t.to_str().ok());
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
-        .unwrap_or("");
-    match target {
-        Some(target) => {
-            let action = target
-                .strip_prefix(TARGET_PREFIX)
-                .ok_or_else(|| ProtocolError::UnknownOperation(target.to_string()))?;
-            Request::from_json(action, body)
-        }
-        None if content_type.starts_with("application/x-www-form-urlencoded") => {
-            Err(ProtocolError::UnsupportedMediaType(
-                "the query protocol is not served yet; use AWS JSON 1.0".into(),
-            ))
-        }
-        None => Err(ProtocolError::UnknownOperation(
-            "missing X-Amz-Target header".into(),
-        )),
-    }
+fn parse_json(target: &str, body: &[u8]) -> Result<Request, ProtocolError> {
+    let action = target
+        .strip_prefix(TARGET_PREFIX)
+        .ok_or_else(|| ProtocolError::UnknownOperation(target.to_string()))?;
+    Request::from_json(action, body)
 }
 
-async fn run(state: &AppState, ctx: &Context, request: Request) -> Result<Value, ProtocolError> {
-    if let Request::ReceiveMessage(input) = &request {
+/// Query parameters come from the URL and, on a POST, the form body. A request sent to a
+/// queue's URL names its queue by the path.
+fn parse_form(
+    ctx: &Context,
+    method: &Method,
+    uri: &Uri,
+    body: &[u8],
+) -> Result<Request, ProtocolError> {
+    let mut params = form_params(uri.query().unwrap_or_default().as_bytes());
+    if method == Method::POST {
+        params.extend(form_params(body));
+    }
+    let path = uri.path();
+    let queue_url = (path.trim_matches('/').split('/').count() == 2)
+        .then(|| format!("http://{}{}", ctx.host, path));
+    parse_query(&params, queue_url)
+}
+
+async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Value, ProtocolError> {
+    if let Request::ReceiveMessage(input) = request {
         return long_poll(state, input).await;
     }
-    let value = execute(&mut state.engine(), ctx, &request)?;
+    let value = execute(&mut state.engine(), ctx, request)?;
     if request.may_wake_receivers() {
         if let Some(url) = request.queue_url() {
             let name = queue_name(&state.engine(), url);
@@ -132,18 +174,20 @@ fn to_value(output: leasehold_protocol::shapes::ReceiveMessageOutput) -> Value {
     serde_json::to_value(output).expect("response shapes always serialise")
 }
 
-fn json_response(
+fn status(error: &ProtocolError) -> StatusCode {
+    StatusCode::from_u16(wire_code(error).status).unwrap_or(StatusCode::BAD_REQUEST)
+}
+
+fn respond(
     status: StatusCode,
     request_id: &str,
-    body: &Value,
+    content_type: &'static str,
+    body: String,
     query_error: Option<String>,
 ) -> Response {
-    let mut response = (status, body.to_string()).into_response();
+    let mut response = (status, body).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(JSON_CONTENT_TYPE),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if let Ok(id) = HeaderValue::from_str(request_id) {
         headers.insert("x-amzn-requestid", id);
     }
@@ -151,14 +195,4 @@ fn json_response(
         headers.insert("x-amzn-query-error", code);
     }
     response
-}
-
-fn error_response(request_id: &str, error: &ProtocolError) -> Response {
-    let status = StatusCode::from_u16(wire_code(error).status).unwrap_or(StatusCode::BAD_REQUEST);
-    json_response(
-        status,
-        request_id,
-        &json_error_body(error),
-        Some(query_error_header(error)),
-    )
 }
