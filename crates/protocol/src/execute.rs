@@ -473,6 +473,18 @@ fn shape_delivery(
         "ApproximateFirstReceiveTimestamp",
         d.first_receive_ms.to_string(),
     );
+    if let Some(group) = &d.group_id {
+        put("MessageGroupId", group.to_string());
+    }
+    if let Some(dedup) = &d.deduplication_id {
+        put("MessageDeduplicationId", dedup.to_string());
+    }
+    if let Some(seq) = d.sequence_number {
+        put("SequenceNumber", format_sequence_number(seq));
+    }
+    if let Some(source) = &d.dead_letter_source_arn {
+        put("DeadLetterQueueSourceArn", source.to_string());
+    }
     if let Some(trace) = d
         .system_attributes
         .as_ref()

@@ -2,8 +2,11 @@
 
 mod harness;
 
+mod dead_letters;
 mod errors;
+mod fifo;
 mod leases;
 mod long_poll;
 mod messages;
+mod query;
 mod queues;

@@ -1,0 +1,93 @@
+//! The query protocol on the wire: GET and POST, to `/` or to the queue URL, XML answers.
+
+use crate::harness::TestServer;
+
+async fn get(s: &TestServer, path_and_query: &str) -> (u16, String) {
+    let response = reqwest::get(format!("{}{path_and_query}", s.base))
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_get_with_query_parameters_is_served_as_older_tools_send_it() {
+    let s = TestServer::start().await;
+    let (status, body) = get(
+        &s,
+        "/?Action=CreateQueue&QueueName=legacy&Version=2012-11-05",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("<CreateQueueResponse xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\">")
+    );
+    assert!(body.contains(&format!(
+        "<QueueUrl>{}/000000000000/legacy</QueueUrl>",
+        s.base
+    )));
+    // Addressed to the queue URL: the path names the queue.
+    let (status, body) = get(
+        &s,
+        "/000000000000/legacy?Action=SendMessage&MessageBody=hi%20there",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("<MD5OfMessageBody>"));
+    let (_, body) = get(
+        &s,
+        "/000000000000/legacy?Action=ReceiveMessage&AttributeName.1=All",
+    )
+    .await;
+    assert!(body.contains("<Body>hi there</Body>"), "{body}");
+    assert!(
+        body.contains("<Name>ApproximateReceiveCount</Name><Value>1</Value>"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn query_errors_are_xml_error_responses_with_legacy_codes() {
+    let s = TestServer::start().await;
+    let (status, body) = get(&s, "/?Action=GetQueueUrl&QueueName=absent").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("<ErrorResponse xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\">"));
+    assert!(body.contains("<Code>AWS.SimpleQueueService.NonExistentQueue</Code>"));
+    assert!(body.contains("<Type>Sender</Type>"));
+    assert!(body.contains("<RequestId>"));
+    let (status, body) = get(&s, "/?Action=Teleport").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("<Code>InvalidAction</Code>"));
+    let (status, body) = get(&s, "/?QueueName=x").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("<Code>InvalidAction</Code>"));
+}
+
+#[tokio::test]
+async fn a_form_post_to_the_queue_url_works() {
+    let s = TestServer::start().await;
+    let url = s.queue("formq", &[]).await;
+    let response = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("Action=SendMessage&MessageBody=from%20a%20form&MessageAttribute.1.Name=k&MessageAttribute.1.Value.DataType=String&MessageAttribute.1.Value.StringValue=v")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let m = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap()
+        .remove(0);
+    assert_eq!(m.body.as_deref(), Some("from a form"));
+    assert_eq!(
+        m.message_attributes.unwrap()["k"].string_value.as_deref(),
+        Some("v")
+    );
+}
