@@ -20,14 +20,16 @@ struct Group {
     listed: Option<MsgKey>,
 }
 
-/// A deduplication key: the id, and the group when DeduplicationScope is messageGroup.
-pub(crate) type DedupKey = (Option<Arc<str>>, Arc<str>);
+/// A deduplication key: the group when DeduplicationScope is messageGroup, and the id.
+pub type DedupKey = (Option<Arc<str>>, Arc<str>);
 
-/// What a deduplicated send answers with: the original's id and sequence number.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Original {
+/// What a deduplicated send answers with: the original's id and sequence number, remembered
+/// until `expires_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Original {
     pub message_id: [u8; 16],
     pub seq: u64,
+    pub expires_ms: u64,
 }
 
 #[derive(Default, Debug)]
@@ -110,11 +112,17 @@ impl FifoState {
         }
     }
 
-    /// Forgets deduplication ids and receive attempts older than the window.
-    pub fn expire(&mut self, now: u64) {
+    /// Forgets deduplication ids and receive attempts older than the window; returns the
+    /// deduplication keys it forgot.
+    pub fn expire(&mut self, now: u64) -> Vec<DedupKey> {
+        let mut forgotten = Vec::new();
         while self.dedup_expiry.front().is_some_and(|(at, _)| *at <= now) {
             let (_, key) = self.dedup_expiry.pop_front().expect("front exists");
-            self.dedup.remove(&key);
+            // A key remembered again after it expired has a later entry; keep that one.
+            if self.dedup.get(&key).is_some_and(|o| o.expires_ms <= now) {
+                self.dedup.remove(&key);
+                forgotten.push(key);
+            }
         }
         while self
             .attempt_expiry
@@ -124,15 +132,21 @@ impl FifoState {
             let (_, id) = self.attempt_expiry.pop_front().expect("front exists");
             self.attempts.remove(&id);
         }
+        forgotten
     }
 
     pub fn original(&self, key: &DedupKey) -> Option<Original> {
         self.dedup.get(key).copied()
     }
 
-    pub fn remember(&mut self, now: u64, key: DedupKey, original: Original) {
+    pub fn remember(&mut self, key: DedupKey, original: Original) {
         self.dedup.insert(key.clone(), original);
-        self.dedup_expiry.push_back((now + FIFO_WINDOW_MS, key));
+        self.dedup_expiry.push_back((original.expires_ms, key));
+    }
+
+    /// Every remembered deduplication key, for a queue's deletion or a store's snapshot.
+    pub fn dedup_keys(&self) -> impl Iterator<Item = &DedupKey> {
+        self.dedup.keys()
     }
 
     pub fn attempt(&self, id: &str) -> Option<&[(MsgKey, u32)]> {

@@ -16,13 +16,15 @@ mod settings;
 
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
-    validate_queue_name, Engine, EngineConfig, MoveTaskInfo, MoveTaskStatus, QueuePage,
+    validate_queue_name, Engine, EngineConfig, MoveTask, MoveTaskInfo, MoveTaskStatus, QueuePage,
     ReceiveRequest, MAX_LIST_RESULTS,
 };
+pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use error::{EngineError, Result};
+pub use fifo::{DedupKey, Original};
 pub use message::{
-    is_allowed_char, AttributeData, Delivery, MessageAttribute, MessageAttributes, NewMessage,
-    MAX_MESSAGE_ATTRIBUTES,
+    is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute, MessageAttributes, MsgKey,
+    NewMessage, State as MessageState, StoredMessage, MAX_MESSAGE_ATTRIBUTES,
 };
 pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueStats, Sent};
 pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};

@@ -269,7 +269,7 @@ pub struct MsgKey {
 
 /// Where a stored message is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum State {
+pub enum State {
     /// Waiting out DelaySeconds; becomes ready at the instant given.
     Delayed { until: u64 },
     /// Receivable now.
@@ -279,8 +279,8 @@ pub(crate) enum State {
 }
 
 /// The rarely set parts of a message, boxed so that plain messages stay small.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Extras {
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extras {
     pub group: Option<Arc<str>>,
     pub deduplication_id: Option<Arc<str>>,
     pub system_attributes: Option<Arc<MessageAttributes>>,
@@ -288,9 +288,10 @@ pub(crate) struct Extras {
     pub dead_letter_source: Option<Arc<str>>,
 }
 
-/// A stored message. Bodies and attributes are shared with receives, not copied.
-#[derive(Clone, Debug)]
-pub(crate) struct StoredMessage {
+/// A stored message. Bodies and attributes are shared with receives, not copied. A store
+/// persists it as it is and hands it back on restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredMessage {
     pub id: [u8; 16],
     pub body: Arc<str>,
     pub attributes: Option<Arc<MessageAttributes>>,

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
-use crate::fifo::{FifoState, Original};
+use crate::fifo::{DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::message::{
     format_message_id, Delivery, Extras, MsgKey, NewMessage, State, StoredMessage,
 };
@@ -99,8 +99,19 @@ struct Batch {
     leased: Vec<(MsgKey, u32)>,
 }
 
+/// What changed in a queue since a store last took its changes. Only kept when a store is
+/// listening (`enabled`); otherwise nothing is recorded.
+#[derive(Default)]
+pub(crate) struct Changes {
+    pub enabled: bool,
+    pub meta: bool,
+    pub messages: Vec<MsgKey>,
+    pub dedup: Vec<DedupKey>,
+}
+
 pub(crate) struct Queue {
     pub id: u64,
+    pub changes: Changes,
     pub settings: QueueSettings,
     pub tags: BTreeMap<String, String>,
     pub created_ms: u64,
@@ -120,6 +131,7 @@ impl Queue {
     pub fn new(id: u64, settings: QueueSettings, now: u64) -> Self {
         Queue {
             id,
+            changes: Changes::default(),
             settings,
             tags: BTreeMap::new(),
             created_ms: now,
@@ -206,7 +218,19 @@ impl Queue {
         }
     }
 
+    fn mark(&mut self, key: MsgKey) {
+        if self.changes.enabled {
+            self.changes.messages.push(key);
+        }
+    }
+
+    /// Notes that the queue's own record (settings, counters, sequence) changed.
+    pub fn touch(&mut self) {
+        self.changes.meta |= self.changes.enabled;
+    }
+
     fn insert(&mut self, key: MsgKey, message: StoredMessage) {
+        self.mark(key);
         let state = message.state;
         let group = self
             .settings
@@ -226,6 +250,7 @@ impl Queue {
     fn remove(&mut self, key: MsgKey) -> Option<StoredMessage> {
         let group = self.fifo_group(key);
         let message = self.messages.remove(&key)?;
+        self.mark(key);
         self.unlink(key, message.state, group.as_ref());
         if let Some(g) = group {
             self.fifo.remove_member(&g, key);
@@ -244,7 +269,10 @@ impl Queue {
                 self.messages.get(&key).map(|m| m.state),
                 Some(State::InFlight { .. })
             ) {
+                // Counted once: the store learns the lease is over with the counter.
                 self.stats.leases_expired += 1;
+                self.mark(key);
+                self.touch();
             }
             self.set_state(key, State::Ready);
         }
@@ -255,7 +283,10 @@ impl Queue {
             }
             self.remove(key);
         }
-        self.fifo.expire(now);
+        let forgotten = self.fifo.expire(now);
+        if self.changes.enabled {
+            self.changes.dedup.extend(forgotten);
+        }
     }
 
     pub fn counts(&self) -> QueueCounts {
@@ -306,14 +337,15 @@ impl Queue {
         }
         let key = self.next_key(now);
         if let Some(k) = dedup_key {
-            self.fifo.remember(
-                now,
-                k,
-                Original {
-                    message_id: id,
-                    seq: key.seq,
-                },
-            );
+            let original = Original {
+                message_id: id,
+                seq: key.seq,
+                expires_ms: now + FIFO_WINDOW_MS,
+            };
+            self.fifo.remember(k.clone(), original);
+            if self.changes.enabled {
+                self.changes.dedup.push(k);
+            }
         }
         let delay = message.delay_s.unwrap_or(self.settings.delay_s);
         let state = if delay == 0 {
@@ -463,6 +495,7 @@ impl Queue {
         message.first_receive_ms.get_or_insert(lease.now);
         let receive_no = message.receive_count;
         self.set_state(key, State::InFlight { until: lease.until });
+        self.mark(key);
         batch.leased.push((key, receive_no));
         batch
             .deliveries
@@ -487,6 +520,7 @@ impl Queue {
             });
             if still_ours {
                 self.set_state(key, State::InFlight { until });
+                self.mark(key);
                 out.push(self.delivery(key, receive_no, sealer));
             }
         }
@@ -591,11 +625,14 @@ impl Queue {
             }
         };
         self.set_state(receipt.key, state);
+        self.mark(receipt.key);
         Ok(())
     }
 
     /// Drops every message; stats, settings and FIFO deduplication ids stay.
     pub fn purge(&mut self, now: u64) {
+        // The store drops the whole range; per-message changes would be redundant.
+        self.changes.messages.clear();
         self.messages.clear();
         self.ready.clear();
         self.timers.clear();
@@ -627,6 +664,40 @@ impl Queue {
     /// Takes a message out of the queue, to move it elsewhere.
     pub fn take_message(&mut self, key: MsgKey) -> Option<StoredMessage> {
         self.remove(key)
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    pub(crate) fn set_next_seq(&mut self, next: u64) {
+        self.next_seq = next;
+    }
+
+    pub(crate) fn message(&self, key: MsgKey) -> Option<&StoredMessage> {
+        self.messages.get(&key)
+    }
+
+    pub(crate) fn messages_iter(&self) -> impl Iterator<Item = (MsgKey, &StoredMessage)> {
+        self.messages.iter().map(|(k, m)| (*k, m))
+    }
+
+    pub(crate) fn fifo_original(&self, key: &DedupKey) -> Option<Original> {
+        self.fifo.original(key)
+    }
+
+    pub(crate) fn dedup_keys(&self) -> impl Iterator<Item = &DedupKey> {
+        self.fifo.dedup_keys()
+    }
+
+    /// Puts back a message a store kept, rebuilding every index for it.
+    pub(crate) fn restore_message(&mut self, key: MsgKey, message: StoredMessage) {
+        self.next_seq = self.next_seq.max(key.seq + 1);
+        self.insert(key, message);
+    }
+
+    pub(crate) fn restore_dedup(&mut self, key: DedupKey, original: Original) {
+        self.fifo.remember(key, original);
     }
 
     /// The key of the newest stored message and how many are stored.

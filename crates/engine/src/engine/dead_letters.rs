@@ -35,20 +35,21 @@ impl MoveTaskStatus {
     }
 }
 
-#[derive(Clone, Debug)]
-pub(crate) struct MoveTask {
-    id: String,
-    source: String,
-    source_arn: String,
-    destination_arn: Option<String>,
-    rate: Option<u32>,
-    status: MoveTaskStatus,
-    moved: u64,
-    to_move: u64,
+/// A message move task, as the engine runs it and a store keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveTask {
+    pub id: String,
+    pub source: String,
+    pub source_arn: String,
+    pub destination_arn: Option<String>,
+    pub rate: Option<u32>,
+    pub status: MoveTaskStatus,
+    pub moved: u64,
+    pub to_move: u64,
     /// Messages stored at the start have keys up to this; later arrivals stay.
-    limit: Option<MsgKey>,
-    started_ms: u64,
-    failure: Option<String>,
+    pub limit: Option<MsgKey>,
+    pub started_ms: u64,
+    pub failure: Option<String>,
 }
 
 /// A move task as ListMessageMoveTasks reports it.
@@ -207,6 +208,7 @@ impl Engine {
         };
         let handle = task_handle(&task);
         self.tasks.push(task);
+        self.engine_changed();
         self.run_move_tasks();
         Ok(handle)
     }
@@ -235,7 +237,9 @@ impl Engine {
             ));
         }
         task.status = MoveTaskStatus::Cancelled;
-        Ok(task.moved)
+        let moved = task.moved;
+        self.engine_changed();
+        Ok(moved)
     }
 
     /// ListMessageMoveTasks: the most recent tasks of a source queue, newest first.
@@ -290,6 +294,7 @@ impl Engine {
     }
 
     fn progress_task(&mut self, index: usize, now: u64, woken: &mut Vec<String>) {
+        self.engine_changed();
         let task = &self.tasks[index];
         let allowed = match task.rate {
             Some(rate) => now.saturating_sub(task.started_ms) * u64::from(rate) / 1000,
@@ -308,7 +313,7 @@ impl Engine {
                 outcome = Some((MoveTaskStatus::Completed, None));
                 break;
             };
-            let Some(queue) = self.queues.get_mut(&source) else {
+            let Ok((queue, _)) = self.queue_mut(&source) else {
                 outcome = Some((
                     MoveTaskStatus::Failed,
                     Some("AWS.SimpleQueueService.NonExistentQueue"),
@@ -337,8 +342,7 @@ impl Engine {
                 .get_mut(&source)
                 .and_then(|q| q.take_message(key))
                 .expect("just found");
-            let target = self.queues.get_mut(&destination).expect("resolved above");
-            target.tick(now);
+            let (target, _) = self.queue_mut(&destination).expect("resolved above");
             target.accept_moved(now, key.sent_ms, message);
             woken.push(destination);
             moved += 1;

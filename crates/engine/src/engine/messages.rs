@@ -35,7 +35,7 @@ impl Engine {
     pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
         message.validate(&self.queue(name)?.settings)?;
         let id: [u8; 16] = self.rng.random();
-        let (queue, now) = self.queue_now(name)?;
+        let (queue, now) = self.queue_mut(name)?;
         Ok(queue.send(now, message, id))
     }
 
@@ -86,12 +86,11 @@ impl Engine {
             attempt_id: request.attempt_id.as_deref(),
         };
         let (deliveries, dead) = queue.receive(now, params, &sealer);
-        if let Some((target, _)) = dead_letter_queue {
-            let dlq = self
-                .queues
-                .get_mut(&target)
-                .expect("target checked to exist");
-            dlq.tick(now);
+        if !deliveries.is_empty() || !dead.is_empty() {
+            queue.touch();
+        }
+        if let (Some((target, _)), false) = (dead_letter_queue, dead.is_empty()) {
+            let (dlq, _) = self.queue_mut(&target)?;
             for (key, message) in dead {
                 dlq.accept_dead_letter(now, key.sent_ms, message, &source_arn);
             }
@@ -110,14 +109,14 @@ impl Engine {
     pub fn delete_message(&mut self, name: &str, handle: &str) -> Result<DeleteOutcome> {
         let mode = self.config.lease_mode;
         let receipt = self.open_receipt(self.queue(name)?, handle)?;
-        let (queue, _) = self.queue_now(name)?;
+        let (queue, _) = self.queue_mut(name)?;
         queue.delete(&receipt, handle, mode)
     }
 
     pub fn change_visibility(&mut self, name: &str, handle: &str, timeout_s: u32) -> Result<()> {
         let mode = self.config.lease_mode;
         let receipt = self.open_receipt(self.queue(name)?, handle)?;
-        let (queue, now) = self.queue_now(name)?;
+        let (queue, now) = self.queue_mut(name)?;
         queue.change_visibility(now, &receipt, handle, timeout_s, mode)
     }
 }

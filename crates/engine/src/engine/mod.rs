@@ -8,6 +8,7 @@
 
 mod dead_letters;
 mod messages;
+mod persist;
 mod queues;
 
 use std::collections::HashMap;
@@ -23,8 +24,9 @@ use crate::error::{EngineError, Result};
 use crate::queue::{LeaseMode, Queue};
 use crate::receipt::{Receipt, ReceiptSealer};
 
-pub use dead_letters::{MoveTaskInfo, MoveTaskStatus};
+pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus};
 pub use messages::ReceiveRequest;
+pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use queues::validate_queue_name;
 
 pub const MAX_LIST_RESULTS: usize = 1000;
@@ -38,6 +40,8 @@ pub struct EngineConfig {
     pub receipt_key: [u8; 16],
     /// Seeds message ids, so a simulation replays exactly.
     pub seed: u64,
+    /// Record what changes, for a store to take with `take_changes`.
+    pub track_changes: bool,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +52,7 @@ impl Default for EngineConfig {
             account_id: "000000000000".into(),
             receipt_key: [0; 16],
             seed: 0,
+            track_changes: false,
         }
     }
 }
@@ -60,7 +65,11 @@ pub struct Engine {
     queues: HashMap<String, Queue>,
     deleted_at: HashMap<String, u64>,
     next_queue_id: u64,
-    tasks: Vec<dead_letters::MoveTask>,
+    tasks: Vec<MoveTask>,
+    /// Changes that do not belong to a live queue (deletions, purges), in order.
+    pending: Vec<Change>,
+    engine_dirty: bool,
+    dirty_queues: std::collections::BTreeSet<String>,
 }
 
 /// One page of a listing of queue names.
@@ -72,6 +81,8 @@ pub struct QueuePage {
 
 impl Engine {
     pub fn new(clock: Arc<dyn Clock>, config: EngineConfig) -> Self {
+        // A new engine's receipt key and counters are a change a store must keep.
+        let engine_dirty = config.track_changes;
         Engine {
             clock,
             sealer: ReceiptSealer::new(config.receipt_key),
@@ -81,7 +92,30 @@ impl Engine {
             deleted_at: HashMap::new(),
             next_queue_id: 1,
             tasks: Vec::new(),
+            pending: Vec::new(),
+            engine_dirty,
+            dirty_queues: Default::default(),
         }
+    }
+
+    /// Notes that engine-wide state changed, when a store is listening.
+    fn engine_changed(&mut self) {
+        self.engine_dirty |= self.config.track_changes;
+    }
+
+    /// Notes that a queue may have changes for a store to take.
+    fn note(&mut self, name: &str) {
+        if self.config.track_changes && !self.dirty_queues.contains(name) {
+            self.dirty_queues.insert(name.to_string());
+        }
+    }
+
+    /// The queue, brought up to the present, with its own record marked changed: for
+    /// commands that change a queue.
+    fn queue_mut(&mut self, name: &str) -> Result<(&mut Queue, u64)> {
+        let (queue, now) = self.queue_now(name)?;
+        queue.touch();
+        Ok((queue, now))
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -115,6 +149,8 @@ impl Engine {
 
     /// The queue, brought up to the present.
     fn queue_now(&mut self, name: &str) -> Result<(&mut Queue, u64)> {
+        self.queue(name)?;
+        self.note(name);
         let now = self.clock.now_ms();
         let queue = self
             .queues

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use super::Change;
 use super::{paginate, Engine, QueuePage};
 use crate::error::{EngineError, Result};
 use crate::queue::{Queue, QueueCounts, QueueStats};
@@ -87,16 +88,27 @@ impl Engine {
         let mut queue = Queue::new(self.next_queue_id, settings, now);
         self.next_queue_id += 1;
         queue.tags = tags.iter().cloned().collect();
+        queue.changes.enabled = self.config.track_changes;
+        queue.touch();
         self.queues.insert(name.to_string(), queue);
+        self.note(name);
+        self.engine_changed();
         Ok(())
     }
 
     pub fn delete_queue(&mut self, name: &str) -> Result<()> {
-        self.queues
+        let queue = self
+            .queues
             .remove(name)
             .ok_or(EngineError::QueueDoesNotExist)?;
         self.deleted_at
             .insert(name.to_string(), self.clock.now_ms());
+        if self.config.track_changes {
+            self.dirty_queues.remove(name);
+            self.pending
+                .push(Change::QueueDeleted { queue_id: queue.id });
+        }
+        self.engine_changed();
         Ok(())
     }
 
@@ -186,7 +198,7 @@ impl Engine {
             .settings
             .with_applied(attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
         self.check_redrive(name, &settings)?;
-        let queue = self.queues.get_mut(name).expect("checked above");
+        let (queue, _) = self.queue_mut(name)?;
         queue.settings = settings;
         queue.modified_ms = now;
         Ok(())
@@ -201,14 +213,16 @@ impl Engine {
             return Err(EngineError::PurgeQueueInProgress(name.to_string()));
         }
         queue.purge(now);
+        queue.touch();
+        let queue_id = queue.id;
+        if self.config.track_changes {
+            self.pending.push(Change::Purged { queue_id });
+        }
         Ok(())
     }
 
     pub fn tag_queue(&mut self, name: &str, tags: &[(String, String)]) -> Result<()> {
-        let queue = self
-            .queues
-            .get_mut(name)
-            .ok_or(EngineError::QueueDoesNotExist)?;
+        let (queue, _) = self.queue_mut(name)?;
         let mut next = queue.tags.clone();
         next.extend(tags.iter().cloned());
         check_tags(name, next.len())?;
@@ -217,10 +231,7 @@ impl Engine {
     }
 
     pub fn untag_queue(&mut self, name: &str, keys: &[String]) -> Result<()> {
-        let queue = self
-            .queues
-            .get_mut(name)
-            .ok_or(EngineError::QueueDoesNotExist)?;
+        let (queue, _) = self.queue_mut(name)?;
         for key in keys {
             queue.tags.remove(key);
         }
@@ -240,10 +251,7 @@ impl Engine {
         actions: &[String],
     ) -> Result<()> {
         let arn = self.queue_arn(name);
-        let queue = self
-            .queues
-            .get_mut(name)
-            .ok_or(EngineError::QueueDoesNotExist)?;
+        let (queue, _) = self.queue_mut(name)?;
         let invalid = |param: &str, value: &str, reason: &str| {
             EngineError::out_of_range(param, value, reason)
         };
@@ -303,10 +311,7 @@ impl Engine {
 
     /// RemovePermission: drops the statement with this label from the queue's Policy.
     pub fn remove_permission(&mut self, name: &str, label: &str) -> Result<()> {
-        let queue = self
-            .queues
-            .get_mut(name)
-            .ok_or(EngineError::QueueDoesNotExist)?;
+        let (queue, _) = self.queue_mut(name)?;
         let not_found =
             || EngineError::out_of_range("Label", label, "can't find label on existing policy.");
         let mut policy: Value = queue

@@ -1,0 +1,225 @@
+//! The engine's state as records a store can keep: what changed after each command
+//! (`take_changes`), and rebuilding an engine from what a store kept (`restore`).
+//!
+//! The records are plain values; encoding them is the store's business. Transitions that
+//! follow from the clock alone (a lease or delay ending) are not changes: a restored engine
+//! derives them again from the recorded instants.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::{Engine, EngineConfig, MoveTask};
+use crate::clock::Clock;
+use crate::fifo::{DedupKey, Original};
+use crate::message::{MsgKey, StoredMessage};
+use crate::queue::{Queue, QueueStats};
+use crate::settings::QueueSettings;
+
+/// Engine-wide state: the receipt key, queue ids, recently deleted names, move tasks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineRecord {
+    pub receipt_key: [u8; 16],
+    pub next_queue_id: u64,
+    pub deleted_at: Vec<(String, u64)>,
+    pub tasks: Vec<MoveTask>,
+}
+
+/// One queue's own state: everything but its messages and deduplication ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueRecord {
+    pub name: String,
+    pub id: u64,
+    pub settings: QueueSettings,
+    pub tags: BTreeMap<String, String>,
+    pub created_ms: u64,
+    pub modified_ms: u64,
+    pub last_purge_ms: Option<u64>,
+    pub stats: QueueStats,
+    pub next_seq: u64,
+}
+
+/// One change for a store to apply, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    Engine(EngineRecord),
+    Queue(QueueRecord),
+    /// The queue and everything in it are gone.
+    QueueDeleted {
+        queue_id: u64,
+    },
+    /// Every message of the queue is gone.
+    Purged {
+        queue_id: u64,
+    },
+    /// A message now stands so, or (None) is gone.
+    Message {
+        queue_id: u64,
+        key: MsgKey,
+        message: Option<StoredMessage>,
+    },
+    /// A FIFO deduplication id is remembered so, or (None) forgotten.
+    Dedup {
+        queue_id: u64,
+        key: DedupKey,
+        original: Option<Original>,
+    },
+}
+
+/// What a store hands back on restart.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub engine: Option<EngineRecord>,
+    pub queues: Vec<QueueRecord>,
+    pub messages: Vec<(u64, MsgKey, StoredMessage)>,
+    pub dedup: Vec<(u64, DedupKey, Original)>,
+}
+
+impl Queue {
+    fn record(&self, name: &str) -> QueueRecord {
+        QueueRecord {
+            name: name.to_string(),
+            id: self.id,
+            settings: self.settings.clone(),
+            tags: self.tags.clone(),
+            created_ms: self.created_ms,
+            modified_ms: self.modified_ms,
+            last_purge_ms: self.last_purge_ms,
+            stats: self.stats.clone(),
+            next_seq: self.next_seq(),
+        }
+    }
+
+    fn drain_changes(&mut self, name: &str, out: &mut Vec<Change>) {
+        if std::mem::take(&mut self.changes.meta) {
+            out.push(Change::Queue(self.record(name)));
+        }
+        let mut keys = std::mem::take(&mut self.changes.messages);
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            let message = self.message(key).cloned();
+            out.push(Change::Message {
+                queue_id: self.id,
+                key,
+                message,
+            });
+        }
+        for key in std::mem::take(&mut self.changes.dedup) {
+            let original = self.fifo_original(&key);
+            out.push(Change::Dedup {
+                queue_id: self.id,
+                key,
+                original,
+            });
+        }
+    }
+}
+
+impl Engine {
+    /// Everything that changed since the last call, in the order a store must apply it.
+    /// Empty unless the engine was configured with `track_changes`.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        let mut out = std::mem::take(&mut self.pending);
+        if std::mem::take(&mut self.engine_dirty) {
+            out.push(Change::Engine(self.engine_record()));
+        }
+        for name in std::mem::take(&mut self.dirty_queues) {
+            if let Some(queue) = self.queues.get_mut(&name) {
+                queue.drain_changes(&name, &mut out);
+            }
+        }
+        out
+    }
+
+    fn engine_record(&self) -> EngineRecord {
+        let mut deleted_at: Vec<(String, u64)> = self
+            .deleted_at
+            .iter()
+            .map(|(n, at)| (n.clone(), *at))
+            .collect();
+        deleted_at.sort();
+        EngineRecord {
+            receipt_key: self.config.receipt_key,
+            next_queue_id: self.next_queue_id,
+            deleted_at,
+            tasks: self.tasks.clone(),
+        }
+    }
+
+    /// Every record of the current state, as a store writes it the first time.
+    pub fn full_snapshot(&mut self) -> Vec<Change> {
+        let mut out = vec![Change::Engine(self.engine_record())];
+        for (name, queue) in &self.queues {
+            out.push(Change::Queue(queue.record(name)));
+            for (key, message) in queue.messages_iter() {
+                out.push(Change::Message {
+                    queue_id: queue.id,
+                    key,
+                    message: Some(message.clone()),
+                });
+            }
+            for key in queue.dedup_keys() {
+                let original = queue.fifo_original(key);
+                out.push(Change::Dedup {
+                    queue_id: queue.id,
+                    key: key.clone(),
+                    original,
+                });
+            }
+        }
+        self.take_changes();
+        out
+    }
+
+    /// Rebuilds an engine from a store's records. The stored receipt key wins over the
+    /// configured one, so handles issued before the restart still open.
+    pub fn restore(clock: Arc<dyn Clock>, mut config: EngineConfig, snapshot: Snapshot) -> Engine {
+        let tracking = config.track_changes;
+        if let Some(record) = &snapshot.engine {
+            config.receipt_key = record.receipt_key;
+        }
+        config.track_changes = false;
+        let mut engine = Engine::new(clock, config);
+        if let Some(record) = snapshot.engine {
+            engine.next_queue_id = record.next_queue_id;
+            engine.deleted_at = record.deleted_at.into_iter().collect();
+            engine.tasks = record.tasks;
+        }
+        let mut by_id: HashMap<u64, String> = HashMap::new();
+        for record in snapshot.queues {
+            by_id.insert(record.id, record.name.clone());
+            engine.next_queue_id = engine.next_queue_id.max(record.id + 1);
+            let name = record.name.clone();
+            engine.queues.insert(name, Queue::from_record(record));
+        }
+        for (queue_id, key, message) in snapshot.messages {
+            if let Some(queue) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
+                queue.restore_message(key, message);
+            }
+        }
+        let mut dedup = snapshot.dedup;
+        dedup.sort_by_key(|(_, _, original)| original.expires_ms);
+        for (queue_id, key, original) in dedup {
+            if let Some(queue) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
+                queue.restore_dedup(key, original);
+            }
+        }
+        engine.config.track_changes = tracking;
+        for queue in engine.queues.values_mut() {
+            queue.changes.enabled = tracking;
+        }
+        engine
+    }
+}
+
+impl Queue {
+    fn from_record(record: QueueRecord) -> Queue {
+        let mut queue = Queue::new(record.id, record.settings, record.created_ms);
+        queue.tags = record.tags;
+        queue.modified_ms = record.modified_ms;
+        queue.last_purge_ms = record.last_purge_ms;
+        queue.stats = record.stats;
+        queue.set_next_seq(record.next_seq);
+        queue
+    }
+}

@@ -1,0 +1,537 @@
+//! Engine records to store keys and values, and back. A versioned, length-prefixed binary
+//! format: every value starts with its format version, and every read is bounds-checked, so a
+//! damaged record is reported, never misread.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use leasehold_engine::{
+    AttributeData, Change, DedupKey, EngineRecord, Extras, MessageAttribute, MessageAttributes,
+    MessageState, MoveTask, MoveTaskStatus, MsgKey, Original, QueueRecord, QueueSettings,
+    QueueStats, RedriveAllowPolicy, RedrivePolicy, Snapshot, StoredMessage,
+};
+
+use crate::batch::WriteBatch;
+
+const VERSION: u8 = 1;
+
+pub const ENGINE_KEY: &[u8] = b"E";
+const QUEUE: u8 = b'Q';
+const MESSAGE: u8 = b'M';
+const DEDUP: u8 = b'D';
+
+fn prefixed(kind: u8, queue_id: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(25);
+    key.push(kind);
+    key.extend_from_slice(&queue_id.to_be_bytes());
+    key
+}
+
+fn message_key(queue_id: u64, key: MsgKey) -> Vec<u8> {
+    let mut k = prefixed(MESSAGE, queue_id);
+    k.extend_from_slice(&key.sent_ms.to_be_bytes());
+    k.extend_from_slice(&key.seq.to_be_bytes());
+    k
+}
+
+fn dedup_key(queue_id: u64, key: &DedupKey) -> Vec<u8> {
+    let mut w = Writer(prefixed(DEDUP, queue_id));
+    w.opt(&key.0, |w, g| w.str(g));
+    w.str(&key.1);
+    w.0
+}
+
+/// Keys of every record of one kind for one queue: `[start, end)`.
+fn range(kind: u8, queue_id: u64) -> (Vec<u8>, Vec<u8>) {
+    (prefixed(kind, queue_id), prefixed(kind, queue_id + 1))
+}
+
+/// The writes that apply `changes`, in order.
+pub fn encode(changes: &[Change]) -> WriteBatch {
+    let mut batch = WriteBatch::default();
+    for change in changes {
+        match change {
+            Change::Engine(record) => batch.put(ENGINE_KEY.to_vec(), engine_value(record)),
+            Change::Queue(record) => batch.put(prefixed(QUEUE, record.id), queue_value(record)),
+            Change::QueueDeleted { queue_id } => {
+                batch.delete(prefixed(QUEUE, *queue_id));
+                let (start, end) = range(MESSAGE, *queue_id);
+                batch.delete_range(start, end);
+                let (start, end) = range(DEDUP, *queue_id);
+                batch.delete_range(start, end);
+            }
+            Change::Purged { queue_id } => {
+                let (start, end) = range(MESSAGE, *queue_id);
+                batch.delete_range(start, end);
+            }
+            Change::Message {
+                queue_id,
+                key,
+                message,
+            } => {
+                let k = message_key(*queue_id, *key);
+                match message {
+                    Some(m) => batch.put(k, message_value(m)),
+                    None => batch.delete(k),
+                }
+            }
+            Change::Dedup {
+                queue_id,
+                key,
+                original,
+            } => {
+                let k = dedup_key(*queue_id, key);
+                match original {
+                    Some(o) => batch.put(k, original_value(o)),
+                    None => batch.delete(k),
+                }
+            }
+        }
+    }
+    batch
+}
+
+/// Adds one stored record to a snapshot being rebuilt.
+pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<(), String> {
+    let mut r = Reader::new(value);
+    if r.u8()? != VERSION {
+        return Err("unknown record format version".into());
+    }
+    let mut k = Reader::new(key);
+    match k.u8()? {
+        b'E' => snapshot.engine = Some(read_engine(&mut r)?),
+        QUEUE => snapshot.queues.push(read_queue(&mut r)?),
+        MESSAGE => {
+            let queue_id = k.u64()?;
+            let key = MsgKey {
+                sent_ms: k.u64()?,
+                seq: k.u64()?,
+            };
+            snapshot
+                .messages
+                .push((queue_id, key, read_message(&mut r)?));
+        }
+        DEDUP => {
+            let queue_id = k.u64()?;
+            let group = k.opt(|k| k.arc_str())?;
+            let id = k.arc_str()?;
+            snapshot
+                .dedup
+                .push((queue_id, (group, id), read_original(&mut r)?));
+        }
+        other => return Err(format!("unknown record kind {other}")),
+    }
+    r.finish()
+}
+
+// ---- values ----
+
+fn engine_value(e: &EngineRecord) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.raw(&e.receipt_key);
+    w.u64(e.next_queue_id);
+    w.list(&e.deleted_at, |w, (name, at)| {
+        w.str(name);
+        w.u64(*at);
+    });
+    w.list(&e.tasks, write_task);
+    w.0
+}
+
+fn read_engine(r: &mut Reader) -> Result<EngineRecord, String> {
+    Ok(EngineRecord {
+        receipt_key: r.array()?,
+        next_queue_id: r.u64()?,
+        deleted_at: r.list(|r| Ok((r.string()?, r.u64()?)))?,
+        tasks: r.list(read_task)?,
+    })
+}
+
+fn write_task(w: &mut Writer, t: &MoveTask) {
+    w.str(&t.id);
+    w.str(&t.source);
+    w.str(&t.source_arn);
+    w.opt(&t.destination_arn, |w, d| w.str(d));
+    w.opt(&t.rate, |w, r| w.u32(*r));
+    w.u8(match t.status {
+        MoveTaskStatus::Running => 0,
+        MoveTaskStatus::Completed => 1,
+        MoveTaskStatus::Cancelled => 2,
+        MoveTaskStatus::Failed => 3,
+    });
+    w.u64(t.moved);
+    w.u64(t.to_move);
+    w.opt(&t.limit, |w, k| {
+        w.u64(k.sent_ms);
+        w.u64(k.seq);
+    });
+    w.u64(t.started_ms);
+    w.opt(&t.failure, |w, f| w.str(f));
+}
+
+fn read_task(r: &mut Reader) -> Result<MoveTask, String> {
+    Ok(MoveTask {
+        id: r.string()?,
+        source: r.string()?,
+        source_arn: r.string()?,
+        destination_arn: r.opt(|r| r.string())?,
+        rate: r.opt(|r| r.u32())?,
+        status: match r.u8()? {
+            0 => MoveTaskStatus::Running,
+            1 => MoveTaskStatus::Completed,
+            2 => MoveTaskStatus::Cancelled,
+            3 => MoveTaskStatus::Failed,
+            s => return Err(format!("unknown move task status {s}")),
+        },
+        moved: r.u64()?,
+        to_move: r.u64()?,
+        limit: r.opt(|r| {
+            Ok(MsgKey {
+                sent_ms: r.u64()?,
+                seq: r.u64()?,
+            })
+        })?,
+        started_ms: r.u64()?,
+        failure: r.opt(|r| r.string())?,
+    })
+}
+
+fn queue_value(q: &QueueRecord) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.str(&q.name);
+    w.u64(q.id);
+    let s = &q.settings;
+    for n in [
+        s.visibility_timeout_s,
+        s.delay_s,
+        s.retention_s,
+        s.max_message_size,
+        s.receive_wait_s,
+        s.kms_data_key_reuse_s,
+    ] {
+        w.u32(n);
+    }
+    w.opt(&s.policy, |w, p| w.str(p));
+    w.opt(&s.kms_master_key_id, |w, k| w.str(k));
+    for b in [
+        s.sqs_managed_sse,
+        s.fifo,
+        s.content_based_dedup,
+        s.dedup_per_group,
+        s.throughput_per_group,
+    ] {
+        w.u8(b as u8);
+    }
+    w.opt(&s.redrive, |w, p| {
+        w.str(&p.dead_letter_target_arn);
+        w.u32(p.max_receive_count);
+    });
+    w.opt(&s.redrive_allow, |w, p| match p {
+        RedriveAllowPolicy::AllowAll => w.u8(0),
+        RedriveAllowPolicy::DenyAll => w.u8(1),
+        RedriveAllowPolicy::ByQueue(arns) => {
+            w.u8(2);
+            w.list(arns, |w, a| w.str(a));
+        }
+    });
+    w.list(&q.tags.iter().collect::<Vec<_>>(), |w, (k, v)| {
+        w.str(k);
+        w.str(v);
+    });
+    w.u64(q.created_ms);
+    w.u64(q.modified_ms);
+    w.opt(&q.last_purge_ms, |w, t| w.u64(*t));
+    let st = &q.stats;
+    for n in [
+        st.sent,
+        st.received,
+        st.deleted,
+        st.empty_receives,
+        st.leases_expired,
+        st.late_deletes,
+        st.dead_lettered,
+    ] {
+        w.u64(n);
+    }
+    w.u64(q.next_seq);
+    w.0
+}
+
+fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
+    let name = r.string()?;
+    let id = r.u64()?;
+    let mut s = QueueSettings::default();
+    s.visibility_timeout_s = r.u32()?;
+    s.delay_s = r.u32()?;
+    s.retention_s = r.u32()?;
+    s.max_message_size = r.u32()?;
+    s.receive_wait_s = r.u32()?;
+    s.kms_data_key_reuse_s = r.u32()?;
+    s.policy = r.opt(|r| r.string())?;
+    s.kms_master_key_id = r.opt(|r| r.string())?;
+    s.sqs_managed_sse = r.bool()?;
+    s.fifo = r.bool()?;
+    s.content_based_dedup = r.bool()?;
+    s.dedup_per_group = r.bool()?;
+    s.throughput_per_group = r.bool()?;
+    s.redrive = r.opt(|r| {
+        Ok(RedrivePolicy {
+            dead_letter_target_arn: r.string()?,
+            max_receive_count: r.u32()?,
+        })
+    })?;
+    s.redrive_allow = r.opt(|r| match r.u8()? {
+        0 => Ok(RedriveAllowPolicy::AllowAll),
+        1 => Ok(RedriveAllowPolicy::DenyAll),
+        2 => Ok(RedriveAllowPolicy::ByQueue(r.list(|r| r.string())?)),
+        t => Err(format!("unknown redrive allow policy {t}")),
+    })?;
+    let tags: BTreeMap<String, String> = r
+        .list(|r| Ok((r.string()?, r.string()?)))?
+        .into_iter()
+        .collect();
+    Ok(QueueRecord {
+        name,
+        id,
+        settings: s,
+        tags,
+        created_ms: r.u64()?,
+        modified_ms: r.u64()?,
+        last_purge_ms: r.opt(|r| r.u64())?,
+        stats: QueueStats {
+            sent: r.u64()?,
+            received: r.u64()?,
+            deleted: r.u64()?,
+            empty_receives: r.u64()?,
+            leases_expired: r.u64()?,
+            late_deletes: r.u64()?,
+            dead_lettered: r.u64()?,
+        },
+        next_seq: r.u64()?,
+    })
+}
+
+fn write_attributes(w: &mut Writer, attributes: &MessageAttributes) {
+    w.list(&attributes.iter().collect::<Vec<_>>(), |w, (name, a)| {
+        w.str(name);
+        w.str(&a.data_type);
+        match &a.data {
+            AttributeData::Text(t) => {
+                w.u8(1);
+                w.str(t);
+            }
+            AttributeData::Binary(b) => {
+                w.u8(2);
+                w.bytes(b);
+            }
+        }
+    });
+}
+
+fn read_attributes(r: &mut Reader) -> Result<Arc<MessageAttributes>, String> {
+    let items = r.list(|r| {
+        let name = r.string()?;
+        let data_type = r.string()?;
+        let data = match r.u8()? {
+            1 => AttributeData::Text(r.string()?),
+            2 => AttributeData::Binary(r.bytes()?.to_vec()),
+            t => return Err(format!("unknown attribute transport {t}")),
+        };
+        Ok((name, MessageAttribute { data_type, data }))
+    })?;
+    Ok(Arc::new(items.into_iter().collect()))
+}
+
+fn message_value(m: &StoredMessage) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(m.body.len() + 64));
+    w.u8(VERSION);
+    w.raw(&m.id);
+    w.str(&m.body);
+    w.opt(&m.attributes, |w, a| write_attributes(w, a));
+    w.opt(&m.extras, |w, e| {
+        w.opt(&e.group, |w, g| w.str(g));
+        w.opt(&e.deduplication_id, |w, d| w.str(d));
+        w.opt(&e.system_attributes, |w, a| write_attributes(w, a));
+        w.opt(&e.dead_letter_source, |w, s| w.str(s));
+    });
+    w.opt(&m.first_receive_ms, |w, t| w.u64(*t));
+    w.u64(m.lease_start_ms);
+    w.u32(m.receive_count);
+    match m.state {
+        MessageState::Ready => w.u8(0),
+        MessageState::Delayed { until } => {
+            w.u8(1);
+            w.u64(until);
+        }
+        MessageState::InFlight { until } => {
+            w.u8(2);
+            w.u64(until);
+        }
+    }
+    w.0
+}
+
+fn read_message(r: &mut Reader) -> Result<StoredMessage, String> {
+    Ok(StoredMessage {
+        id: r.array()?,
+        body: r.arc_str()?,
+        attributes: r.opt(read_attributes)?,
+        extras: r.opt(|r| {
+            Ok(Box::new(Extras {
+                group: r.opt(|r| r.arc_str())?,
+                deduplication_id: r.opt(|r| r.arc_str())?,
+                system_attributes: r.opt(read_attributes)?,
+                dead_letter_source: r.opt(|r| r.arc_str())?,
+            }))
+        })?,
+        first_receive_ms: r.opt(|r| r.u64())?,
+        lease_start_ms: r.u64()?,
+        receive_count: r.u32()?,
+        state: match r.u8()? {
+            0 => MessageState::Ready,
+            1 => MessageState::Delayed { until: r.u64()? },
+            2 => MessageState::InFlight { until: r.u64()? },
+            s => return Err(format!("unknown message state {s}")),
+        },
+    })
+}
+
+fn original_value(o: &Original) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.raw(&o.message_id);
+    w.u64(o.seq);
+    w.u64(o.expires_ms);
+    w.0
+}
+
+fn read_original(r: &mut Reader) -> Result<Original, String> {
+    Ok(Original {
+        message_id: r.array()?,
+        seq: r.u64()?,
+        expires_ms: r.u64()?,
+    })
+}
+
+// ---- primitives ----
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn new() -> Writer {
+        Writer(vec![VERSION])
+    }
+    fn raw(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.raw(&v.to_be_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.raw(&v.to_be_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.raw(b);
+    }
+    fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+    }
+    fn opt<T>(&mut self, v: &Option<T>, f: impl FnOnce(&mut Writer, &T)) {
+        match v {
+            None => self.u8(0),
+            Some(x) => {
+                self.u8(1);
+                f(self, x);
+            }
+        }
+    }
+    fn list<T>(&mut self, items: &[T], mut f: impl FnMut(&mut Writer, &T)) {
+        self.u32(items.len() as u32);
+        for item in items {
+            f(self, item);
+        }
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.buf.len())
+            .ok_or("record is truncated")?;
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        Ok(self.take(N)?.try_into().expect("took N bytes"))
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn bool(&mut self) -> Result<bool, String> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(format!("bad boolean {b}")),
+        }
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_be_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_be_bytes(self.array()?))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn string(&mut self) -> Result<String, String> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| "text is not UTF-8".to_string())
+    }
+    fn arc_str(&mut self) -> Result<Arc<str>, String> {
+        std::str::from_utf8(self.bytes()?)
+            .map(Arc::from)
+            .map_err(|_| "text is not UTF-8".to_string())
+    }
+    fn opt<T>(
+        &mut self,
+        f: impl FnOnce(&mut Reader<'a>) -> Result<T, String>,
+    ) -> Result<Option<T>, String> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => f(self).map(Some),
+            b => Err(format!("bad option tag {b}")),
+        }
+    }
+    fn list<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Reader<'a>) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        let n = self.u32()? as usize;
+        // A length larger than what is left is damage, not a reason to allocate.
+        if n > self.buf.len() - self.pos {
+            return Err("list length exceeds the record".into());
+        }
+        (0..n).map(|_| f(self)).collect()
+    }
+    fn finish(&self) -> Result<(), String> {
+        if self.pos == self.buf.len() {
+            Ok(())
+        } else {
+            Err("trailing bytes after the record".into())
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! A store that fails on purpose: the Nth write or sync errors, to prove that a failed write
+//! is an error to the client and never an acknowledgement.
+
+use crate::batch::WriteBatch;
+use crate::{Store, StoreError};
+
+pub struct FaultyStore<S> {
+    inner: S,
+    writes: u64,
+    syncs: u64,
+    /// Fail the write with this (1-based) number, and every one after it.
+    pub fail_write: Option<u64>,
+    /// Fail the sync with this (1-based) number, and every one after it.
+    pub fail_sync: Option<u64>,
+}
+
+impl<S: Store> FaultyStore<S> {
+    pub fn new(inner: S) -> Self {
+        FaultyStore {
+            inner,
+            writes: 0,
+            syncs: 0,
+            fail_write: None,
+            fail_sync: None,
+        }
+    }
+}
+
+impl<S: Store> Store for FaultyStore<S> {
+    fn scan(
+        &mut self,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
+    ) -> Result<(), StoreError> {
+        self.inner.scan(visit)
+    }
+
+    fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError> {
+        self.writes += 1;
+        if self.fail_write.is_some_and(|n| self.writes >= n) {
+            return Err(StoreError::Injected(format!("write {} fails", self.writes)));
+        }
+        if sync {
+            self.syncs += 1;
+            if self.fail_sync.is_some_and(|n| self.syncs >= n) {
+                // The data may be written but is not known durable: still a failure.
+                return Err(StoreError::Injected(format!("sync {} fails", self.syncs)));
+            }
+        }
+        self.inner.write(batches, sync)
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        self.syncs += 1;
+        if self.fail_sync.is_some_and(|n| self.syncs >= n) {
+            return Err(StoreError::Injected(format!("sync {} fails", self.syncs)));
+        }
+        self.inner.sync()
+    }
+
+    fn describe(&self) -> String {
+        format!("faulty {}", self.inner.describe())
+    }
+}

@@ -1,0 +1,75 @@
+//! Durable storage under the engine.
+//!
+//! The seam is the narrow [`Store`] trait: ordered key-value batches in, a full scan out. The
+//! [`codec`] turns engine records into keys and values; [`SqliteStore`] keeps them in one
+//! SQLite file (chosen by the spike in `spikes/store-engines`); [`MemoryStore`] keeps them in
+//! a map for tests; [`FaultyStore`] fails on purpose. The [`Committer`] is group commit:
+//! concurrent requests share one write and one fsync, and nobody is answered before theirs.
+
+mod batch;
+pub mod codec;
+mod committer;
+mod faulty;
+mod memory;
+mod sqlite;
+
+use leasehold_engine::Snapshot;
+use thiserror::Error;
+
+pub use batch::{Op, WriteBatch};
+pub use committer::{Committer, Durability};
+pub use faulty::FaultyStore;
+pub use memory::MemoryStore;
+pub use sqlite::SqliteStore;
+
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("cannot open the data file {path}: {reason}")]
+    Open { path: String, reason: String },
+    #[error("the data file {path} is damaged: {reason}")]
+    Corrupt { path: String, reason: String },
+    #[error("writing to {path} failed: {reason}")]
+    Write { path: String, reason: String },
+    #[error("the store failed earlier and takes no more writes until a restart: {0}")]
+    Failed(String),
+    #[error("injected fault: {0}")]
+    Injected(String),
+}
+
+/// Where the engine's records live between restarts.
+pub trait Store: Send {
+    /// Visits every stored key and value, in key order.
+    fn scan(
+        &mut self,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
+    ) -> Result<(), StoreError>;
+    /// Applies the batches in order as one atomic write; durable on return when `sync`.
+    fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError>;
+    /// Makes every earlier write durable.
+    fn sync(&mut self) -> Result<(), StoreError>;
+    /// Names the store in messages: the data file's path.
+    fn describe(&self) -> String;
+}
+
+/// Reads everything a store kept back into a snapshot for `Engine::restore`.
+pub fn load(store: &mut dyn Store) -> Result<Snapshot, StoreError> {
+    let mut snapshot = Snapshot::default();
+    let path = store.describe();
+    store
+        .scan(&mut |key, value| {
+            codec::decode_into(&mut snapshot, key, value)
+                .map_err(|reason| format!("record {}: {reason}", printable(key)))
+        })
+        .map_err(|e| match e {
+            StoreError::Corrupt { .. } | StoreError::Open { .. } => e,
+            other => StoreError::Corrupt {
+                path: path.clone(),
+                reason: other.to_string(),
+            },
+        })?;
+    Ok(snapshot)
+}
+
+fn printable(key: &[u8]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}

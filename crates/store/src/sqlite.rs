@@ -1,0 +1,203 @@
+//! The durable backend: one SQLite file in write-ahead-log mode, `leasehold.db` in the data
+//! directory, held exclusively by one server.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::batch::{Op, WriteBatch};
+use crate::{Store, StoreError};
+
+pub const FILE_NAME: &str = "leasehold.db";
+const FORMAT: i64 = 1;
+
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+    synchronous_full: bool,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the data file in `dir`. An existing file that is not a Leasehold
+    /// data file, is empty, or is damaged is an error naming it: the server never starts
+    /// empty over data it cannot read.
+    pub fn open(dir: &Path) -> Result<SqliteStore, StoreError> {
+        let path = dir.join(FILE_NAME);
+        let shown = path.display().to_string();
+        let open_err = |reason: String| StoreError::Open {
+            path: shown.clone(),
+            reason,
+        };
+        let corrupt = |reason: String| StoreError::Corrupt {
+            path: shown.clone(),
+            reason,
+        };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| open_err(format!("cannot create the data directory: {e}")))?;
+        let existed = path.exists();
+        let wal = dir.join(format!("{FILE_NAME}-wal"));
+        if !existed && wal.exists() {
+            return Err(corrupt(format!(
+                "{} exists without its database file",
+                wal.display()
+            )));
+        }
+        if existed && std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) == 0 {
+            return Err(corrupt("the file is empty (truncated?)".into()));
+        }
+        let conn = Connection::open(&path).map_err(|e| open_err(e.to_string()))?;
+        let sql_err = |e: rusqlite::Error| -> StoreError {
+            let text = e.to_string();
+            if text.contains("locked") || text.contains("busy") {
+                StoreError::Open {
+                    path: shown.clone(),
+                    reason: "it is in use by another Leasehold server".into(),
+                }
+            } else {
+                StoreError::Corrupt {
+                    path: shown.clone(),
+                    reason: text,
+                }
+            }
+        };
+                // Another server holding the file answers at once instead of after a long wait.
+        conn.busy_timeout(std::time::Duration::from_millis(200)).map_err(sql_err)?;
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE").map_err(sql_err)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(sql_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(open_err(format!(
+                "write-ahead logging is unavailable (journal mode {mode})"
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(sql_err)?;
+        let has_meta: bool = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(sql_err)?
+            > 0;
+        if existed && !has_meta {
+            return Err(corrupt(
+                "it holds no Leasehold data (a foreign or truncated file)".into(),
+            ));
+        }
+        if !has_meta {
+            conn.execute_batch(&format!(
+                "CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;
+                 CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
+                 INSERT INTO meta (k, v) VALUES ('format', {FORMAT});"
+            ))
+            .map_err(sql_err)?;
+        }
+        let format: Option<i64> = conn
+            .query_row("SELECT v FROM meta WHERE k = 'format'", [], |r| r.get(0))
+            .optional()
+            .map_err(sql_err)?;
+        if format != Some(FORMAT) {
+            return Err(corrupt(format!("unknown data format {format:?}")));
+        }
+        Ok(SqliteStore {
+            conn,
+            path,
+            synchronous_full: true,
+        })
+    }
+
+    fn err(&self, e: rusqlite::Error) -> StoreError {
+        StoreError::Write {
+            path: self.describe(),
+            reason: e.to_string(),
+        }
+    }
+
+    fn set_synchronous(&mut self, full: bool) -> Result<(), StoreError> {
+        if self.synchronous_full != full {
+            let level = if full { "FULL" } else { "NORMAL" };
+            self.conn
+                .pragma_update(None, "synchronous", level)
+                .map_err(|e| self.err(e))?;
+            self.synchronous_full = full;
+        }
+        Ok(())
+    }
+}
+
+impl Store for SqliteStore {
+    fn scan(
+        &mut self,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
+    ) -> Result<(), StoreError> {
+        let path = self.describe();
+        let corrupt = |reason: String| StoreError::Corrupt {
+            path: path.clone(),
+            reason,
+        };
+        let mut stmt = self
+            .conn
+            .prepare("SELECT k, v FROM kv ORDER BY k")
+            .map_err(|e| corrupt(e.to_string()))?;
+        let mut rows = stmt.query([]).map_err(|e| corrupt(e.to_string()))?;
+        while let Some(row) = rows.next().map_err(|e| corrupt(e.to_string()))? {
+            let key = row
+                .get_ref(0)
+                .and_then(|v| v.as_blob().map_err(Into::into))
+                .map_err(|e| corrupt(e.to_string()))?;
+            let value = row
+                .get_ref(1)
+                .and_then(|v| v.as_blob().map_err(Into::into))
+                .map_err(|e| corrupt(e.to_string()))?;
+            visit(key, value).map_err(&corrupt)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError> {
+        self.set_synchronous(sync)?;
+        let path = self.describe();
+        let err = |e: rusqlite::Error| StoreError::Write {
+            path: path.clone(),
+            reason: e.to_string(),
+        };
+        let tx = self.conn.transaction().map_err(err)?;
+        {
+            let mut put = tx
+                .prepare_cached("INSERT INTO kv (k, v) VALUES (?1, ?2) ON CONFLICT (k) DO UPDATE SET v = excluded.v")
+                .map_err(err)?;
+            let mut delete = tx
+                .prepare_cached("DELETE FROM kv WHERE k = ?1")
+                .map_err(err)?;
+            let mut delete_range = tx
+                .prepare_cached("DELETE FROM kv WHERE k >= ?1 AND k < ?2")
+                .map_err(err)?;
+            for op in batches.iter().flat_map(|b| &b.ops) {
+                match op {
+                    Op::Put(k, v) => put.execute((k, v)).map(|_| ()),
+                    Op::Delete(k) => delete.execute([k]).map(|_| ()),
+                    Op::DeleteRange(start, end) => delete_range.execute((start, end)).map(|_| ()),
+                }
+                .map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        // A commit under synchronous=FULL syncs the write-ahead log, and with it every
+        // earlier unsynced commit.
+        let was_full = self.synchronous_full;
+        self.set_synchronous(true)?;
+        self.conn
+            .execute("UPDATE meta SET v = v WHERE k = 'format'", [])
+            .map_err(|e| self.err(e))?;
+        self.set_synchronous(was_full)
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
