@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use leasehold_engine::LeaseMode;
-use leasehold_server::{AppState, ServerConfig};
+use leasehold_server::{AppState, Durability, ServerConfig, SqliteStore};
 
 #[derive(Parser)]
 #[command(
@@ -38,8 +38,19 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9324")]
     bind: SocketAddr,
     /// Keep everything in memory; nothing survives a restart.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["data_dir", "fsync"])]
     in_memory: bool,
+    /// Where the durable store keeps its data file (leasehold.db).
+    #[arg(long, default_value = "./leasehold-data")]
+    data_dir: std::path::PathBuf,
+    /// When acknowledged writes reach the disk.
+    /// `always`: fsync before every answer; nothing acknowledged is lost, even on power loss.
+    /// `interval-ms=N`: fsync every N ms; a crash of the server loses nothing, a power cut
+    /// loses up to N ms of acknowledged work.
+    /// `never`: no fsync; a crash of the server loses nothing, a power cut loses whatever the
+    /// operating system had not written yet.
+    #[arg(long, default_value = "always", verbatim_doc_comment)]
+    fsync: Durability,
     /// Region written into queue ARNs.
     #[arg(long, default_value = "us-east-1")]
     region: String,
@@ -68,9 +79,6 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    if !args.in_memory {
-        tracing::warn!("no durable store yet: serving from memory, nothing survives a restart");
-    }
     let config = ServerConfig {
         lease_mode: match args.lease_mode {
             LeaseModeArg::Aws => LeaseMode::Aws,
@@ -80,11 +88,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         account_id: args.account_id,
         time_travel: args.time_travel,
     };
+    let state = if args.in_memory {
+        tracing::warn!("serving from memory: nothing survives a restart");
+        AppState::new(config)
+    } else {
+        let started = std::time::Instant::now();
+        let store = SqliteStore::open(&args.data_dir)?;
+        let state = AppState::durable(config, Box::new(store), args.fsync)?;
+        tracing::info!(
+            data_dir = %args.data_dir.display(),
+            fsync = ?args.fsync,
+            restored_in_ms = started.elapsed().as_millis() as u64,
+            "durable store open"
+        );
+        state
+    };
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
         .with_context(|| format!("cannot listen on {}", args.bind))?;
     tracing::info!(address = %listener.local_addr()?, "leasehold is serving SQS");
-    leasehold_server::serve(listener, AppState::new(config), shutdown_signal())
+    leasehold_server::serve(listener, state, shutdown_signal())
         .await
         .context("server failed")
 }

@@ -13,6 +13,8 @@ pub enum ProtocolError {
     UnknownOperation(String),
     #[error("The request must contain the parameter {0}.")]
     MissingParameter(&'static str),
+    #[error("The request could not be made durable: {0}")]
+    Internal(String),
     #[error("{0}")]
     InvalidParameterValue(String),
     #[error("There should be at least one {0} in the request.")]
@@ -136,6 +138,12 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
             "MissingParameter",
         ),
         P::InvalidParameterValue(_) => SQS_INVALID_PARAMETER,
+        P::Internal(_) => WireCode {
+            status: 500,
+            json_type: "com.amazon.coral.service#InternalFailure",
+            query_code: "InternalFailure",
+            sender_fault: false,
+        },
         P::EmptyBatchRequest(_) => sender(
             400,
             "com.amazonaws.sqs#EmptyBatchRequest",

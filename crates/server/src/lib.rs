@@ -20,6 +20,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 pub use clock::WallClock;
+pub use leasehold_store::{Durability, SqliteStore, StoreError};
 pub use state::{AppState, ServerConfig};
 
 /// Largest request body accepted: a 1 MiB batch, base64 growth of binary attributes, JSON.
@@ -84,7 +85,12 @@ async fn run_move_tasks(state: Arc<AppState>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         interval.tick().await;
-        let woken = state.engine().run_move_tasks();
+        let woken = {
+            let mut engine = state.engine();
+            let woken = engine.run_move_tasks();
+            state.persist_detached(&mut engine);
+            woken
+        };
         for queue in woken {
             state.wake(&queue);
         }

@@ -116,7 +116,17 @@ async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Value
     if let Request::ReceiveMessage(input) = request {
         return long_poll(state, input).await;
     }
-    let value = execute(&mut state.engine(), ctx, request)?;
+    let (value, commit) = {
+        let mut engine = state.engine();
+        let value = execute(&mut engine, ctx, request);
+        (value, state.persist(&mut engine))
+    };
+    if let Some(commit) = commit {
+        commit
+            .await
+            .map_err(|e| ProtocolError::Internal(e.to_string()))?;
+    }
+    let value = value?;
     if request.may_wake_receivers() {
         if let Some(url) = request.queue_url() {
             let name = queue_name(&state.engine(), url);
@@ -149,11 +159,18 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Valu
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (output, next_due, now_ms) = {
+        let (output, next_due, now_ms, commit) = {
             let mut engine = state.engine();
-            let output = receive(&mut engine, input)?;
-            (output, engine.next_due(&queue), engine.now_ms())
+            let output = receive(&mut engine, input);
+            let commit = state.persist(&mut engine);
+            (output, engine.next_due(&queue), engine.now_ms(), commit)
         };
+        if let Some(commit) = commit {
+            commit
+                .await
+                .map_err(|e| ProtocolError::Internal(e.to_string()))?;
+        }
+        let output = output?;
         if !output.messages.is_empty() || Instant::now() >= deadline {
             if output.messages.is_empty() {
                 state.engine().record_empty_receive(&queue);

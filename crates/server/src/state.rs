@@ -1,9 +1,12 @@
-//! Shared server state: the engine behind its lock, the clock, and the long-poll waiters.
+//! Shared server state: the engine behind its lock, the clock, the long-poll waiters, and
+//! the committer that makes every change durable before it is acknowledged.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use leasehold_engine::{Engine, EngineConfig, LeaseMode};
+use leasehold_store::{codec, load, Committer, Durability, Store, StoreError};
 use tokio::sync::Notify;
 
 use crate::clock::WallClock;
@@ -34,25 +37,54 @@ pub struct AppState {
     pub clock: Arc<WallClock>,
     engine: Mutex<Engine>,
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    committer: Option<Committer>,
 }
 
 impl AppState {
+    /// A server that keeps everything in memory.
     pub fn new(config: ServerConfig) -> Arc<AppState> {
         let clock = Arc::new(WallClock::default());
-        let engine_config = EngineConfig {
-            lease_mode: config.lease_mode,
-            region: config.region.clone(),
-            account_id: config.account_id.clone(),
-            receipt_key: rand_key(),
-            seed: rand::random(),
-        };
-        let engine = Engine::new(clock.clone(), engine_config);
-        Arc::new(AppState {
+        let engine = Engine::new(clock.clone(), engine_config(&config, false));
+        Arc::new(AppState::assemble(config, clock, engine, None))
+    }
+
+    /// A durable server: restores what `store` kept, then commits every change to it.
+    pub fn durable(
+        config: ServerConfig,
+        mut store: Box<dyn Store>,
+        durability: Durability,
+    ) -> Result<Arc<AppState>, StoreError> {
+        let snapshot = load(&mut *store)?;
+        let fresh = snapshot.engine.is_none();
+        let clock = Arc::new(WallClock::default());
+        let mut engine = Engine::restore(clock.clone(), engine_config(&config, true), snapshot);
+        let committer = Committer::start(store, durability);
+        if fresh {
+            // The new receipt key must be on disk before any handle is issued with it.
+            let first = codec::encode(&engine.take_changes());
+            committer.submit_detached(first);
+        }
+        Ok(Arc::new(AppState::assemble(
+            config,
+            clock,
+            engine,
+            Some(committer),
+        )))
+    }
+
+    fn assemble(
+        config: ServerConfig,
+        clock: Arc<WallClock>,
+        engine: Engine,
+        committer: Option<Committer>,
+    ) -> AppState {
+        AppState {
             config,
             clock,
             engine: Mutex::new(engine),
             waiters: Mutex::new(HashMap::new()),
-        })
+            committer,
+        }
     }
 
     /// The engine, locked. A panic while locked must not take every later request down with
@@ -61,6 +93,28 @@ impl AppState {
         self.engine
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Hands what the last command changed to the committer. Call it with the engine still
+    /// locked, so changes reach the disk in the order they were made; await the answer
+    /// before acknowledging. None when there is nothing to wait for.
+    pub fn persist(
+        &self,
+        engine: &mut Engine,
+    ) -> Option<impl Future<Output = Result<(), StoreError>>> {
+        let committer = self.committer.as_ref()?;
+        let changes = engine.take_changes();
+        (!changes.is_empty()).then(|| committer.submit(codec::encode(&changes)))
+    }
+
+    /// Like `persist`, for background work nobody waits on.
+    pub fn persist_detached(&self, engine: &mut Engine) {
+        if let Some(committer) = &self.committer {
+            let changes = engine.take_changes();
+            if !changes.is_empty() {
+                committer.submit_detached(codec::encode(&changes));
+            }
+        }
     }
 
     /// The notifier that long polls on `queue` wait on.
@@ -84,6 +138,13 @@ impl AppState {
     }
 }
 
-fn rand_key() -> [u8; 16] {
-    rand::random()
+fn engine_config(config: &ServerConfig, track_changes: bool) -> EngineConfig {
+    EngineConfig {
+        lease_mode: config.lease_mode,
+        region: config.region.clone(),
+        account_id: config.account_id.clone(),
+        receipt_key: rand::random(),
+        seed: rand::random(),
+        track_changes,
+    }
 }

@@ -60,9 +60,11 @@ impl SqliteStore {
                 }
             }
         };
-                // Another server holding the file answers at once instead of after a long wait.
-        conn.busy_timeout(std::time::Duration::from_millis(200)).map_err(sql_err)?;
-        conn.pragma_update(None, "locking_mode", "EXCLUSIVE").map_err(sql_err)?;
+        // Another server holding the file answers at once instead of after a long wait.
+        conn.busy_timeout(std::time::Duration::from_millis(200))
+            .map_err(sql_err)?;
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+            .map_err(sql_err)?;
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
             .map_err(sql_err)?;
