@@ -73,7 +73,7 @@ impl MapStore {
             dedup: self
                 .dedup
                 .iter()
-                .map(|((q, k), o)| (*q, k.clone(), o.clone()))
+                .map(|((q, k), o)| (*q, k.clone(), *o))
                 .collect(),
         }
     }
