@@ -260,32 +260,33 @@ fn queue_value(q: &QueueRecord) -> Vec<u8> {
 fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
     let name = r.string()?;
     let id = r.u64()?;
-    let mut s = QueueSettings::default();
-    s.visibility_timeout_s = r.u32()?;
-    s.delay_s = r.u32()?;
-    s.retention_s = r.u32()?;
-    s.max_message_size = r.u32()?;
-    s.receive_wait_s = r.u32()?;
-    s.kms_data_key_reuse_s = r.u32()?;
-    s.policy = r.opt(|r| r.string())?;
-    s.kms_master_key_id = r.opt(|r| r.string())?;
-    s.sqs_managed_sse = r.bool()?;
-    s.fifo = r.bool()?;
-    s.content_based_dedup = r.bool()?;
-    s.dedup_per_group = r.bool()?;
-    s.throughput_per_group = r.bool()?;
-    s.redrive = r.opt(|r| {
-        Ok(RedrivePolicy {
-            dead_letter_target_arn: r.string()?,
-            max_receive_count: r.u32()?,
-        })
-    })?;
-    s.redrive_allow = r.opt(|r| match r.u8()? {
-        0 => Ok(RedriveAllowPolicy::AllowAll),
-        1 => Ok(RedriveAllowPolicy::DenyAll),
-        2 => Ok(RedriveAllowPolicy::ByQueue(r.list(|r| r.string())?)),
-        t => Err(format!("unknown redrive allow policy {t}")),
-    })?;
+    let s = QueueSettings {
+        visibility_timeout_s: r.u32()?,
+        delay_s: r.u32()?,
+        retention_s: r.u32()?,
+        max_message_size: r.u32()?,
+        receive_wait_s: r.u32()?,
+        kms_data_key_reuse_s: r.u32()?,
+        policy: r.opt(|r| r.string())?,
+        kms_master_key_id: r.opt(|r| r.string())?,
+        sqs_managed_sse: r.bool()?,
+        fifo: r.bool()?,
+        content_based_dedup: r.bool()?,
+        dedup_per_group: r.bool()?,
+        throughput_per_group: r.bool()?,
+        redrive: r.opt(|r| {
+            Ok(RedrivePolicy {
+                dead_letter_target_arn: r.string()?,
+                max_receive_count: r.u32()?,
+            })
+        })?,
+        redrive_allow: r.opt(|r| match r.u8()? {
+            0 => Ok(RedriveAllowPolicy::AllowAll),
+            1 => Ok(RedriveAllowPolicy::DenyAll),
+            2 => Ok(RedriveAllowPolicy::ByQueue(r.list(|r| r.string())?)),
+            t => Err(format!("unknown redrive allow policy {t}")),
+        })?,
+    };
     let tags: BTreeMap<String, String> = r
         .list(|r| Ok((r.string()?, r.string()?)))?
         .into_iter()

@@ -2,7 +2,7 @@
 //! is an error to the client and never an acknowledgement.
 
 use crate::batch::WriteBatch;
-use crate::{Store, StoreError};
+use crate::{Store, StoreError, Visitor};
 
 pub struct FaultyStore<S> {
     inner: S,
@@ -27,10 +27,7 @@ impl<S: Store> FaultyStore<S> {
 }
 
 impl<S: Store> Store for FaultyStore<S> {
-    fn scan(
-        &mut self,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
-    ) -> Result<(), StoreError> {
+    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
         self.inner.scan(visit)
     }
 

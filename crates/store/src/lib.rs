@@ -36,13 +36,13 @@ pub enum StoreError {
     Injected(String),
 }
 
+/// What a scan calls for every key and value; an error stops the scan as damage.
+pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), String> + 'a;
+
 /// Where the engine's records live between restarts.
 pub trait Store: Send {
     /// Visits every stored key and value, in key order.
-    fn scan(
-        &mut self,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
-    ) -> Result<(), StoreError>;
+    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError>;
     /// Applies the batches in order as one atomic write; durable on return when `sync`.
     fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError>;
     /// Makes every earlier write durable.

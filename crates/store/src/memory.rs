@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::batch::{Op, WriteBatch};
-use crate::{Store, StoreError};
+use crate::{Store, StoreError, Visitor};
 
 #[derive(Default, Debug, Clone)]
 pub struct MemoryStore {
@@ -34,10 +34,7 @@ pub(crate) fn apply(data: &mut BTreeMap<Vec<u8>, Vec<u8>>, batch: &WriteBatch) {
 }
 
 impl Store for MemoryStore {
-    fn scan(
-        &mut self,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
-    ) -> Result<(), StoreError> {
+    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
         for (k, v) in &self.data {
             visit(k, v).map_err(|reason| StoreError::Corrupt {
                 path: self.describe(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::batch::{Op, WriteBatch};
-use crate::{Store, StoreError};
+use crate::{Store, StoreError, Visitor};
 
 pub const FILE_NAME: &str = "leasehold.db";
 const FORMAT: i64 = 1;
@@ -130,10 +130,7 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn scan(
-        &mut self,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
-    ) -> Result<(), StoreError> {
+    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
         let path = self.describe();
         let corrupt = |reason: String| StoreError::Corrupt {
             path: path.clone(),
