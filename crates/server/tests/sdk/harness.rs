@@ -13,6 +13,8 @@ pub struct TestServer {
     pub sqs: Client,
     pub base: String,
     http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestServer {
@@ -31,14 +33,17 @@ impl TestServer {
     }
 
     pub async fn start_config(config: ServerConfig) -> TestServer {
+        Self::start_state(AppState::new(config)).await
+    }
+
+    /// A server on a state built elsewhere (a durable one, a faulty one).
+    pub async fn start_state(state: std::sync::Arc<AppState>) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let state = AppState::new(config);
-        tokio::spawn(leasehold_server::serve(
-            listener,
-            state,
-            std::future::pending(),
-        ));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(leasehold_server::serve(listener, state, async {
+            let _ = stopped.await;
+        }));
         let config = aws_sdk_sqs::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
@@ -55,6 +60,16 @@ impl TestServer {
             sqs: Client::from_conf(config),
             base,
             http: reqwest::Client::new(),
+            stop: Some(stop),
+            served: Some(served),
+        }
+    }
+
+    /// Stops serving and waits until the server has let go of its state (and store).
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+        if let Some(served) = self.served.take() {
+            served.await.unwrap().unwrap();
         }
     }
 

@@ -3,6 +3,7 @@
 mod harness;
 
 mod dead_letters;
+mod durability;
 mod errors;
 mod fifo;
 mod leases;

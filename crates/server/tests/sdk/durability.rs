@@ -1,0 +1,168 @@
+//! Durable servers through the SDK: state survives a restart; a failed write is an error to
+//! the client, never an acknowledgement.
+
+use leasehold_server::{AppState, Durability, ServerConfig, SqliteStore};
+use leasehold_store::{FaultyStore, MemoryStore};
+
+use crate::harness::{code, TestServer};
+
+fn config() -> ServerConfig {
+    ServerConfig {
+        time_travel: true,
+        ..ServerConfig::default()
+    }
+}
+
+async fn durable(dir: &std::path::Path) -> TestServer {
+    let store = SqliteStore::open(dir).unwrap();
+    TestServer::start_state(
+        AppState::durable(config(), Box::new(store), Durability::Always).unwrap(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_messages_leases_and_metadata_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = durable(dir.path()).await;
+    s.queue("dlq", &[]).await;
+    let redrive =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":2}"#;
+    let url = s
+        .queue(
+            "work",
+            &[("VisibilityTimeout", "120"), ("RedrivePolicy", redrive)],
+        )
+        .await;
+    s.sqs
+        .tag_queue()
+        .queue_url(&url)
+        .tags("team", "core")
+        .send()
+        .await
+        .unwrap();
+    let fifo = s.queue("f.fifo", &[("FifoQueue", "true")]).await;
+    let first = s
+        .sqs
+        .send_message()
+        .queue_url(&fifo)
+        .message_body("x")
+        .message_group_id("g")
+        .message_deduplication_id("d")
+        .send()
+        .await
+        .unwrap();
+    for i in 0..5 {
+        s.send(&url, &format!("m{i}")).await;
+    }
+    let leased = s.receive(&url, 2).await;
+    let handle = leased[0].receipt_handle.clone().unwrap();
+    s.sqs
+        .delete_message()
+        .queue_url(&url)
+        .receipt_handle(leased[1].receipt_handle.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    s.stop().await;
+
+    let s = durable(dir.path()).await;
+    assert_eq!(s.attribute(&url, "ApproximateNumberOfMessages").await, "3");
+    assert_eq!(
+        s.attribute(&url, "ApproximateNumberOfMessagesNotVisible")
+            .await,
+        "1",
+        "the lease kept its expiry"
+    );
+    assert_eq!(s.attribute(&url, "RedrivePolicy").await, redrive);
+    let tags = s
+        .sqs
+        .list_queue_tags()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap()
+        .tags
+        .unwrap();
+    assert_eq!(tags["team"], "core");
+    // The handle issued before the restart still works, and the receive count carried over.
+    s.sqs
+        .change_message_visibility()
+        .queue_url(&url)
+        .receipt_handle(&handle)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    let again = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(
+            aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount,
+        )
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap();
+    assert_eq!(again.len(), 4);
+    let counts: Vec<_> = again
+        .iter()
+        .map(|m| {
+            m.attributes.as_ref().unwrap()
+                [&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount]
+                .clone()
+        })
+        .collect();
+    assert!(counts.contains(&"2".to_string()), "{counts:?}");
+    // The FIFO deduplication window survived too.
+    let dup = s
+        .sqs
+        .send_message()
+        .queue_url(&fifo)
+        .message_body("y")
+        .message_group_id("g")
+        .message_deduplication_id("d")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dup.message_id, first.message_id);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_answers_an_error_and_acknowledges_nothing_after_it() {
+    let mut store = FaultyStore::new(MemoryStore::default());
+        // The seventh write fails. Group commit may merge the first writes (the new receipt key,
+    // the queue), so the test counts how many sends got through before the fault.
+    store.fail_write = Some(7);
+    let s = TestServer::start_state(
+        AppState::durable(config(), Box::new(store), Durability::Always).unwrap(),
+    )
+    .await;
+    let url = s.queue("q", &[]).await;
+    let mut outcomes = Vec::new();
+    for i in 0..8 {
+        outcomes.push(
+            s.sqs
+                .send_message()
+                .queue_url(&url)
+                .message_body(format!("m{i}"))
+                .send()
+                .await,
+        );
+    }
+    let acked = outcomes.iter().take_while(|o| o.is_ok()).count();
+    assert!(
+        (1..8).contains(&acked),
+        "some sends succeed before the fault: {acked}"
+    );
+    for failed in &outcomes[acked..] {
+        let err = failed.as_ref().unwrap_err();
+        assert_eq!(code(err), "InternalFailure");
+        assert_eq!(err.raw_response().map(|r| r.status().as_u16()), Some(500));
+    }
+    s.stop().await;
+}
