@@ -20,8 +20,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the SQS API (AWS JSON 1.0) over HTTP.
+    /// Serve the SQS API (AWS JSON 1.0 and the query protocol) over HTTP.
     Serve(ServeArgs),
+    /// Load-test any SQS endpoint that speaks AWS JSON 1.0 and report throughput and latency.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// The endpoint to load, e.g. http://127.0.0.1:9324.
+    #[arg(long, default_value = "http://127.0.0.1:9324")]
+    endpoint: String,
+    /// send, send-batch, receive-delete, full-cycle or many-queues.
+    scenario: leasehold_bench::Scenario,
+    /// How long to run, in seconds.
+    #[arg(long, default_value = "10")]
+    seconds: u64,
+    /// Concurrent clients in all.
+    #[arg(long, default_value = "32")]
+    clients: usize,
+    /// Size of each message body, in bytes.
+    #[arg(long, default_value = "200")]
+    body_bytes: usize,
+    /// The server's process id, to sample its CPU and memory (Linux).
+    #[arg(long)]
+    server_pid: Option<u32>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -75,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(args) => serve(args).await,
+        Command::Bench(args) => bench(args).await,
     }
 }
 
@@ -110,6 +134,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     leasehold_server::serve(listener, state, shutdown_signal())
         .await
         .context("server failed")
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let report = leasehold_bench::run(leasehold_bench::BenchConfig {
+        endpoint: args.endpoint,
+        scenario: args.scenario,
+        duration: std::time::Duration::from_secs(args.seconds),
+        clients: args.clients.max(1),
+        body_bytes: args.body_bytes.max(1),
+        server_pid: args.server_pid,
+    })
+    .await?;
+    report.print();
+    Ok(())
 }
 
 async fn shutdown_signal() {

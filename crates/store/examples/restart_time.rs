@@ -10,10 +10,16 @@ use leasehold_engine::{Engine, EngineConfig, ManualClock, NewMessage, ReceiveReq
 use leasehold_store::{codec, load, SqliteStore, Store};
 
 fn main() {
-    let messages: usize = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(1_000_000);
+    let messages: usize = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let clock = ManualClock::new(1_700_000_000_000);
-    let config = EngineConfig { track_changes: true, ..EngineConfig::default() };
+    let config = EngineConfig {
+        track_changes: true,
+        ..EngineConfig::default()
+    };
     {
         let mut engine = Engine::new(Arc::new(clock.clone()), config.clone());
         let mut store = SqliteStore::open(dir.path()).unwrap();
@@ -27,15 +33,33 @@ fn main() {
             if chunk % 10 == 0 {
                 engine.receive("q", &ReceiveRequest::up_to(10)).unwrap();
             }
-            store.write(&[codec::encode(&engine.take_changes())], false).unwrap();
+            store
+                .write(&[codec::encode(&engine.take_changes())], false)
+                .unwrap();
         }
         for _ in 0..messages / 100 {
-            engine.receive("q", &ReceiveRequest { max_messages: 10, visibility_s: Some(3600), attempt_id: None }).unwrap();
+            engine
+                .receive(
+                    "q",
+                    &ReceiveRequest {
+                        max_messages: 10,
+                        visibility_s: Some(3600),
+                        attempt_id: None,
+                    },
+                )
+                .unwrap();
         }
-        store.write(&[codec::encode(&engine.take_changes())], true).unwrap();
-        println!("wrote {messages} messages in {:.1} s", started.elapsed().as_secs_f64());
+        store
+            .write(&[codec::encode(&engine.take_changes())], true)
+            .unwrap();
+        println!(
+            "wrote {messages} messages in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
-    let size = std::fs::metadata(dir.path().join("leasehold.db")).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(dir.path().join("leasehold.db"))
+        .map(|m| m.len())
+        .unwrap_or(0);
     let started = Instant::now();
     let mut store = SqliteStore::open(dir.path()).unwrap();
     let snapshot = load(&mut store).unwrap();

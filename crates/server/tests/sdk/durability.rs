@@ -135,7 +135,7 @@ async fn queues_messages_leases_and_metadata_survive_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_write_answers_an_error_and_acknowledges_nothing_after_it() {
     let mut store = FaultyStore::new(MemoryStore::default());
-        // The seventh write fails. Group commit may merge the first writes (the new receipt key,
+    // The seventh write fails. Group commit may merge the first writes (the new receipt key,
     // the queue), so the test counts how many sends got through before the fault.
     store.fail_write = Some(7);
     let s = TestServer::start_state(

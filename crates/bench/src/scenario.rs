@@ -1,0 +1,330 @@
+//! The scenarios: what each client does in a loop until the deadline, and how the results
+//! are gathered.
+
+use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use crate::client::SqsClient;
+use crate::{BenchConfig, BenchError, Latency, Report};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// SendMessage, one message a call.
+    Send,
+    /// SendMessageBatch of 10.
+    SendBatch,
+    /// ReceiveMessage(10) and DeleteMessageBatch(10) of a preloaded queue.
+    ReceiveDelete { preload: u64 },
+    /// Half the clients SendMessageBatch(10); the other half ReceiveMessage(10, long poll)
+    /// and DeleteMessageBatch(10).
+    FullCycle,
+    /// The full cycle spread over many queues: each client sends, receives and deletes on
+    /// queue after queue.
+    ManyQueues { queues: usize },
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "send" => Scenario::Send,
+            "send-batch" => Scenario::SendBatch,
+            "receive-delete" => Scenario::ReceiveDelete { preload: 100_000 },
+            "full-cycle" => Scenario::FullCycle,
+            "many-queues" => Scenario::ManyQueues { queues: 1000 },
+            other => {
+                return Err(format!(
+                    "unknown scenario {other:?}: send, send-batch, receive-delete, full-cycle, many-queues"
+                ))
+            }
+        })
+    }
+}
+
+impl Scenario {
+    fn name(&self) -> &'static str {
+        match self {
+            Scenario::Send => "send",
+            Scenario::SendBatch => "send-batch",
+            Scenario::ReceiveDelete { .. } => "receive-delete",
+            Scenario::FullCycle => "full-cycle",
+            Scenario::ManyQueues { .. } => "many-queues",
+        }
+    }
+}
+
+/// One client's tally.
+#[derive(Default)]
+struct Tally {
+    latency: HashMap<&'static str, Histogram<u64>>,
+    sent: u64,
+    deleted: u64,
+    errors: u64,
+}
+
+impl Tally {
+    fn record(&mut self, action: &'static str, micros: u64) {
+        self.latency
+            .entry(action)
+            .or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"))
+            .saturating_record(micros.max(1));
+    }
+
+    fn merge(&mut self, other: Tally) {
+        self.sent += other.sent;
+        self.deleted += other.deleted;
+        self.errors += other.errors;
+        for (action, h) in other.latency {
+            match self.latency.get_mut(action) {
+                Some(mine) => mine.add(&h).expect("same bounds"),
+                None => {
+                    self.latency.insert(action, h);
+                }
+            }
+        }
+    }
+
+    /// Makes one call and records it; errors are counted, not fatal, under load.
+    async fn call(&mut self, sqs: &SqsClient, action: &'static str, body: Value) -> Option<Value> {
+        match sqs.call(action, &body).await {
+            Ok((value, micros)) => {
+                self.record(action, micros);
+                Some(value)
+            }
+            Err(_) => {
+                self.errors += 1;
+                None
+            }
+        }
+    }
+}
+
+fn batch(body: &str, n: usize) -> Value {
+    Value::Array(
+        (0..n)
+            .map(|i| json!({"Id": format!("m{i}"), "MessageBody": body}))
+            .collect(),
+    )
+}
+
+async fn send_batch(t: &mut Tally, sqs: &SqsClient, url: &str, body: &str) {
+    let answer = t
+        .call(
+            sqs,
+            "SendMessageBatch",
+            json!({"QueueUrl": url, "Entries": batch(body, 10)}),
+        )
+        .await;
+    if let Some(answer) = answer {
+        t.sent += answer["Successful"]
+            .as_array()
+            .map_or(0, |s| s.len() as u64);
+    }
+}
+
+/// Receives up to 10 and deletes them; returns how many it deleted.
+async fn receive_delete(t: &mut Tally, sqs: &SqsClient, url: &str, wait_s: u32) -> u64 {
+    let request = json!({"QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": wait_s});
+    let Some(answer) = t.call(sqs, "ReceiveMessage", request).await else {
+        return 0;
+    };
+    let entries: Vec<Value> = answer["Messages"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .enumerate()
+                .map(|(i, m)| json!({"Id": format!("d{i}"), "ReceiptHandle": m["ReceiptHandle"]}))
+                .collect()
+        })
+        .unwrap_or_default();
+    if entries.is_empty() {
+        return 0;
+    }
+    let deleted = t
+        .call(
+            sqs,
+            "DeleteMessageBatch",
+            json!({"QueueUrl": url, "Entries": entries}),
+        )
+        .await
+        .map_or(0, |a| {
+            a["Successful"].as_array().map_or(0, |s| s.len() as u64)
+        });
+    t.deleted += deleted;
+    deleted
+}
+
+async fn create_queue(sqs: &SqsClient, name: &str) -> Result<String, BenchError> {
+    let (answer, _) = sqs.call("CreateQueue", &json!({"QueueName": name})).await?;
+    answer["QueueUrl"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| BenchError::Answer {
+            action: "CreateQueue".into(),
+            reason: "no QueueUrl".into(),
+        })
+}
+
+async fn preload(sqs: &SqsClient, url: &str, body: &str, messages: u64, clients: usize) {
+    let per_client = messages.div_ceil(10).div_ceil(clients as u64);
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (sqs, url, body) = (sqs.clone(), url.to_string(), body.to_string());
+            tokio::spawn(async move {
+                let mut t = Tally::default();
+                for _ in 0..per_client {
+                    send_batch(&mut t, &sqs, &url, &body).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+/// CPU ticks (user + system) of a process, from /proc.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Peak resident memory of a process, in MiB, from /proc.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
+    let sqs = SqsClient::new(&config.endpoint);
+    let body = "x".repeat(config.body_bytes);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let queue_count = match config.scenario {
+        Scenario::ManyQueues { queues } => queues,
+        _ => 1,
+    };
+    let mut urls = Vec::with_capacity(queue_count);
+    for i in 0..queue_count {
+        urls.push(
+            create_queue(
+                &sqs,
+                &format!("bench-{}-{stamp}-{i}", config.scenario.name()),
+            )
+            .await?,
+        );
+    }
+    if let Scenario::ReceiveDelete { preload: n } = config.scenario {
+        preload(&sqs, &urls[0], &body, n, config.clients).await;
+    }
+    let cpu_before = config.server_pid.and_then(cpu_ticks);
+    let started = Instant::now();
+    let deadline = started + config.duration;
+    let tasks: Vec<_> = (0..config.clients)
+        .map(|who| {
+            let (sqs, urls, body, scenario) =
+                (sqs.clone(), urls.clone(), body.clone(), config.scenario);
+            // A consumer makes two calls per batch to a producer's one: two thirds consume.
+            let producers = config.clients.div_ceil(3);
+            tokio::spawn(async move {
+                let mut t = Tally::default();
+                let mut next_queue = who;
+                while Instant::now() < deadline {
+                    match scenario {
+                        Scenario::Send => {
+                            let answer = t
+                                .call(
+                                    &sqs,
+                                    "SendMessage",
+                                    json!({"QueueUrl": urls[0], "MessageBody": body}),
+                                )
+                                .await;
+                            t.sent += answer.is_some() as u64;
+                        }
+                        Scenario::SendBatch => send_batch(&mut t, &sqs, &urls[0], &body).await,
+                        Scenario::ReceiveDelete { .. } => {
+                            if receive_delete(&mut t, &sqs, &urls[0], 0).await == 0 {
+                                break;
+                            }
+                        }
+                        Scenario::FullCycle if who < producers => {
+                            send_batch(&mut t, &sqs, &urls[0], &body).await
+                        }
+                        Scenario::FullCycle => {
+                            receive_delete(&mut t, &sqs, &urls[0], 1).await;
+                        }
+                        Scenario::ManyQueues { .. } => {
+                            let url = &urls[next_queue % urls.len()];
+                            next_queue += 7;
+                            send_batch(&mut t, &sqs, url, &body).await;
+                            receive_delete(&mut t, &sqs, url, 0).await;
+                        }
+                    }
+                }
+                t
+            })
+        })
+        .collect();
+    let mut total = Tally::default();
+    for task in tasks {
+        if let Ok(t) = task.await {
+            total.merge(t);
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let ticks_per_second = 100.0;
+    let server_cpu_percent = match (config.server_pid, cpu_before) {
+        (Some(pid), Some(before)) => {
+            cpu_ticks(pid).map(|after| (after - before) as f64 / ticks_per_second / seconds * 100.0)
+        }
+        _ => None,
+    };
+    let server_rss_mib = config.server_pid.and_then(peak_rss_mib);
+    for url in &urls {
+        let _ = sqs.call("DeleteQueue", &json!({"QueueUrl": url})).await;
+    }
+    let latency: BTreeMap<&'static str, Latency> = total
+        .latency
+        .iter()
+        .map(|(action, h)| {
+            (
+                *action,
+                Latency {
+                    calls: h.len(),
+                    p50_us: h.value_at_quantile(0.5),
+                    p99_us: h.value_at_quantile(0.99),
+                    p999_us: h.value_at_quantile(0.999),
+                    max_us: h.max(),
+                },
+            )
+        })
+        .collect();
+    // Throughput is what made it through the scenario's last step.
+    let messages = match config.scenario {
+        Scenario::Send | Scenario::SendBatch => total.sent,
+        _ => total.deleted,
+    };
+    Ok(Report {
+        scenario: config.scenario.name().to_string(),
+        clients: config.clients,
+        seconds,
+        messages_per_second: messages as f64 / seconds,
+        messages,
+        sent_per_second: total.sent as f64 / seconds,
+        deleted_per_second: total.deleted as f64 / seconds,
+        errors: total.errors,
+        latency,
+        server_cpu_percent,
+        server_rss_mib,
+    })
+}
