@@ -8,6 +8,7 @@ mod clock;
 mod engine;
 mod error;
 mod fifo;
+mod lease_stats;
 mod message;
 mod queue;
 mod receipt;
@@ -16,12 +17,13 @@ mod settings;
 
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
-    validate_queue_name, Engine, EngineConfig, MoveTask, MoveTaskInfo, MoveTaskStatus, QueuePage,
-    ReceiveRequest, MAX_LIST_RESULTS,
+    validate_queue_name, Engine, EngineConfig, LeaseReport, MoveTask, MoveTaskInfo, MoveTaskStatus,
+    QueuePage, ReceiveRequest, MAX_LIST_RESULTS,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use error::{EngineError, Result};
 pub use fifo::{DedupKey, Original};
+pub use lease_stats::{Summary as DurationSummary, WINDOW_MS as LEASE_WINDOW_MS};
 pub use message::{
     is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute, MessageAttributes, MsgKey,
     NewMessage, State as MessageState, StoredMessage, MAX_MESSAGE_ATTRIBUTES,

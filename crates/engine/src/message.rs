@@ -300,6 +300,10 @@ pub struct StoredMessage {
     /// When the current (or latest) lease started: the 12-hour ceiling counts from here.
     pub lease_start_ms: u64,
     pub receive_count: u32,
+    /// Heartbeats (visibility extensions) during the current lease.
+    pub extensions: u32,
+    /// A consumer deleted it after its lease had expired, and it stayed (strict mode, FIFO).
+    pub late_deleted: bool,
     pub state: State,
 }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
 use crate::fifo::{DedupKey, FifoState, Original, FIFO_WINDOW_MS};
+use crate::lease_stats::LeaseMetrics;
 use crate::message::{
     format_message_id, Delivery, Extras, MsgKey, NewMessage, State, StoredMessage,
 };
@@ -47,6 +48,15 @@ pub struct QueueStats {
     pub late_deletes: u64,
     /// Messages moved to the dead-letter queue after maxReceiveCount receives.
     pub dead_lettered: u64,
+    /// Of those, messages a consumer had finished and deleted late: successful work dumped
+    /// into the dead-letter queue (the "DLQ mirage").
+    pub dead_lettered_after_late_delete: u64,
+    /// Deletes that arrived while their lease was live.
+    pub deleted_within_lease: u64,
+    /// ChangeMessageVisibility to 0: released for another consumer at once.
+    pub released_early: u64,
+    /// ChangeMessageVisibility above 0 on a live lease: heartbeats.
+    pub extensions: u64,
 }
 
 /// What a delete did.
@@ -112,6 +122,7 @@ pub(crate) struct Changes {
 pub(crate) struct Queue {
     pub id: u64,
     pub changes: Changes,
+    pub metrics: LeaseMetrics,
     pub settings: QueueSettings,
     pub tags: BTreeMap<String, String>,
     pub created_ms: u64,
@@ -132,6 +143,7 @@ impl Queue {
         Queue {
             id,
             changes: Changes::default(),
+            metrics: LeaseMetrics::default(),
             settings,
             tags: BTreeMap::new(),
             created_ms: now,
@@ -374,6 +386,8 @@ impl Queue {
                 first_receive_ms: None,
                 lease_start_ms: 0,
                 receive_count: 0,
+                extensions: 0,
+                late_deleted: false,
                 state,
             },
         );
@@ -487,12 +501,24 @@ impl Queue {
             .max_receive_count
             .is_some_and(|max| message.receive_count >= max)
         {
+            self.stats.dead_lettered_after_late_delete += u64::from(message.late_deleted);
+            *self
+                .metrics
+                .receive_counts
+                .entry(message.receive_count)
+                .or_default() += 1;
             batch.dead.push((key, self.remove(key).expect("stored")));
             return true;
         }
         message.receive_count += 1;
         message.lease_start_ms = lease.now;
-        message.first_receive_ms.get_or_insert(lease.now);
+        message.extensions = 0;
+        if message.first_receive_ms.is_none() {
+            message.first_receive_ms = Some(lease.now);
+            self.metrics
+                .first_receive
+                .record(lease.now, lease.now.saturating_sub(key.sent_ms));
+        }
         let receive_no = message.receive_count;
         self.set_state(key, State::InFlight { until: lease.until });
         self.mark(key);
@@ -533,6 +559,7 @@ impl Queue {
         Delivery {
             message_id: format_message_id(message.id),
             receipt_handle: sealer.seal(Receipt {
+                received_ms: message.lease_start_ms,
                 queue_id: self.id,
                 key,
                 receive_no,
@@ -563,11 +590,12 @@ impl Queue {
 
     pub fn delete(
         &mut self,
+        now: u64,
         receipt: &Receipt,
         handle: &str,
         mode: LeaseMode,
     ) -> Result<DeleteOutcome> {
-        let Some(message) = self.messages.get(&receipt.key) else {
+        let Some(message) = self.messages.get_mut(&receipt.key) else {
             // Deleting twice, or after retention dropped it, succeeds as on AWS.
             return Ok(DeleteOutcome {
                 removed: false,
@@ -575,16 +603,33 @@ impl Queue {
             });
         };
         let late = !Self::holds_live_lease(message, receipt);
+        // Late or not, the consumer held the message this long: it is processing time.
+        self.metrics
+            .hold
+            .record(now, now.saturating_sub(receipt.received_ms));
         if late {
             self.stats.late_deletes += 1;
+            message.late_deleted = true;
             if self.settings.fifo {
+                self.mark(receipt.key);
                 return Err(Self::expired(handle));
             }
+        } else {
+            self.stats.deleted_within_lease += 1;
         }
         let removed = !late || mode == LeaseMode::Aws;
         if removed {
+            let (receives, extensions) = (message.receive_count, message.extensions);
+            *self.metrics.receive_counts.entry(receives).or_default() += 1;
+            *self
+                .metrics
+                .extensions_per_message
+                .entry(extensions)
+                .or_default() += 1;
             self.remove(receipt.key);
             self.stats.deleted += 1;
+        } else {
+            self.mark(receipt.key);
         }
         Ok(DeleteOutcome { removed, late })
     }
@@ -616,6 +661,15 @@ impl Queue {
                 timeout_s,
                 "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
             ));
+        }
+        let live = Self::holds_live_lease(message, receipt);
+        if timeout_s == 0 {
+            self.stats.released_early += 1;
+        } else if live {
+            self.stats.extensions += 1;
+            if let Some(m) = self.messages.get_mut(&receipt.key) {
+                m.extensions += 1;
+            }
         }
         let state = if timeout_s == 0 {
             State::Ready
@@ -698,6 +752,11 @@ impl Queue {
 
     pub(crate) fn restore_dedup(&mut self, key: DedupKey, original: Original) {
         self.fifo.remember(key, original);
+    }
+
+    /// When the oldest stored message was sent.
+    pub fn oldest_sent_ms(&self) -> Option<u64> {
+        self.messages.first_key_value().map(|(k, _)| k.sent_ms)
     }
 
     /// The key of the newest stored message and how many are stored.

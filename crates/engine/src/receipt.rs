@@ -11,7 +11,7 @@ use std::hash::Hasher;
 
 use crate::message::MsgKey;
 
-const BODY_LEN: usize = 8 + 8 + 8 + 4;
+const BODY_LEN: usize = 8 + 8 + 8 + 4 + 8;
 const LEN: usize = BODY_LEN + 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +22,8 @@ pub struct Receipt {
     pub key: MsgKey,
     /// Which receive of the message issued it (1 for the first).
     pub receive_no: u32,
+    /// When that receive happened: the start of the lease, for measuring how long it was held.
+    pub received_ms: u64,
 }
 
 /// Seals and opens receipt handles with a secret key.
@@ -47,6 +49,7 @@ impl ReceiptSealer {
         bytes[8..16].copy_from_slice(&receipt.key.sent_ms.to_be_bytes());
         bytes[16..24].copy_from_slice(&receipt.key.seq.to_be_bytes());
         bytes[24..28].copy_from_slice(&receipt.receive_no.to_be_bytes());
+        bytes[28..36].copy_from_slice(&receipt.received_ms.to_be_bytes());
         let mac = self.mac(&bytes[..BODY_LEN]);
         bytes[BODY_LEN..].copy_from_slice(&mac.to_be_bytes());
         URL_SAFE_NO_PAD.encode(bytes)
@@ -69,6 +72,7 @@ impl ReceiptSealer {
                 seq: u64::from_be_bytes(bytes[16..24].try_into().ok()?),
             },
             receive_no: u32::from_be_bytes(bytes[24..28].try_into().ok()?),
+            received_ms: u64::from_be_bytes(bytes[28..36].try_into().ok()?),
         })
     }
 }
@@ -87,6 +91,7 @@ mod tests {
                 seq: 99,
             },
             receive_no: 2,
+            received_ms: 1_700_000_001_000,
         };
         assert_eq!(sealer.open(&sealer.seal(receipt)), Some(receipt));
     }
@@ -98,6 +103,7 @@ mod tests {
             queue_id: 1,
             key: MsgKey { sent_ms: 5, seq: 1 },
             receive_no: 1,
+            received_ms: 6,
         });
         assert_eq!(ReceiptSealer::new([8; 16]).open(&handle), None);
         let mut tampered = handle.clone().into_bytes();

@@ -173,7 +173,7 @@ fn aws_mode_any_issued_handle_deletes_and_the_late_delete_is_counted() {
             recv q                       -> (empty)
             del q h2                     -> kept
             del q h1                     -> kept
-            stats q                      -> QueueStats { sent: 1, received: 2, deleted: 1, empty_receives: 1, leases_expired: 1, late_deletes: 1, dead_lettered: 0 }
+            stats q                      -> QueueStats { sent: 1, received: 2, deleted: 1, empty_receives: 1, leases_expired: 1, late_deletes: 1, dead_lettered: 0, dead_lettered_after_late_delete: 0, deleted_within_lease: 0, released_early: 0, extensions: 0 }
         "#]],
     );
 }
@@ -199,7 +199,7 @@ fn aws_mode_change_visibility_on_an_expired_lease_succeeds_and_after_delete_fail
             vis q h1 60                  -> ok
             recv q                       -> (empty)
             del q h1                     -> removed
-            vis q h1 60                  -> error MessageNotAvailable("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
+            vis q h1 60                  -> error MessageNotAvailable("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAAQAAAYvP5WgA3pZCN6sYLz0")
         "#]],
     );
 }
@@ -229,11 +229,11 @@ fn strict_mode_a_stale_handle_deletes_nothing_but_is_counted_late() {
             recv q                       -> a rc=2 h2
             del q h1                     -> kept (late)
             counts q                     -> visible=0 inflight=1 delayed=0
-            vis q h1 60                  -> error MessageNotInflight("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
+            vis q h1 60                  -> error MessageNotInflight("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAAQAAAYvP5WgA3pZCN6sYLz0")
             vis q h2 60                  -> ok
             del q h2                     -> removed
             counts q                     -> visible=0 inflight=0 delayed=0
-            stats q                      -> QueueStats { sent: 1, received: 2, deleted: 1, empty_receives: 0, leases_expired: 1, late_deletes: 1, dead_lettered: 0 }
+            stats q                      -> QueueStats { sent: 1, received: 2, deleted: 1, empty_receives: 0, leases_expired: 1, late_deletes: 1, dead_lettered: 0, dead_lettered_after_late_delete: 0, deleted_within_lease: 1, released_early: 0, extensions: 1 }
         "#]],
     );
 }
@@ -255,7 +255,7 @@ fn strict_mode_an_expired_current_handle_is_not_in_flight() {
             send q a                     -> ok
             recv q                       -> a rc=1 h1
             advance 30                   -> t+30s
-            vis q h1 10                  -> error MessageNotInflight("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
+            vis q h1 10                  -> error MessageNotInflight("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAAQAAAYvP5WgA3pZCN6sYLz0")
             del q h1                     -> kept (late)
             counts q                     -> visible=1 inflight=0 delayed=0
         "#]],
@@ -282,12 +282,12 @@ fn a_handle_from_another_queue_or_a_recreated_queue_is_invalid() {
             create other                 -> ok
             send q a                     -> ok
             recv q                       -> a rc=1 h1
-            del other h1                 -> error ReceiptHandleIsInvalid("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
-            vis other h1 5               -> error ReceiptHandleIsInvalid("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
+            del other h1                 -> error ReceiptHandleIsInvalid("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAAQAAAYvP5WgA3pZCN6sYLz0")
+            vis other h1 5               -> error ReceiptHandleIsInvalid("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAAQAAAYvP5WgA3pZCN6sYLz0")
             drop q                       -> ok
             advance 61                   -> t+61s
             create q                     -> ok
-            del q h1                     -> error ReceiptHandleIsInvalid("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAARL1H4ZdS1kw")
+            del q h1                     -> error ReceiptHandleIsInvalid("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAAQAAAYvP5WgA3pZCN6sYLz0")
         "#]],
     );
 }

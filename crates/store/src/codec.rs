@@ -250,6 +250,10 @@ fn queue_value(q: &QueueRecord) -> Vec<u8> {
         st.leases_expired,
         st.late_deletes,
         st.dead_lettered,
+        st.dead_lettered_after_late_delete,
+        st.deleted_within_lease,
+        st.released_early,
+        st.extensions,
     ] {
         w.u64(n);
     }
@@ -307,6 +311,10 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
             leases_expired: r.u64()?,
             late_deletes: r.u64()?,
             dead_lettered: r.u64()?,
+            dead_lettered_after_late_delete: r.u64()?,
+            deleted_within_lease: r.u64()?,
+            released_early: r.u64()?,
+            extensions: r.u64()?,
         },
         next_seq: r.u64()?,
     })
@@ -358,6 +366,8 @@ fn message_value(m: &StoredMessage) -> Vec<u8> {
     w.opt(&m.first_receive_ms, |w, t| w.u64(*t));
     w.u64(m.lease_start_ms);
     w.u32(m.receive_count);
+    w.u32(m.extensions);
+    w.u8(m.late_deleted as u8);
     match m.state {
         MessageState::Ready => w.u8(0),
         MessageState::Delayed { until } => {
@@ -388,6 +398,8 @@ fn read_message(r: &mut Reader) -> Result<StoredMessage, String> {
         first_receive_ms: r.opt(|r| r.u64())?,
         lease_start_ms: r.u64()?,
         receive_count: r.u32()?,
+        extensions: r.u32()?,
+        late_deleted: r.bool()?,
         state: match r.u8()? {
             0 => MessageState::Ready,
             1 => MessageState::Delayed { until: r.u64()? },

@@ -109,8 +109,8 @@ impl Engine {
     pub fn delete_message(&mut self, name: &str, handle: &str) -> Result<DeleteOutcome> {
         let mode = self.config.lease_mode;
         let receipt = self.open_receipt(self.queue(name)?, handle)?;
-        let (queue, _) = self.queue_mut(name)?;
-        queue.delete(&receipt, handle, mode)
+        let (queue, now) = self.queue_mut(name)?;
+        queue.delete(now, &receipt, handle, mode)
     }
 
     pub fn change_visibility(&mut self, name: &str, handle: &str, timeout_s: u32) -> Result<()> {

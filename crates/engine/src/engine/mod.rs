@@ -7,6 +7,7 @@
 //! dead-letter sources, message move tasks).
 
 mod dead_letters;
+mod leases;
 mod messages;
 mod persist;
 mod queues;
@@ -25,6 +26,7 @@ use crate::queue::{LeaseMode, Queue};
 use crate::receipt::{Receipt, ReceiptSealer};
 
 pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus};
+pub use leases::LeaseReport;
 pub use messages::ReceiveRequest;
 pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use queues::validate_queue_name;

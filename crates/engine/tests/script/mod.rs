@@ -147,7 +147,27 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
                     c.visible, c.not_visible, c.delayed
                 )
             }),
-            "stats" => engine.stats(q).map(|s| format!("{s:?}")),
+                        "stats" => engine.stats(q).map(|s| format!("{s:?}")),
+            "report" => engine.lease_report(q).map(|r| {
+                let hold = r
+                    .hold_total
+                    .map(|h| format!("hold n={} p50={}ms p99={}ms max={}ms", h.count, h.p50, h.p99, h.max))
+                    .unwrap_or_else(|| "hold none".into());
+                let s = &r.stats;
+                format!(
+                    "{hold}; within={} late={} expired={} released={} extensions={} dlq={} dlq_after_late={}; receives {:?}; extensions/message {:?}; oldest {:?}ms",
+                    s.deleted_within_lease,
+                    s.late_deletes,
+                    s.leases_expired,
+                    s.released_early,
+                    s.extensions,
+                    s.dead_lettered,
+                    s.dead_lettered_after_late_delete,
+                    r.receive_count_histogram,
+                    r.extensions_per_message,
+                    r.oldest_message_age_ms
+                )
+            }),
             "attrs" => {
                 let mut names: Vec<String> = words[2..].iter().map(|s| s.to_string()).collect();
                 if names.is_empty() {

@@ -1,0 +1,105 @@
+//! What the server learns about leases that SQS never tells: how long consumers really hold
+//! messages, over the last 15 minutes and since start, and how messages end.
+//!
+//! Histograms are HDR (two significant figures, values in milliseconds up to the longest
+//! retention) and allocated only when a queue has something to record. They are measurements,
+//! not state: a restart starts them afresh.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use hdrhistogram::Histogram;
+
+/// The sliding window the recent figures cover.
+pub const WINDOW_MS: u64 = 15 * 60 * 1000;
+const BUCKET_MS: u64 = 3 * 60 * 1000;
+const MAX_VALUE_MS: u64 = 14 * 24 * 3600 * 1000;
+
+fn histogram() -> Histogram<u32> {
+    Histogram::new_with_bounds(1, MAX_VALUE_MS, 2).expect("valid histogram bounds")
+}
+
+/// Quantiles of a distribution of durations, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub count: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p95: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+impl Summary {
+    fn of(h: &Histogram<u32>) -> Option<Summary> {
+                // Two significant figures: report the middle of each value's bucket, within 1%.
+        let at = |q: f64| h.median_equivalent(h.value_at_quantile(q));
+        (!h.is_empty()).then(|| Summary {
+            count: h.len(),
+            p50: at(0.5),
+            p90: at(0.9),
+            p95: at(0.95),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: h.median_equivalent(h.max()),
+        })
+    }
+}
+
+/// A histogram since start plus one over the last `WINDOW_MS`, kept as time buckets.
+#[derive(Default)]
+pub(crate) struct Windowed {
+    total: Option<Histogram<u32>>,
+    buckets: VecDeque<(u64, Histogram<u32>)>,
+}
+
+impl Windowed {
+    pub fn record(&mut self, now: u64, value_ms: u64) {
+        let value = value_ms.clamp(1, MAX_VALUE_MS);
+        self.total
+            .get_or_insert_with(histogram)
+            .saturating_record(value);
+        let start = now - now % BUCKET_MS;
+        if self.buckets.back().is_none_or(|(s, _)| *s != start) {
+            self.buckets.push_back((start, histogram()));
+        }
+        while self
+            .buckets
+            .front()
+            .is_some_and(|(s, _)| *s + WINDOW_MS <= now)
+        {
+            self.buckets.pop_front();
+        }
+        if let Some((_, h)) = self.buckets.back_mut() {
+            h.saturating_record(value);
+        }
+    }
+
+    pub fn total(&self) -> Option<Summary> {
+        self.total.as_ref().and_then(Summary::of)
+    }
+
+    /// The last 15 minutes (to bucket precision).
+    pub fn recent(&self, now: u64) -> Option<Summary> {
+        let mut merged = histogram();
+        for (start, h) in &self.buckets {
+            if start + WINDOW_MS > now {
+                merged.add(h).expect("same bounds");
+            }
+        }
+        Summary::of(&merged)
+    }
+}
+
+/// Per-queue lease measurements that are not part of the queue's durable state.
+#[derive(Default)]
+pub(crate) struct LeaseMetrics {
+    /// From the receive that returned a message to the delete that removed it.
+    pub hold: Windowed,
+    /// From a send to the message's first receive.
+    pub first_receive: Windowed,
+    /// How many times finished messages (deleted or dead-lettered) had been delivered.
+    pub receive_counts: BTreeMap<u32, u64>,
+    /// How many times deleted messages' final leases had been extended.
+    pub extensions_per_message: BTreeMap<u32, u64>,
+}
