@@ -32,7 +32,7 @@ pub struct Summary {
 
 impl Summary {
     fn of(h: &Histogram<u32>) -> Option<Summary> {
-                // Two significant figures: report the middle of each value's bucket, within 1%.
+        // Two significant figures: report the middle of each value's bucket, within 1%.
         let at = |q: f64| h.median_equivalent(h.value_at_quantile(q));
         (!h.is_empty()).then(|| Summary {
             count: h.len(),

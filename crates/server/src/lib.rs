@@ -5,6 +5,7 @@
 
 mod admin;
 mod clock;
+mod leases;
 mod sqs;
 mod state;
 
@@ -34,7 +35,12 @@ const MAX_IN_FLIGHT_REQUESTS: usize = 10_000;
 pub fn app(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/", get(sqs::handle).post(sqs::handle))
-        .route("/{account}/{queue}", get(sqs::handle).post(sqs::handle));
+        .route("/{account}/{queue}", get(sqs::handle).post(sqs::handle))
+        .route(
+            "/_leasehold/queues/{name}/leases",
+            get(leases::queue_leases),
+        )
+        .route("/metrics", get(leases::metrics));
     if state.config.time_travel {
         router = router.route("/_leasehold/clock/advance", post(admin::advance_clock));
     }

@@ -1,0 +1,296 @@
+//! Leasehold's honesty about leases, over HTTP: `GET /_leasehold/queues/{name}/leases` as
+//! JSON, and `GET /metrics` in the Prometheus text format.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use leasehold_engine::{DurationSummary, LeaseReport, LEASE_WINDOW_MS};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use serde_json::{json, Value};
+
+use crate::state::AppState;
+
+fn summary(s: Option<DurationSummary>) -> Value {
+    match s {
+        None => {
+            json!({"count": 0, "p50": null, "p90": null, "p95": null, "p99": null, "p999": null, "max": null})
+        }
+        Some(s) => json!({
+            "count": s.count, "p50": s.p50, "p90": s.p90, "p95": s.p95,
+            "p99": s.p99, "p999": s.p999, "max": s.max,
+        }),
+    }
+}
+
+fn by_count(map: &std::collections::BTreeMap<u32, u64>) -> Value {
+    Value::Object(map.iter().map(|(k, v)| (k.to_string(), json!(v))).collect())
+}
+
+/// The lease report as JSON; the names are a contract other tools read.
+pub fn report_json(name: &str, r: &LeaseReport) -> Value {
+    let s = &r.stats;
+    json!({
+        "queue": name,
+        "lease_hold_ms": summary(r.hold_total),
+        "lease_hold_ms_last_15m": summary(r.hold_recent),
+        "window_ms": LEASE_WINDOW_MS,
+        "send_to_first_receive_ms": summary(r.first_receive_total),
+        "send_to_first_receive_ms_last_15m": summary(r.first_receive_recent),
+        "deleted_within_lease": s.deleted_within_lease,
+        "expired_leases": s.leases_expired,
+        "late_deletes": s.late_deletes,
+        "released_early": s.released_early,
+        "extensions": s.extensions,
+        "extensions_per_message": by_count(&r.extensions_per_message),
+        "receive_count_histogram": by_count(&r.receive_count_histogram),
+        "dlq_moves": s.dead_lettered,
+        "dlq_moves_after_late_delete": s.dead_lettered_after_late_delete,
+        "sent": s.sent,
+        "received": s.received,
+        "deleted": s.deleted,
+        "empty_receives": s.empty_receives,
+        "oldest_message_age_ms": r.oldest_message_age_ms,
+        "messages": {
+            "visible": r.counts.visible,
+            "not_visible": r.counts.not_visible,
+            "delayed": r.counts.delayed,
+        },
+        "settings": {
+            "visibility_timeout_s": r.visibility_timeout_s,
+            "max_receive_count": r.max_receive_count,
+            "retention_s": r.retention_s,
+        },
+    })
+}
+
+pub async fn queue_leases(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Response {
+    let report = state.engine().lease_report(&name);
+    match report {
+        Ok(r) => Json(report_json(&name, &r)).into_response(),
+        Err(e) => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"message": e.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
+/// Every queue's report, taken at scrape time.
+#[derive(Debug)]
+struct QueueReports(Vec<(String, LeaseReport)>);
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Vec<(&str, String)>, f64)],
+) -> Result<(), std::fmt::Error> {
+    let mut family =
+        encoder.encode_descriptor(name, help, None, ConstGauge::new(0.0).metric_type())?;
+    for (labels, value) in rows {
+        ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Vec<(&str, String)>, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut family =
+        encoder.encode_descriptor(name, help, None, ConstCounter::new(0u64).metric_type())?;
+    for (labels, value) in rows {
+        ConstCounter::new(*value).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for QueueReports {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let q = |name: &str| vec![("queue", name.to_string())];
+        let per_queue_gauge = |f: &dyn Fn(&LeaseReport) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
+            self.0.iter().map(|(n, r)| (q(n), f(r))).collect()
+        };
+        let per_queue_counter =
+            |f: &dyn Fn(&LeaseReport) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
+                self.0.iter().map(|(n, r)| (q(n), f(r))).collect()
+            };
+        // CloudWatch's SQS metrics, under their own names.
+        gauge(
+            &mut encoder,
+            "sqs_approximate_number_of_messages_visible",
+            "Messages available for retrieval.",
+            &per_queue_gauge(&|r| r.counts.visible as f64),
+        )?;
+        gauge(
+            &mut encoder,
+            "sqs_approximate_number_of_messages_not_visible",
+            "Messages in flight.",
+            &per_queue_gauge(&|r| r.counts.not_visible as f64),
+        )?;
+        gauge(
+            &mut encoder,
+            "sqs_approximate_number_of_messages_delayed",
+            "Messages delayed.",
+            &per_queue_gauge(&|r| r.counts.delayed as f64),
+        )?;
+        gauge(
+            &mut encoder,
+            "sqs_approximate_age_of_oldest_message_seconds",
+            "Age of the oldest stored message.",
+            &per_queue_gauge(&|r| r.oldest_message_age_ms.unwrap_or(0) as f64 / 1000.0),
+        )?;
+        counter(
+            &mut encoder,
+            "sqs_number_of_messages_sent",
+            "Messages added to the queue.",
+            &per_queue_counter(&|r| r.stats.sent),
+        )?;
+        counter(
+            &mut encoder,
+            "sqs_number_of_messages_received",
+            "Messages returned by ReceiveMessage.",
+            &per_queue_counter(&|r| r.stats.received),
+        )?;
+        counter(
+            &mut encoder,
+            "sqs_number_of_messages_deleted",
+            "Messages deleted.",
+            &per_queue_counter(&|r| r.stats.deleted),
+        )?;
+        counter(
+            &mut encoder,
+            "sqs_number_of_empty_receives",
+            "ReceiveMessage calls that returned nothing.",
+            &per_queue_counter(&|r| r.stats.empty_receives),
+        )?;
+        // What SQS does not tell.
+        let mut hold = Vec::new();
+        for (name, r) in &self.0 {
+            if let Some(s) = r.hold_recent {
+                for (quantile, ms) in [
+                    ("0.5", s.p50),
+                    ("0.9", s.p90),
+                    ("0.99", s.p99),
+                    ("0.999", s.p999),
+                    ("1", s.max),
+                ] {
+                    hold.push((
+                        vec![("queue", name.clone()), ("quantile", quantile.to_string())],
+                        ms as f64 / 1000.0,
+                    ));
+                }
+            }
+        }
+        gauge(
+            &mut encoder,
+            "leasehold_lease_hold_seconds",
+            "Receive-to-delete time over the last 15 minutes, by quantile.",
+            &hold,
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_lease_holds",
+            "Deletes measured for lease-hold time since start.",
+            &per_queue_counter(&|r| r.hold_total.map_or(0, |s| s.count)),
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_deleted_within_lease",
+            "Deletes that arrived while their lease was live.",
+            &per_queue_counter(&|r| r.stats.deleted_within_lease),
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_late_deletes",
+            "Deletes that arrived after their lease expired: duplicate work.",
+            &per_queue_counter(&|r| r.stats.late_deletes),
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_expired_leases",
+            "Leases that ran out; the message became receivable again.",
+            &per_queue_counter(&|r| r.stats.leases_expired),
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_released_early",
+            "ChangeMessageVisibility to 0.",
+            &per_queue_counter(&|r| r.stats.released_early),
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_lease_extensions",
+            "Heartbeats: visibility extended on a live lease.",
+            &per_queue_counter(&|r| r.stats.extensions),
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_dlq_moves",
+            "Messages moved to the dead-letter queue.",
+            &per_queue_counter(&|r| r.stats.dead_lettered),
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_dlq_moves_after_late_delete",
+            "Dead-lettered messages a consumer had finished: the DLQ mirage.",
+            &per_queue_counter(&|r| r.stats.dead_lettered_after_late_delete),
+        )?;
+        let mut by_receives = Vec::new();
+        for (name, r) in &self.0 {
+            for (count, messages) in &r.receive_count_histogram {
+                by_receives.push((
+                    vec![
+                        ("queue", name.clone()),
+                        ("receive_count", count.to_string()),
+                    ],
+                    *messages as f64,
+                ));
+            }
+        }
+        gauge(
+            &mut encoder,
+            "leasehold_finished_messages_by_receive_count",
+            "Deleted or dead-lettered messages by how many times they were delivered.",
+            &by_receives,
+        )?;
+        Ok(())
+    }
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let reports = {
+        let mut engine = state.engine();
+        engine
+            .queue_names()
+            .into_iter()
+            .filter_map(|name| engine.lease_report(&name).ok().map(|r| (name, r)))
+            .collect::<Vec<_>>()
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(QueueReports(reports)));
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &registry) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
