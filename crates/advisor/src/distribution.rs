@@ -55,6 +55,12 @@ impl Distribution {
         }
     }
 
+    /// The same distribution, stated as measured over `count` samples.
+    pub fn with_count(mut self, count: u64) -> Distribution {
+        self.count = count;
+        self
+    }
+
     /// From the server's lease-hold summary (milliseconds).
     pub fn from_summary(s: &DurationSummary) -> Distribution {
         let secs = |ms: u64| ms as f64 / 1000.0;

@@ -100,7 +100,7 @@ pub fn nice_ceil(seconds: f64) -> f64 {
 }
 
 fn minutes(seconds: f64) -> String {
-    if seconds < 120.0 {
+    if seconds < 600.0 {
         format!("{seconds:.0} s")
     } else if seconds < 7200.0 {
         format!("{:.0} min", seconds / 60.0)

@@ -57,6 +57,9 @@ pub struct QueueStats {
     pub released_early: u64,
     /// ChangeMessageVisibility above 0 on a live lease: heartbeats.
     pub extensions: u64,
+    /// Deletes whose message was already gone: usually another consumer's copy of the same
+    /// work, deleted first (on AWS-mode standard queues a late delete still removes).
+    pub repeat_deletes: u64,
 }
 
 /// What a delete did.
@@ -595,18 +598,19 @@ impl Queue {
         handle: &str,
         mode: LeaseMode,
     ) -> Result<DeleteOutcome> {
+        // Whatever became of the message, its consumer held it this long: processing time.
+        self.metrics
+            .hold
+            .record(now, now.saturating_sub(receipt.received_ms));
         let Some(message) = self.messages.get_mut(&receipt.key) else {
             // Deleting twice, or after retention dropped it, succeeds as on AWS.
+            self.stats.repeat_deletes += 1;
             return Ok(DeleteOutcome {
                 removed: false,
                 late: false,
             });
         };
         let late = !Self::holds_live_lease(message, receipt);
-        // Late or not, the consumer held the message this long: it is processing time.
-        self.metrics
-            .hold
-            .record(now, now.saturating_sub(receipt.received_ms));
         if late {
             self.stats.late_deletes += 1;
             message.late_deleted = true;

@@ -91,7 +91,7 @@ fn a_message_received_max_receive_count_times_moves_on_the_next_receive() {
             recv src                     -> fine rc=1 h3
             counts dlq                   -> visible=1 inflight=0 delayed=0
             recv dlq                     -> poison rc=3 h4 from=src
-            stats src                    -> QueueStats { sent: 2, received: 3, deleted: 0, empty_receives: 0, leases_expired: 2, late_deletes: 0, dead_lettered: 1, dead_lettered_after_late_delete: 0, deleted_within_lease: 0, released_early: 0, extensions: 0 }
+            stats src                    -> QueueStats { sent: 2, received: 3, deleted: 0, empty_receives: 0, leases_expired: 2, late_deletes: 0, dead_lettered: 1, dead_lettered_after_late_delete: 0, deleted_within_lease: 0, released_early: 0, extensions: 0, repeat_deletes: 0 }
         "#]],
     );
 }
@@ -155,7 +155,7 @@ fn a_move_task_returns_messages_to_their_source_with_a_fresh_receive_count() {
             tasks dlq                    -> COMPLETED moved=0/0, COMPLETED moved=2/2
             counts dlq                   -> visible=0 inflight=0 delayed=0
             recv src                     -> m1 rc=1 h3, m2 rc=1 h4
-            stats dlq                    -> QueueStats { sent: 0, received: 0, deleted: 0, empty_receives: 0, leases_expired: 0, late_deletes: 0, dead_lettered: 0, dead_lettered_after_late_delete: 0, deleted_within_lease: 0, released_early: 0, extensions: 0 }
+            stats dlq                    -> QueueStats { sent: 0, received: 0, deleted: 0, empty_receives: 0, leases_expired: 0, late_deletes: 0, dead_lettered: 0, dead_lettered_after_late_delete: 0, deleted_within_lease: 0, released_early: 0, extensions: 0, repeat_deletes: 0 }
         "#]],
     );
 }

@@ -250,7 +250,7 @@ fn an_expired_handle_is_refused_on_a_fifo_queue_in_either_mode() {
             vis q.fifo h1 10             -> error ReceiptHandleExpired("AAAAAAAAAAEAAAGLz-VoAAAAAAAAAAABAAAAAQAAAYvP5WgA3pZCN6sYLz0")
             recv q.fifo                  -> a rc=2 h2
             del q.fifo h2                -> removed
-            stats q.fifo                 -> QueueStats { sent: 1, received: 2, deleted: 1, empty_receives: 0, leases_expired: 1, late_deletes: 1, dead_lettered: 0, dead_lettered_after_late_delete: 0, deleted_within_lease: 1, released_early: 0, extensions: 0 }
+            stats q.fifo                 -> QueueStats { sent: 1, received: 2, deleted: 1, empty_receives: 0, leases_expired: 1, late_deletes: 1, dead_lettered: 0, dead_lettered_after_late_delete: 0, deleted_within_lease: 1, released_early: 0, extensions: 0, repeat_deletes: 0 }
         "#]],
     );
     check_strict(

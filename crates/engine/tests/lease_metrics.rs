@@ -33,8 +33,8 @@ fn hold_times_run_from_the_receive_to_the_delete_late_or_not() {
             advance 40                   -> t+52s
             recv q                       -> slow rc=2 h3
             del q h2                     -> removed (late)
-            del q h3                     -> kept
-            report q                     -> hold n=2 p50=12000ms p99=40064ms max=40064ms; within=1 late=1 expired=1 released=0 extensions=0 dlq=0 dlq_after_late=0; receives {1: 1, 2: 1}; extensions/message {0: 2}; oldest Nonems
+            del q h3                     -> already gone
+            report q                     -> hold n=3 p50=12000ms p99=40064ms max=40064ms; within=1 late=1 expired=1 released=0 extensions=0 dlq=0 dlq_after_late=0; receives {1: 1, 2: 1}; extensions/message {0: 2}; oldest Nonems
         "#]],
     );
 }

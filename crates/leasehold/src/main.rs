@@ -1,5 +1,7 @@
 //! The `leasehold` command: `leasehold serve` runs the SQS-compatible server.
 
+mod advise;
+
 use std::net::SocketAddr;
 
 use anyhow::Context as _;
@@ -24,6 +26,8 @@ enum Command {
     Serve(ServeArgs),
     /// Load-test any SQS endpoint that speaks AWS JSON 1.0 and report throughput and latency.
     Bench(BenchArgs),
+    /// Recommend a visibility timeout, heartbeat and maxReceiveCount from measured times.
+    Advise(advise::AdviseArgs),
 }
 
 #[derive(clap::Args)]
@@ -99,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve(args).await,
         Command::Bench(args) => bench(args).await,
+        Command::Advise(args) => advise::run(args).await,
     }
 }
 

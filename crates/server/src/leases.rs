@@ -45,7 +45,8 @@ pub fn report_json(name: &str, r: &LeaseReport) -> Value {
         "send_to_first_receive_ms_last_15m": summary(r.first_receive_recent),
         "deleted_within_lease": s.deleted_within_lease,
         "expired_leases": s.leases_expired,
-        "late_deletes": s.late_deletes,
+                "late_deletes": s.late_deletes,
+        "repeat_deletes": s.repeat_deletes,
         "released_early": s.released_early,
         "extensions": s.extensions,
         "extensions_per_message": by_count(&r.extensions_per_message),
@@ -217,6 +218,12 @@ impl Collector for QueueReports {
             "leasehold_late_deletes",
             "Deletes that arrived after their lease expired: duplicate work.",
             &per_queue_counter(&|r| r.stats.late_deletes),
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_repeat_deletes",
+            "Deletes whose message was already gone: another copy of the work finished first.",
+            &per_queue_counter(&|r| r.stats.repeat_deletes),
         )?;
         counter(
             &mut encoder,

@@ -254,6 +254,7 @@ fn queue_value(q: &QueueRecord) -> Vec<u8> {
         st.deleted_within_lease,
         st.released_early,
         st.extensions,
+        st.repeat_deletes,
     ] {
         w.u64(n);
     }
@@ -315,6 +316,7 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
             deleted_within_lease: r.u64()?,
             released_early: r.u64()?,
             extensions: r.u64()?,
+            repeat_deletes: r.u64()?,
         },
         next_seq: r.u64()?,
     })

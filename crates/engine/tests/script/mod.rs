@@ -127,7 +127,11 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
             "del" => engine.delete_message(q, &handle(words[2])).map(|o| {
                 format!(
                     "{}{}",
-                    if o.removed { "removed" } else { "kept" },
+                                        match (o.removed, o.late) {
+                        (true, _) => "removed",
+                        (false, true) => "kept",
+                        (false, false) => "already gone",
+                    },
                     if o.late { " (late)" } else { "" }
                 )
             }),
