@@ -1,0 +1,92 @@
+//! The idempotency gate: a record per unit of work, claimed before the work runs and marked
+//! completed after it, so a duplicate delivery of finished work is skipped and a duplicate of
+//! work in progress elsewhere is put back instead of run twice.
+//!
+//! Claims expire with the lease (the worker renews them with every heartbeat); an expired
+//! claim is taken over only by compare-and-set against its token, never by overwrite.
+
+mod memory;
+mod postgres;
+mod redis;
+
+use std::time::Duration;
+
+pub use memory::MemoryStore;
+pub use postgres::PostgresStore;
+pub use redis::RedisStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdempotencyError {
+    #[error("idempotency store unavailable: {0}")]
+    Unavailable(String),
+    #[error("unsupported idempotency store {0:?}: use postgres://..., redis://... or memory")]
+    UnsupportedUrl(String),
+}
+
+/// Proof that this worker holds the claim on a key: its random token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub token: String,
+}
+
+impl Claim {
+    pub fn new() -> Claim {
+        Claim {
+            token: format!("{:032x}", rand::random::<u128>()),
+        }
+    }
+}
+
+impl Default for Claim {
+    fn default() -> Self {
+        Claim::new()
+    }
+}
+
+/// What `begin` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// The work is ours to do.
+    Started(Claim),
+    /// The work was done already: skip it.
+    Completed,
+    /// Another worker is doing it now and its claim has not expired.
+    InProgressElsewhere,
+}
+
+#[async_trait::async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `key` for `ttl`, unless it is completed or claimed by someone else.
+    async fn begin(&self, key: &str, ttl: Duration) -> Result<Begin, IdempotencyError>;
+    /// Renews our claim; false if it is no longer ours.
+    async fn extend(
+        &self,
+        key: &str,
+        claim: &Claim,
+        ttl: Duration,
+    ) -> Result<bool, IdempotencyError>;
+    /// Marks the work completed, remembered for `retention`; false if the claim was lost.
+    async fn complete(
+        &self,
+        key: &str,
+        claim: &Claim,
+        retention: Duration,
+    ) -> Result<bool, IdempotencyError>;
+    /// Gives the claim up (the work failed or was cancelled), so a retry can run.
+    async fn release(&self, key: &str, claim: &Claim) -> Result<(), IdempotencyError>;
+    /// Whether the work is recorded as completed.
+    async fn is_completed(&self, key: &str) -> Result<bool, IdempotencyError>;
+}
+
+/// Opens a store from a URL: `postgres://...`, `redis://...`, or `memory`.
+pub async fn connect(url: &str) -> Result<Box<dyn IdempotencyStore>, IdempotencyError> {
+    if url == "memory" {
+        Ok(Box::new(MemoryStore::default()))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Box::new(PostgresStore::connect(url).await?))
+    } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        Ok(Box::new(RedisStore::connect(url).await?))
+    } else {
+        Err(IdempotencyError::UnsupportedUrl(url.to_string()))
+    }
+}

@@ -1,0 +1,25 @@
+//! A resilient consumer runtime for SQS queues: the seed playbook as a library.
+//!
+//! It talks to any SQS (AWS, Leasehold, an emulator) through `aws-sdk-sqs` only, and never
+//! imports the server. Per message it keeps the lease alive with a heartbeat from the moment
+//! the receive returned, cancels the handler when the lease is lost, gates work through an
+//! idempotency store, puts failures back with a jittered backoff, and on shutdown drains
+//! within a grace period shorter than the lease.
+
+mod backoff;
+mod deleter;
+mod errors;
+pub mod idempotency;
+mod lease;
+mod runtime;
+
+pub use backoff::Backoff;
+pub use errors::is_lost_lease;
+pub use idempotency::{Begin, Claim, IdempotencyError, IdempotencyStore};
+pub use runtime::{
+    HandlerError, Message, Worker, WorkerBuilder, WorkerStats, IDEMPOTENCY_KEY_ATTRIBUTE,
+};
+pub use tokio_util::sync::CancellationToken;
+
+/// The longest one receive's lease can be extended to, from that receive.
+pub const MAX_TOTAL_LEASE: std::time::Duration = std::time::Duration::from_secs(43_200);
