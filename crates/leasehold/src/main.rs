@@ -1,6 +1,7 @@
 //! The `leasehold` command: `leasehold serve` runs the SQS-compatible server.
 
 mod advise;
+mod consume;
 
 use std::net::SocketAddr;
 
@@ -28,6 +29,10 @@ enum Command {
     Bench(BenchArgs),
     /// Recommend a visibility timeout, heartbeat and maxReceiveCount from measured times.
     Advise(advise::AdviseArgs),
+    /// Consume a queue, running a command per message under heartbeats and an idempotency gate.
+    Work(consume::WorkArgs),
+    /// Move a dead-letter queue's messages back, skipping work already recorded as done.
+    Redrive(consume::RedriveArgs),
 }
 
 #[derive(clap::Args)]
@@ -104,6 +109,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args).await,
         Command::Bench(args) => bench(args).await,
         Command::Advise(args) => advise::run(args).await,
+        Command::Work(args) => consume::work(args).await,
+        Command::Redrive(args) => consume::redrive(args).await,
     }
 }
 
@@ -155,7 +162,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -1,0 +1,310 @@
+//! `leasehold work` and `leasehold redrive`: the consumer runtime as commands, for any
+//! language and any SQS.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
+use aws_sdk_sqs::Client;
+use leasehold_worker::{
+    idempotency, Backoff, IdempotencyStore, Message, Worker, IDEMPOTENCY_KEY_ATTRIBUTE,
+};
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+/// Where to find SQS: the AWS defaults (environment, profile), with an optional endpoint.
+#[derive(clap::Args, Clone)]
+pub struct SqsArgs {
+    /// An SQS endpoint other than AWS's, e.g. http://127.0.0.1:9324 (or AWS_ENDPOINT_URL).
+    #[arg(long)]
+    endpoint_url: Option<String>,
+    /// The region (else AWS_REGION or the profile's; us-east-1 if none).
+    #[arg(long)]
+    region: Option<String>,
+}
+
+pub async fn sqs_client(args: &SqsArgs) -> Client {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(endpoint) = &args.endpoint_url {
+        loader = loader.endpoint_url(endpoint);
+    }
+    let region = args
+        .region
+        .clone()
+        .or_else(|| std::env::var("AWS_REGION").ok())
+        .unwrap_or_else(|| "us-east-1".into());
+    loader = loader.region(aws_config::Region::new(region));
+    Client::new(&loader.load().await)
+}
+
+#[derive(clap::Args)]
+pub struct WorkArgs {
+    #[command(flatten)]
+    sqs: SqsArgs,
+    /// The queue to consume.
+    #[arg(long)]
+    queue_url: String,
+    /// Messages processed at once.
+    #[arg(long, default_value = "4")]
+    concurrency: usize,
+    /// Lease in seconds: asked for at each receive and renewed by each heartbeat.
+    #[arg(long, default_value = "30")]
+    lease: u64,
+    /// Heartbeat period in seconds (default: a third of the lease).
+    #[arg(long)]
+    heartbeat: Option<f64>,
+    /// At most this many messages started per second.
+    #[arg(long)]
+    rate: Option<u32>,
+    /// postgres://..., redis://... or memory: skip work already done, never run it twice at once.
+    #[arg(long)]
+    idempotency: Option<String>,
+    /// Seconds in-flight work may finish after SIGTERM (default: two thirds of the lease).
+    #[arg(long)]
+    grace: Option<u64>,
+    /// First retry delay in seconds after a failure, doubled per receive, jittered.
+    #[arg(long, default_value = "5")]
+    backoff: u64,
+    /// Longest retry delay in seconds.
+    #[arg(long, default_value = "900")]
+    max_backoff: u64,
+    /// Put failed messages back at once instead of after a backoff.
+    #[arg(long)]
+    fail_fast: bool,
+    /// The command to run per message: body on stdin, metadata in LEASEHOLD_* variables.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+fn string_attributes(attrs: &HashMap<String, MessageAttributeValue>) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = attrs
+        .iter()
+        .filter_map(|(k, v)| {
+            v.string_value
+                .clone()
+                .map(|s| (k.clone(), serde_json::Value::String(s)))
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+/// Runs the command for one message; kills it if the message's token is cancelled.
+async fn run_command(
+    command: Arc<Vec<String>>,
+    queue_url: Arc<String>,
+    m: Message,
+) -> Result<(), leasehold_worker::HandlerError> {
+    let mut child = tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env("LEASEHOLD_MESSAGE_ID", &m.message_id)
+        .env("LEASEHOLD_RECEIVE_COUNT", m.receive_count.to_string())
+        .env("LEASEHOLD_QUEUE_URL", queue_url.as_str())
+        .env(
+            "LEASEHOLD_MESSAGE_ATTRIBUTES",
+            string_attributes(&m.message_attributes),
+        )
+        .stdin(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A command that does not read its input must not fail the message.
+        let _ = stdin.write_all(m.body.as_bytes()).await;
+    }
+    tokio::select! {
+        status = child.wait() => {
+            let status = status?;
+            if status.success() { Ok(()) } else { Err(format!("command exited with {status}").into()) }
+        }
+        _ = m.cancel.cancelled() => {
+            let _ = child.kill().await;
+            Err("the lease was lost or the worker stopped: command killed".into())
+        }
+    }
+}
+
+pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
+    let client = sqs_client(&args.sqs).await;
+    let shutdown = CancellationToken::new();
+    let command = Arc::new(args.command.clone());
+    let queue_url = Arc::new(args.queue_url.clone());
+    let mut builder = Worker::builder(client, args.queue_url.clone())
+        .concurrency(args.concurrency)
+        .lease(Duration::from_secs(args.lease))
+        .backoff(Backoff {
+            base: Duration::from_secs(args.backoff),
+            cap: Duration::from_secs(args.max_backoff),
+        })
+        .fail_fast(args.fail_fast)
+        .shutdown(shutdown.clone())
+        .handler(move |m| run_command(command.clone(), queue_url.clone(), m));
+    if let Some(h) = args.heartbeat {
+        builder = builder.heartbeat(Duration::from_secs_f64(h));
+    }
+    if let Some(r) = args.rate {
+        builder = builder.rate_limit(r);
+    }
+    if let Some(g) = args.grace {
+        builder = builder.grace(Duration::from_secs(g));
+    }
+    if let Some(url) = &args.idempotency {
+        let store: Arc<dyn IdempotencyStore> = Arc::from(idempotency::connect(url).await?);
+        builder = builder.idempotency(store);
+    }
+    let worker = builder.build();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            crate::shutdown_signal().await;
+            shutdown.cancel();
+        }
+    });
+    tracing::info!(queue = %args.queue_url, "worker started");
+    let stats = worker.run().await;
+    tracing::info!(?stats, "worker stopped");
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct RedriveArgs {
+    #[command(flatten)]
+    sqs: SqsArgs,
+    /// The dead-letter queue to empty.
+    #[arg(long)]
+    from: String,
+    /// The queue to send messages back to.
+    #[arg(long)]
+    to: String,
+    /// postgres://..., redis://... or memory: where workers record completed work.
+    #[arg(long)]
+    idempotency: String,
+    /// Report what would happen; move and delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
+    let client = sqs_client(&args.sqs).await;
+    let store = idempotency::connect(&args.idempotency).await?;
+    let (mut moved, mut skipped, mut failed) = (0u64, 0u64, 0u64);
+    let mut held = Vec::new();
+    let mut empty_polls = 0;
+    while empty_polls < 2 {
+        let out = client
+            .receive_message()
+            .queue_url(&args.from)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(300)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .with_context(|| format!("cannot receive from {}", args.from))?;
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            empty_polls += 1;
+            continue;
+        }
+        empty_polls = 0;
+        for m in messages {
+            let (Some(id), Some(handle)) = (m.message_id.clone(), m.receipt_handle.clone()) else {
+                continue;
+            };
+            let attributes = m.message_attributes.clone().unwrap_or_default();
+            let key = attributes
+                .get(IDEMPOTENCY_KEY_ATTRIBUTE)
+                .and_then(|a| a.string_value.clone())
+                .unwrap_or(id);
+            let done = match store.is_completed(&key).await {
+                Ok(done) => done,
+                Err(error) => {
+                    tracing::warn!(%error, %key, "cannot check the idempotency store; leaving the message");
+                    failed += 1;
+                    held.push(handle);
+                    continue;
+                }
+            };
+            if args.dry_run {
+                if done {
+                    skipped += 1
+                } else {
+                    moved += 1
+                }
+                held.push(handle);
+                continue;
+            }
+            if done {
+                // Already done: replaying it would do it again. It leaves the DLQ.
+                skipped += 1;
+                if client
+                    .delete_message()
+                    .queue_url(&args.from)
+                    .receipt_handle(&handle)
+                    .send()
+                    .await
+                    .is_err()
+                {
+                    failed += 1;
+                }
+                continue;
+            }
+            let mut send = client
+                .send_message()
+                .queue_url(&args.to)
+                .message_body(m.body.clone().unwrap_or_default());
+            let mut attributes = attributes;
+            attributes.insert(
+                IDEMPOTENCY_KEY_ATTRIBUTE.to_string(),
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(&key)
+                    .build()?,
+            );
+            for (name, value) in attributes {
+                send = send.message_attributes(name, value);
+            }
+            let sent = send.send().await;
+            let deleted = match sent {
+                Ok(_) => client
+                    .delete_message()
+                    .queue_url(&args.from)
+                    .receipt_handle(&handle)
+                    .send()
+                    .await
+                    .is_ok(),
+                Err(_) => false,
+            };
+            if deleted {
+                moved += 1;
+            } else {
+                failed += 1;
+                held.push(handle);
+            }
+        }
+    }
+    for handle in held {
+        let _ = client
+            .change_message_visibility()
+            .queue_url(&args.from)
+            .receipt_handle(handle)
+            .visibility_timeout(0)
+            .send()
+            .await;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"moved": moved, "skipped_already_done": skipped, "failed": failed, "dry_run": args.dry_run})
+        );
+    } else {
+        let verb = if args.dry_run { "would move" } else { "moved" };
+        println!("{verb} {moved}, skipped as already done {skipped}, failed {failed}");
+    }
+    Ok(())
+}
