@@ -2,75 +2,19 @@
 //! SIGKILL at random moments, restarted on the same data directory. Every acknowledged send
 //! must still be there or have been deleted; no acknowledged delete may come back.
 
-use std::collections::{HashMap, HashSet};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
-use aws_credential_types::Credentials;
-use aws_sdk_sqs::config::{BehaviorVersion, Region};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 use aws_sdk_sqs::Client;
+use common::{free_port, Server};
 use rand::{Rng, SeedableRng};
 
 const CRASHES: usize = 5;
 const CLIENTS: usize = 4;
-
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(data_dir: &std::path::Path, port: u16) -> Server {
-        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args([
-                "serve",
-                "--bind",
-                &format!("127.0.0.1:{port}"),
-                "--fsync",
-                "always",
-                "--time-travel",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the leasehold binary starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "server did not listen within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Server { child, port }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().unwrap();
-    }
-}
-
-fn client(port: u16) -> Client {
-    let config = aws_sdk_sqs::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(format!("http://127.0.0.1:{port}"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "crash"))
-        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-        .timeout_config(
-            aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
-                .operation_timeout(Duration::from_secs(5))
-                .build(),
-        )
-        .build();
-    Client::from_conf(config)
-}
 
 #[derive(Default)]
 struct Ledger {
@@ -209,17 +153,17 @@ async fn load(sqs: Client, url: String, who: usize, round: usize, ledger: Arc<Mu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_servers_lose_nothing_acknowledged() {
     let data_dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let mut url = String::new();
     for round in 0..CRASHES {
-        let server = Server::start(data_dir.path(), port);
-        let sqs = client(server.port);
+        let server = Server::start_on(
+            port,
+            &["--fsync", "always", "--time-travel"],
+            Some(data_dir.path()),
+        );
+        let sqs = server.client();
         url = sqs
             .create_queue()
             .queue_name("crash")
@@ -239,8 +183,12 @@ async fn killed_servers_lose_nothing_acknowledged() {
     }
 
     // Restart once more, let every lease run out, and drain the queue.
-    let server = Server::start(data_dir.path(), port);
-    let sqs = client(server.port);
+    let server = Server::start_on(
+        port,
+        &["--fsync", "always", "--time-travel"],
+        Some(data_dir.path()),
+    );
+    let sqs = server.client();
     let advanced = reqwest::Client::new()
         .post(format!(
             "http://127.0.0.1:{}/_leasehold/clock/advance",

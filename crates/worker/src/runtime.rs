@@ -28,7 +28,7 @@ use crate::MAX_TOTAL_LEASE;
 pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "leasehold-idempotency-key";
 
 /// How long a handler has to return once its token is cancelled, before it is dropped.
-const CANCEL_GRACE: Duration = Duration::from_secs(2);
+const CANCEL_GRACE: Duration = Duration::from_secs(1);
 
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 type BoxFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
@@ -457,8 +457,10 @@ async fn put_back(inner: &Inner, handle: &str, receive_count: u32, received_at: 
 
 enum Outcome {
     Done(Result<(), HandlerError>),
-    LeaseLost,
-    Stopped,
+    /// The lease was lost; the handler's result, if it returned within the cancel grace.
+    LeaseLost(Option<Result<(), HandlerError>>),
+    /// Shutdown ran out of grace; the handler's result, if it returned in time.
+    Stopped(Option<Result<(), HandlerError>>),
 }
 
 async fn process(
@@ -525,20 +527,18 @@ async fn process(
     tokio::pin!(work);
     let outcome = tokio::select! {
         result = &mut work => Outcome::Done(result),
-        _ = keeper.lost.cancelled() => {
+                _ = keeper.lost.cancelled() => {
             cancel.cancel();
-            let _ = tokio::time::timeout(CANCEL_GRACE, &mut work).await;
-            Outcome::LeaseLost
+            Outcome::LeaseLost(tokio::time::timeout(CANCEL_GRACE, &mut work).await.ok())
         }
         _ = cancel.cancelled() => {
-            let _ = tokio::time::timeout(CANCEL_GRACE, &mut work).await;
-            Outcome::Stopped
+            Outcome::Stopped(tokio::time::timeout(CANCEL_GRACE, &mut work).await.ok())
         }
     };
     metrics::histogram!("leasehold_worker_processing_seconds")
         .record(started.duration_since(received_at).as_secs_f64());
     match outcome {
-        Outcome::Done(Ok(())) => {
+        Outcome::Done(Ok(())) | Outcome::Stopped(Some(Ok(()))) => {
             if let Some((store, claim)) = &claim {
                 if let Ok(false) = store.complete(&key, claim, inner.completed_retention).await {
                     tracing::warn!(%key, "completed work whose idempotency claim had been taken over");
@@ -560,14 +560,19 @@ async fn process(
             metrics::counter!("leasehold_worker_retries_total").increment(1);
             put_back(&inner, &handle, receive_count, received_at).await;
         }
-        Outcome::LeaseLost => {
-            // Someone else owns the message now: neither delete nor change it.
+        Outcome::LeaseLost(result) => {
+            // Someone else owns the message now: neither delete nor change it. Work that
+            // finished anyway is recorded, so the other copy is skipped as a duplicate.
             if let Some((store, claim)) = &claim {
-                let _ = store.release(&key, claim).await;
+                if let Some(Ok(())) = result {
+                    let _ = store.complete(&key, claim, inner.completed_retention).await;
+                } else {
+                    let _ = store.release(&key, claim).await;
+                }
             }
             keeper.stop().await;
         }
-        Outcome::Stopped => {
+        Outcome::Stopped(_) => {
             if let Some((store, claim)) = &claim {
                 let _ = store.release(&key, claim).await;
             }

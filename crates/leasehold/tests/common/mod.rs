@@ -1,0 +1,115 @@
+//! Starting the real `leasehold` binary for tests, and SDK clients for it.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_credential_types::Credentials;
+use aws_sdk_sqs::config::{BehaviorVersion, Region};
+use aws_sdk_sqs::Client;
+
+pub const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    /// `leasehold serve` with these extra arguments, on `port`, waiting until it listens.
+    pub fn start_on(port: u16, extra: &[&str], data_dir: Option<&Path>) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+            .args(extra);
+        match data_dir {
+            Some(dir) => command.arg("--data-dir").arg(dir),
+            None => command.arg("--in-memory"),
+        };
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the leasehold binary starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "server did not listen within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, port }
+    }
+
+    pub fn start(extra: &[&str]) -> Server {
+        Self::start_on(free_port(), extra, None)
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> Client {
+        client(self.port)
+    }
+
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client(port: u16) -> Client {
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(format!("http://127.0.0.1:{port}"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+        .timeout_config(
+            aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
+                .operation_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .build();
+    Client::from_conf(config)
+}
+
+/// Visible plus in-flight plus delayed messages of a queue.
+pub async fn stored(sqs: &Client, url: &str) -> u64 {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let attrs = out.attributes.unwrap();
+    [
+        aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages,
+        aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+        aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed,
+    ]
+    .iter()
+    .map(|a| attrs[a].parse::<u64>().unwrap())
+    .sum()
+}
