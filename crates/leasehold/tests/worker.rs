@@ -452,3 +452,118 @@ async fn postgres_a_worker_killed_mid_message_runs_the_work_once_more_at_most_on
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_redrive_moves_only_work_not_recorded_as_done() {
+    let server = Server::start(&[]);
+    let sqs = server.client();
+    let dlq = queue(&sqs, "redrive-dlq", 30).await;
+    let source = queue(&sqs, "redrive-source", 30).await;
+    let store = connect(POSTGRES_URL).await.unwrap();
+    let keys: Vec<String> = (0..3)
+        .map(|i| format!("redrive-{i}-{:016x}", rand::random::<u64>()))
+        .collect();
+    for key in &keys {
+        sqs.send_message()
+            .queue_url(&dlq)
+            .message_body(format!("body of {key}"))
+            .message_attributes(
+                IDEMPOTENCY_KEY_ATTRIBUTE,
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(key)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    // The first job already succeeded before it reached the DLQ: the "DLQ mirage".
+    let leasehold_worker::Begin::Started(claim) = store
+        .begin(&keys[0], Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(store
+        .complete(&keys[0], &claim, Duration::from_secs(3600))
+        .await
+        .unwrap());
+
+    let redrive = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args([
+                "redrive",
+                "--endpoint-url",
+                &server.endpoint(),
+                "--from",
+                &dlq,
+                "--to",
+                &source,
+                "--idempotency",
+                POSTGRES_URL,
+                "--json",
+            ])
+            .args(extra)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let dry = redrive(&["--dry-run"]);
+    assert_eq!(
+        (
+            dry["moved"].as_u64(),
+            dry["skipped_already_done"].as_u64(),
+            dry["failed"].as_u64()
+        ),
+        (Some(2), Some(1), Some(0))
+    );
+    assert_eq!(stored(&sqs, &dlq).await, 3, "a dry run moves nothing");
+    assert_eq!(stored(&sqs, &source).await, 0);
+
+    let report = redrive(&[]);
+    assert_eq!(
+        (
+            report["moved"].as_u64(),
+            report["skipped_already_done"].as_u64(),
+            report["failed"].as_u64()
+        ),
+        (Some(2), Some(1), Some(0))
+    );
+    assert_eq!(stored(&sqs, &dlq).await, 0);
+    let moved = sqs
+        .receive_message()
+        .queue_url(&source)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap();
+    let mut moved_keys: Vec<String> = moved
+        .messages
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            m.message_attributes.unwrap()[IDEMPOTENCY_KEY_ATTRIBUTE]
+                .string_value
+                .clone()
+                .unwrap()
+        })
+        .collect();
+    moved_keys.sort();
+    let mut expected = keys[1..].to_vec();
+    expected.sort();
+    assert_eq!(
+        moved_keys, expected,
+        "redriven messages keep their idempotency key"
+    );
+}
