@@ -2,6 +2,7 @@
 
 mod advise;
 mod consume;
+mod simulate;
 
 use std::net::SocketAddr;
 
@@ -33,6 +34,8 @@ enum Command {
     Work(consume::WorkArgs),
     /// Move a dead-letter queue's messages back, skipping work already recorded as done.
     Redrive(consume::RedriveArgs),
+    /// Run a death-spiral scenario on the real engine under a virtual clock.
+    Simulate(simulate::SimulateArgs),
 }
 
 #[derive(clap::Args)]
@@ -111,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Advise(args) => advise::run(args).await,
         Command::Work(args) => consume::work(args).await,
         Command::Redrive(args) => consume::redrive(args).await,
+        Command::Simulate(args) => simulate::simulate(args),
     }
 }
 

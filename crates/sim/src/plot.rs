@@ -1,0 +1,213 @@
+//! Plots a person can read at a glance: amplification, queue depth and database latency over
+//! time, with the trouble shaded; and the sweep's map of where the system is metastable.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::scenario::Scenario;
+use crate::sweep::SweepCell;
+use crate::{Outcome, SimError};
+
+fn err(e: impl std::fmt::Display) -> SimError {
+    SimError::Output(format!("plot: {e}"))
+}
+
+fn render<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    scenario: &Scenario,
+    outcome: &Outcome,
+) -> Result<(), SimError>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let s = &outcome.summary;
+    let title = format!(
+        "{}: peak amplification {:.1}x, {}",
+        scenario.name,
+        s.peak_amplification,
+        match s.recovery_s {
+            Some(r) => format!("recovered {r:.0} s after the trouble"),
+            None => "did not recover".into(),
+        }
+    );
+    let root = root.titled(&title, ("sans-serif", 22)).map_err(err)?;
+    let panels = root.split_evenly((3, 1));
+    let rows = &outcome.rows;
+    let t_max = rows.last().map_or(1.0, |r| r.t_s).max(1.0);
+    let spans: Vec<(f64, f64)> = scenario
+        .triggers
+        .iter()
+        .map(|t| match t.kind.as_str() {
+            "blip" => (t.start_s, t.end_s),
+            "deploy" => (
+                t.start_s,
+                t.start_s + t.interval_s * scenario.scaling.workers as f64,
+            ),
+            _ => (t.start_s, t.start_s + scenario.step_s),
+        })
+        .collect();
+
+    let series: [(&str, Vec<(&str, RGBColor, Box<dyn Fn(&crate::Row) -> f64>)>); 3] = [
+        (
+            "executions per message (amplification)",
+            vec![("amplification", RED, Box::new(|r| r.amplification))],
+        ),
+        (
+            "messages",
+            vec![
+                ("visible", BLUE, Box::new(|r| r.visible as f64)),
+                ("in flight", GREEN, Box::new(|r| r.in_flight as f64)),
+                (
+                    "running on the database",
+                    MAGENTA,
+                    Box::new(|r| r.db_running as f64),
+                ),
+            ],
+        ),
+        (
+            "processing time (s)",
+            vec![("mean processing time", BLACK, Box::new(|r| r.db_latency_s))],
+        ),
+    ];
+    for ((label, lines), panel) in series.iter().zip(panels.iter()) {
+        let y_max = lines.iter().flat_map(|(_, _, f)| rows.iter().map(f)).fold(
+            if *label == "processing time (s)" {
+                scenario.queue.visibility_timeout_s as f64
+            } else {
+                1.0
+            },
+            f64::max,
+        ) * 1.1;
+        let mut chart = ChartBuilder::on(panel)
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("simulated time (s)")
+            .y_desc(*label)
+            .draw()
+            .map_err(err)?;
+        for (a, b) in &spans {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(*a, 0.0), (*b, y_max)],
+                    RGBColor(255, 220, 180).filled(),
+                )))
+                .map_err(err)?;
+        }
+        if *label == "processing time (s)" {
+            let lease = scenario.queue.visibility_timeout_s as f64;
+            chart
+                .draw_series(LineSeries::new(
+                    [(0.0, lease), (t_max, lease)],
+                    RED.stroke_width(1),
+                ))
+                .map_err(err)?
+                .label("lease")
+                .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RED));
+        }
+        for (name, color, f) in lines {
+            chart
+                .draw_series(LineSeries::new(
+                    rows.iter().map(|r| (r.t_s, f(r))),
+                    color.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(*name)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], *color));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
+pub fn draw(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Result<(), SimError> {
+    let svg = dir.join("plot.svg");
+    render(
+        SVGBackend::new(&svg, (1200, 1000)).into_drawing_area(),
+        scenario,
+        outcome,
+    )?;
+    let png = dir.join("plot.png");
+    render(
+        BitMapBackend::new(&png, (1200, 1000)).into_drawing_area(),
+        scenario,
+        outcome,
+    )
+}
+
+fn render_sweep<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    cells: &[SweepCell],
+) -> Result<(), SimError>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let mut leases: Vec<f64> = cells.iter().map(|c| c.lease_s).collect();
+    leases.dedup();
+    let mut loads: Vec<f64> = cells.iter().map(|c| c.load).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0..leases.len(), 0..loads.len())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("visibility timeout (s)")
+        .y_desc("load (share of fleet capacity)")
+        .x_label_formatter(&|i| leases.get(*i).map_or(String::new(), |l| format!("{l:.0}")))
+        .y_label_formatter(&|i| loads.get(*i).map_or(String::new(), |l| format!("{l:.2}")))
+        .draw()
+        .map_err(err)?;
+    for c in cells {
+        let x = leases.iter().position(|l| *l == c.lease_s).unwrap_or(0);
+        let y = loads.iter().position(|l| *l == c.load).unwrap_or(0);
+        let color = if c.recovered {
+            RGBColor(120, 200, 120)
+        } else {
+            RGBColor(220, 80, 80)
+        };
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(x, y), (x + 1, y + 1)],
+                color.filled(),
+            )))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
+/// The sweep's map: green where the system recovered after the trigger, red where it stayed
+/// in the spiral (metastable).
+pub fn draw_sweep(title: &str, cells: &[SweepCell], dir: &Path) -> Result<(), SimError> {
+    let svg = dir.join("sweep.svg");
+    render_sweep(
+        SVGBackend::new(&svg, (900, 700)).into_drawing_area(),
+        title,
+        cells,
+    )?;
+    let png = dir.join("sweep.png");
+    render_sweep(
+        BitMapBackend::new(&png, (900, 700)).into_drawing_area(),
+        title,
+        cells,
+    )
+}

@@ -1,0 +1,172 @@
+//! The outputs: a row per time step, a summary, and when the system recovered.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::scenario::Scenario;
+use crate::sim::Tally;
+use crate::{Outcome, SimError};
+
+/// One time step.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Row {
+    pub t_s: f64,
+    pub arrivals: u64,
+    pub executions: u64,
+    pub duplicate_executions: u64,
+    /// Executions per distinct message over the amplification window.
+    pub amplification: f64,
+    pub late_deletes: u64,
+    pub visible: u64,
+    pub in_flight: u64,
+    pub db_running: u32,
+    /// Mean processing time of the executions started in this step.
+    pub db_latency_s: f64,
+    pub workers: u32,
+    pub dlq_messages: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    pub scenario: String,
+    pub seed: u64,
+    pub simulated_s: f64,
+    pub unique_messages: u64,
+    pub executions: u64,
+    /// Executions beyond the first of each message.
+    pub duplicate_executions: u64,
+    /// Share of executed messages that were executed more than once.
+    pub duplicate_fraction: f64,
+    pub peak_amplification: f64,
+    pub completed: u64,
+    pub skipped_duplicates: u64,
+    pub late_deletes: u64,
+    pub lost_leases: u64,
+    pub dlq_messages: u64,
+    pub dlq_messages_already_succeeded: u64,
+    pub recovered: bool,
+    /// Seconds from the end of the last trigger until the system was healthy again; null when
+    /// it did not recover.
+    pub recovery_s: Option<f64>,
+    /// Longest time a crashed worker's message stayed invisible before it was redelivered.
+    pub crash_recovery_s: Option<f64>,
+    /// Mean time from a poison message's first receive to its arrival in the DLQ.
+    pub time_to_dlq_s: Option<f64>,
+    pub peak_db_running: u32,
+    pub peak_workers: u32,
+    pub mean_latency_s: f64,
+    pub peak_backlog: u64,
+    pub wall_clock_s: f64,
+}
+
+/// Healthy: no duplicate executions and no late deletes in a step, and the backlog no longer
+/// than before the trouble (or than two steps of the fleet's work). Recovered: healthy for
+/// five minutes on end (or to the end of the run, if at least two minutes).
+fn recovery(scenario: &Scenario, rows: &[Row]) -> (bool, Option<f64>) {
+    let Some(end) = scenario.triggers_end_s() else {
+        return (true, Some(0.0));
+    };
+    let start = scenario
+        .triggers
+        .iter()
+        .map(|t| t.start_s)
+        .fold(f64::INFINITY, f64::min);
+    let before: Vec<&Row> = rows.iter().filter(|r| r.t_s <= start).collect();
+    let usual = before.iter().map(|r| r.visible).max().unwrap_or(0) as f64;
+    let limit = (2.0 * usual).max(2.0 * scenario.scaling.workers as f64);
+    let healthy =
+        |r: &Row| r.duplicate_executions == 0 && r.late_deletes == 0 && (r.visible as f64) <= limit;
+    let hold = 300.0;
+    let last = rows.last().map_or(0.0, |r| r.t_s);
+    for (i, row) in rows.iter().enumerate().filter(|(_, r)| r.t_s >= end) {
+        let span: Vec<&Row> = rows[i..]
+            .iter()
+            .take_while(|r| r.t_s < row.t_s + hold)
+            .collect();
+        let long_enough = row.t_s + hold <= last || last - row.t_s >= 120.0;
+        if long_enough && span.iter().all(|r| healthy(r)) {
+            return (true, Some((row.t_s - end).max(0.0)));
+        }
+    }
+    (false, None)
+}
+
+pub(crate) fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
+    let (recovered, recovery_s) = recovery(scenario, &t.rows);
+    let mean =
+        |v: &[u64]| (!v.is_empty()).then(|| v.iter().sum::<u64>() as f64 / v.len() as f64 / 1000.0);
+    Summary {
+        scenario: scenario.name.clone(),
+        seed: scenario.seed,
+        simulated_s: scenario.duration_s,
+        unique_messages: t.arrivals,
+        executions: t.executions,
+        duplicate_executions: t.duplicate_executions,
+        duplicate_fraction: if t.executed_messages == 0 {
+            0.0
+        } else {
+            t.messages_executed_more_than_once as f64 / t.executed_messages as f64
+        },
+        peak_amplification: t.rows.iter().map(|r| r.amplification).fold(1.0, f64::max),
+        completed: t.completed,
+        skipped_duplicates: t.skipped_duplicates,
+        late_deletes: t.rows.iter().map(|r| r.late_deletes).sum(),
+        lost_leases: t.lost_leases,
+        dlq_messages: t.dlq_messages,
+        dlq_messages_already_succeeded: t.dlq_messages_already_succeeded,
+        recovered,
+        recovery_s,
+        crash_recovery_s: t
+            .crash_recoveries_ms
+            .iter()
+            .max()
+            .map(|m| *m as f64 / 1000.0),
+        time_to_dlq_s: mean(&t.times_to_dlq_ms),
+        peak_db_running: t.peak_db_running,
+        peak_workers: t.peak_workers,
+        mean_latency_s: if t.executions == 0 {
+            0.0
+        } else {
+            t.latency_sum_s / t.executions as f64
+        },
+        peak_backlog: t.rows.iter().map(|r| r.visible).max().unwrap_or(0),
+        wall_clock_s: 0.0,
+    }
+}
+
+fn io(e: impl std::fmt::Display) -> SimError {
+    SimError::Output(e.to_string())
+}
+
+/// Writes summary.json, timeseries.csv, timeseries.json and the plots (SVG and PNG).
+pub fn write_outputs(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Result<(), SimError> {
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let summary = serde_json::to_string_pretty(&outcome.summary).map_err(io)?;
+    std::fs::write(dir.join("summary.json"), summary + "\n").map_err(io)?;
+    std::fs::write(
+        dir.join("timeseries.json"),
+        serde_json::to_string(&outcome.rows).map_err(io)?,
+    )
+    .map_err(io)?;
+    let mut csv = String::from("t_s,arrivals,executions,duplicate_executions,amplification,late_deletes,visible,in_flight,db_running,db_latency_s,workers,dlq_messages\n");
+    for r in &outcome.rows {
+        csv.push_str(&format!(
+            "{},{},{},{},{:.4},{},{},{},{},{:.3},{},{}\n",
+            r.t_s,
+            r.arrivals,
+            r.executions,
+            r.duplicate_executions,
+            r.amplification,
+            r.late_deletes,
+            r.visible,
+            r.in_flight,
+            r.db_running,
+            r.db_latency_s,
+            r.workers,
+            r.dlq_messages
+        ));
+    }
+    std::fs::write(dir.join("timeseries.csv"), csv).map_err(io)?;
+    crate::plot::draw(scenario, outcome, dir)
+}

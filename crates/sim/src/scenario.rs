@@ -1,0 +1,321 @@
+//! Scenarios: what arrives, how long work takes, how the database slows down, how consumers
+//! behave and scale, and what goes wrong when. Read from TOML; every field has a default.
+
+use serde::{Deserialize, Serialize};
+
+use crate::SimError;
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub seed: u64,
+    pub duration_s: f64,
+    /// Width of one row of the time series.
+    pub step_s: f64,
+    /// Window over which amplification (executions per distinct message) is measured.
+    pub amplification_window_s: f64,
+    pub queue: QueueSpec,
+    pub arrivals: Arrivals,
+    pub work: Work,
+    pub database: Database,
+    pub consumers: Consumers,
+    pub scaling: Scaling,
+    pub triggers: Vec<Trigger>,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            name: "unnamed".into(),
+            description: String::new(),
+            seed: 1,
+            duration_s: 3600.0,
+            step_s: 10.0,
+            amplification_window_s: 300.0,
+            queue: QueueSpec::default(),
+            arrivals: Arrivals::default(),
+            work: Work::default(),
+            database: Database::default(),
+            consumers: Consumers::default(),
+            scaling: Scaling::default(),
+            triggers: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueSpec {
+    pub visibility_timeout_s: u32,
+    /// 0 for no dead-letter queue.
+    pub max_receive_count: u32,
+    /// `strict` (the textbook: a stale handle deletes nothing) or `aws` (a stale handle still
+    /// deletes, as real SQS does on standard queues).
+    pub lease_mode: String,
+    pub retention_s: u32,
+}
+
+impl Default for QueueSpec {
+    fn default() -> Self {
+        QueueSpec {
+            visibility_timeout_s: 30,
+            max_receive_count: 0,
+            lease_mode: "strict".into(),
+            retention_s: 1_209_600,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Arrivals {
+    /// `steady` (Poisson at `rate_per_s`), plus any `bursts`, or `file` (one arrival time in
+    /// seconds per line).
+    pub kind: String,
+    pub rate_per_s: f64,
+    pub bursts: Vec<Burst>,
+    pub file: Option<String>,
+}
+
+impl Default for Arrivals {
+    fn default() -> Self {
+        Arrivals {
+            kind: "steady".into(),
+            rate_per_s: 0.5,
+            bursts: Vec::new(),
+            file: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Burst {
+    pub at_s: f64,
+    pub count: u64,
+}
+
+/// Unloaded processing time of one message.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Work {
+    /// `fixed`, `exponential` (mean), `lognormal` (median, sigma), or `quantiles` (p50, p90,
+    /// p99, p999, max; piecewise linear between them).
+    pub kind: String,
+    pub mean_s: f64,
+    pub median_s: f64,
+    pub sigma: f64,
+    pub p50_s: f64,
+    pub p90_s: f64,
+    pub p99_s: f64,
+    pub p999_s: f64,
+    pub max_s: f64,
+}
+
+impl Default for Work {
+    fn default() -> Self {
+        Work {
+            kind: "lognormal".into(),
+            mean_s: 15.0,
+            median_s: 15.0,
+            sigma: 0.2,
+            p50_s: 0.0,
+            p90_s: 0.0,
+            p99_s: 0.0,
+            p999_s: 0.0,
+            max_s: 0.0,
+        }
+    }
+}
+
+/// The downstream database: it slows down with concurrent load past its capacity, and with
+/// row-lock contention when duplicates of one message work on the same rows at once.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Database {
+    /// Concurrent executions it serves without slowing down.
+    pub capacity: u32,
+    /// Each execution beyond capacity adds this fraction of capacity's worth of slowdown:
+    /// time x (1 + load_slope x (running - capacity) / capacity).
+    pub load_slope: f64,
+        /// Copies of one message running at once fight over the same rows: each takes
+    /// (1 + contention x (copies - 1)) times as long, recomputed as copies start and end.
+    pub contention: f64,
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Database {
+            capacity: 10,
+            load_slope: 1.0,
+            contention: 0.4,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Consumers {
+    /// Renew the lease every lease/3 while working.
+    pub heartbeat: bool,
+    /// Claim each message in an idempotency store first: skip completed work, put back work
+    /// in progress elsewhere.
+    pub idempotency: bool,
+    /// At most this many executions at once across the fleet (0: no ceiling).
+    pub concurrency_ceiling: u32,
+    /// Token bucket: at most this many executions started per second (0: none).
+    pub rate_limit_per_s: f64,
+    /// What a failed execution does: `wait-lease` (nothing; the lease runs out), `release`
+    /// (visibility 0), or `backoff` (visibility = backoff_s x 2^(receives-1)).
+    pub on_failure: String,
+    pub backoff_s: f64,
+        /// Graceful shutdown on deploy: how long a stopping worker may finish its message.
+    pub graceful_shutdown_s: f64,
+    /// Whether a stopping worker's heartbeats stop when its shutdown begins (a common bug:
+    /// the heartbeat is torn down first) rather than when its message is done.
+    pub heartbeat_stops_on_shutdown: bool,
+}
+
+impl Default for Consumers {
+    fn default() -> Self {
+        Consumers {
+            heartbeat: false,
+            idempotency: false,
+            concurrency_ceiling: 0,
+            rate_limit_per_s: 0.0,
+            on_failure: "wait-lease".into(),
+            backoff_s: 5.0,
+                        graceful_shutdown_s: 0.0,
+            heartbeat_stops_on_shutdown: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scaling {
+    /// `fixed` (a fleet of `workers`) or `lambda` (scale on visible messages up to
+    /// `max_concurrency`, adding at most `ramp_per_minute`).
+    pub kind: String,
+    pub workers: u32,
+    pub max_concurrency: u32,
+    pub ramp_per_minute: u32,
+    pub interval_s: f64,
+}
+
+impl Default for Scaling {
+    fn default() -> Self {
+        Scaling {
+            kind: "fixed".into(),
+            workers: 10,
+            max_concurrency: 1000,
+            ramp_per_minute: 60,
+            interval_s: 10.0,
+        }
+    }
+}
+
+/// Something going wrong.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Trigger {
+    /// `blip` (work takes `factor` times longer from start_s to end_s), `crash` (`workers`
+    /// busy workers die at start_s, back after restart_after_s), `deploy` (a rolling restart
+    /// from start_s, one worker every interval_s), `poison` (`count` messages that always
+    /// fail, sent at start_s).
+    pub kind: String,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub factor: f64,
+    pub workers: u32,
+    pub restart_after_s: f64,
+    pub interval_s: f64,
+    pub count: u64,
+}
+
+impl Default for Trigger {
+    fn default() -> Self {
+        Trigger {
+            kind: "blip".into(),
+            start_s: 0.0,
+            end_s: 0.0,
+            factor: 1.0,
+            workers: 1,
+            restart_after_s: 30.0,
+            interval_s: 10.0,
+            count: 1,
+        }
+    }
+}
+
+impl Scenario {
+    pub fn from_toml(text: &str) -> Result<Scenario, SimError> {
+        let scenario: Scenario =
+            toml::from_str(text).map_err(|e| SimError::Scenario(e.to_string()))?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Scenario(m));
+        if !(self.duration_s > 0.0 && self.step_s > 0.0 && self.amplification_window_s > 0.0) {
+            return bad("duration_s, step_s and amplification_window_s must be positive".into());
+        }
+        if !matches!(self.queue.lease_mode.as_str(), "strict" | "aws") {
+            return bad(format!(
+                "queue.lease_mode is strict or aws, not {:?}",
+                self.queue.lease_mode
+            ));
+        }
+        if !(1..=43_200).contains(&self.queue.visibility_timeout_s) {
+            return bad("queue.visibility_timeout_s must be 1..=43200".into());
+        }
+        if !matches!(self.arrivals.kind.as_str(), "steady" | "file") {
+            return bad(format!(
+                "arrivals.kind is steady or file, not {:?}",
+                self.arrivals.kind
+            ));
+        }
+        if !matches!(
+            self.work.kind.as_str(),
+            "fixed" | "exponential" | "lognormal" | "quantiles"
+        ) {
+            return bad(format!("unknown work.kind {:?}", self.work.kind));
+        }
+        if !matches!(
+            self.consumers.on_failure.as_str(),
+            "wait-lease" | "release" | "backoff"
+        ) {
+            return bad(format!(
+                "unknown consumers.on_failure {:?}",
+                self.consumers.on_failure
+            ));
+        }
+        if !matches!(self.scaling.kind.as_str(), "fixed" | "lambda") || self.scaling.workers == 0 {
+            return bad("scaling.kind is fixed or lambda, with workers >= 1".into());
+        }
+        for t in &self.triggers {
+            if !matches!(t.kind.as_str(), "blip" | "crash" | "deploy" | "poison") {
+                return bad(format!("unknown trigger kind {:?}", t.kind));
+            }
+        }
+        Ok(())
+    }
+
+    /// When the last trigger is over: recovery is measured from here.
+    pub fn triggers_end_s(&self) -> Option<f64> {
+        self.triggers
+            .iter()
+            .map(|t| match t.kind.as_str() {
+                "blip" => t.end_s,
+                "deploy" => {
+                    t.start_s + t.interval_s * self.scaling.workers as f64 + t.restart_after_s
+                }
+                "crash" => t.start_s + t.restart_after_s,
+                _ => t.start_s,
+            })
+            .reduce(f64::max)
+    }
+}

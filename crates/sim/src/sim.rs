@@ -1,0 +1,793 @@
+//! The event loop: a virtual clock, the real engine, workers, a database, and triggers.
+//!
+//! Deterministic: every choice comes from the seeded RNG or from ordered structures, so the
+//! same scenario and seed give the same output. Processing time is drawn when an execution
+//! starts (unloaded time x blip x database load at that moment); when a duplicate of a message
+//! starts, every running copy of it is slowed by the row-lock contention factor.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use leasehold_engine::{
+    Clock, Engine, EngineConfig, LeaseMode, ManualClock, NewMessage, ReceiveRequest,
+};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Exp};
+
+use crate::model::{contention, load_factor, WorkModel};
+use crate::scenario::Scenario;
+use crate::{Row, SimError};
+
+const QUEUE: &str = "work";
+const DLQ: &str = "dlq";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrival,
+    Burst(usize),
+    Send(u64),
+    Complete(u64, u32),
+    Heartbeat(u64),
+    Dispatch,
+    Step,
+    TriggerStart(usize),
+    TriggerEnd(usize),
+    DeployStop(usize, usize),
+    GraceEnd(u64),
+    WorkerUp(usize),
+    Scale,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WorkerState {
+    Idle,
+    Busy(u64),
+    Draining(u64),
+    Down,
+    Gone,
+}
+
+struct Execution {
+    msg: u64,
+    worker: usize,
+    handle: String,
+    started_ms: u64,
+    end_ms: u64,
+    gen: u32,
+    fails: bool,
+    receive_count: u32,
+}
+
+#[derive(Default)]
+struct MsgState {
+    first_receive_ms: Option<u64>,
+    poison: bool,
+    executions: u32,
+    succeeded: bool,
+    crashed_at: Option<u64>,
+}
+
+/// What the run measured, row by row and in all.
+#[derive(Default)]
+pub struct Tally {
+    pub arrivals: u64,
+    pub executions: u64,
+    pub duplicate_executions: u64,
+    pub executed_messages: u64,
+    pub messages_executed_more_than_once: u64,
+    pub skipped_duplicates: u64,
+    pub put_back_in_progress: u64,
+    pub completed: u64,
+    pub dlq_messages: u64,
+    pub dlq_messages_already_succeeded: u64,
+    pub crash_recoveries_ms: Vec<u64>,
+    pub times_to_dlq_ms: Vec<u64>,
+    pub lost_leases: u64,
+    pub peak_db_running: u32,
+    pub peak_workers: u32,
+    pub latency_sum_s: f64,
+    pub rows: Vec<Row>,
+}
+
+pub struct Simulation<'a> {
+    sc: &'a Scenario,
+    clock: ManualClock,
+    engine: Engine,
+    rng: StdRng,
+    work: WorkModel,
+    events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    now: u64,
+    end: u64,
+    lease_ms: u64,
+    workers: Vec<WorkerState>,
+    idle: BTreeSet<usize>,
+    execs: HashMap<u64, Execution>,
+    next_exec: u64,
+    running_by_msg: HashMap<u64, Vec<u64>>,
+    msgs: HashMap<u64, MsgState>,
+    next_msg: u64,
+    completed: HashSet<u64>,
+    in_progress: HashMap<u64, u64>,
+    blip: f64,
+    tokens: f64,
+    tokens_at: u64,
+    dispatch_at: Option<u64>,
+    dead_lettered_seen: u64,
+    late_deletes_seen: u64,
+    window: VecDeque<(u64, u64)>,
+    window_counts: HashMap<u64, u32>,
+    step: StepTally,
+    pub tally: Tally,
+}
+
+#[derive(Default)]
+struct StepTally {
+    arrivals: u64,
+    executions: u64,
+    duplicates: u64,
+    latency_sum_s: f64,
+}
+
+fn ms(seconds: f64) -> u64 {
+    (seconds * 1000.0).round().max(0.0) as u64
+}
+
+impl<'a> Simulation<'a> {
+    pub fn new(sc: &'a Scenario) -> Result<Simulation<'a>, SimError> {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let config = EngineConfig {
+            lease_mode: if sc.queue.lease_mode == "aws" {
+                LeaseMode::Aws
+            } else {
+                LeaseMode::Strict
+            },
+            seed: sc.seed,
+            ..EngineConfig::default()
+        };
+        let mut engine = Engine::new(Arc::new(clock.clone()), config);
+        let mut attributes = vec![
+            (
+                "VisibilityTimeout".to_string(),
+                sc.queue.visibility_timeout_s.to_string(),
+            ),
+            (
+                "MessageRetentionPeriod".to_string(),
+                sc.queue.retention_s.to_string(),
+            ),
+        ];
+        if sc.queue.max_receive_count > 0 {
+            engine.create_queue(
+                DLQ,
+                &[("MessageRetentionPeriod".into(), "1209600".into())],
+                &[],
+            )?;
+            let policy = format!(
+                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":{}}}"#,
+                engine.queue_arn(DLQ),
+                sc.queue.max_receive_count
+            );
+            attributes.push(("RedrivePolicy".into(), policy));
+        }
+        engine.create_queue(QUEUE, &attributes, &[])?;
+        let workers = sc.scaling.workers as usize;
+        let start = clock.now_ms();
+        let mut sim = Simulation {
+            sc,
+            clock,
+            engine,
+            rng: StdRng::seed_from_u64(sc.seed),
+            work: WorkModel::new(&sc.work),
+            events: BinaryHeap::new(),
+            seq: 0,
+            now: start,
+            end: start + ms(sc.duration_s),
+            lease_ms: u64::from(sc.queue.visibility_timeout_s) * 1000,
+            workers: vec![WorkerState::Idle; workers],
+            idle: (0..workers).collect(),
+            execs: HashMap::new(),
+            next_exec: 0,
+            running_by_msg: HashMap::new(),
+            msgs: HashMap::new(),
+            next_msg: 0,
+            completed: HashSet::new(),
+            in_progress: HashMap::new(),
+            blip: 1.0,
+            tokens: sc.consumers.rate_limit_per_s.max(1.0),
+            tokens_at: start,
+            dispatch_at: None,
+            dead_lettered_seen: 0,
+            late_deletes_seen: 0,
+            window: VecDeque::new(),
+            window_counts: HashMap::new(),
+            step: StepTally::default(),
+            tally: Tally::default(),
+        };
+        sim.schedule_start()?;
+        Ok(sim)
+    }
+
+    fn at(&mut self, time: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Reverse((time, self.seq, ev)));
+    }
+
+    fn schedule_start(&mut self) -> Result<(), SimError> {
+        let start = self.now;
+        match self.sc.arrivals.kind.as_str() {
+            "file" => {
+                let path = self.sc.arrivals.file.clone().unwrap_or_default();
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    SimError::Scenario(format!("cannot read arrivals file {path}: {e}"))
+                })?;
+                for line in text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                {
+                    let t: f64 = line.parse().map_err(|_| {
+                        SimError::Scenario(format!("arrivals file {path}: {line:?} is not a time"))
+                    })?;
+                    self.at(start + ms(t), Ev::Send(0));
+                }
+            }
+            _ if self.sc.arrivals.rate_per_s > 0.0 => self.at(start, Ev::Arrival),
+            _ => {}
+        }
+        for (i, b) in self.sc.arrivals.bursts.iter().enumerate() {
+            self.at(start + ms(b.at_s), Ev::Burst(i));
+        }
+        for (i, t) in self.sc.triggers.iter().enumerate() {
+            self.at(start + ms(t.start_s), Ev::TriggerStart(i));
+            if t.kind == "blip" {
+                self.at(start + ms(t.end_s), Ev::TriggerEnd(i));
+            }
+        }
+        self.at(start + ms(self.sc.step_s), Ev::Step);
+        if self.sc.scaling.kind == "lambda" {
+            self.at(start, Ev::Scale);
+        }
+        Ok(())
+    }
+
+    /// Runs to the end, reporting progress as a fraction.
+    pub fn run(mut self, progress: &mut dyn FnMut(f64)) -> Result<Tally, SimError> {
+        let start = self.now;
+        let total = (self.end - start).max(1) as f64;
+        let mut reported = 0u64;
+        while let Some(Reverse((time, _, ev))) = self.events.pop() {
+            if time > self.end {
+                break;
+            }
+            if time > self.now {
+                self.clock.advance_ms(time - self.now);
+                self.now = time;
+            }
+            self.handle(ev)?;
+            let done = (self.now - start) * 100 / (self.end - start).max(1);
+            if done > reported {
+                reported = done;
+                progress((self.now - start) as f64 / total);
+            }
+        }
+        self.finish();
+        Ok(self.tally)
+    }
+
+    fn handle(&mut self, ev: Ev) -> Result<(), SimError> {
+        match ev {
+            Ev::Arrival => {
+                self.send(false)?;
+                let gap = Exp::new(self.sc.arrivals.rate_per_s)
+                    .map(|d| d.sample(&mut self.rng))
+                    .unwrap_or(1.0);
+                let next = self.now + ms(gap).max(1);
+                self.at(next, Ev::Arrival);
+            }
+            Ev::Send(_) => self.send(false)?,
+            Ev::Burst(i) => {
+                for _ in 0..self.sc.arrivals.bursts[i].count {
+                    self.send(false)?;
+                }
+            }
+            Ev::Complete(exec, gen) => self.complete(exec, gen)?,
+            Ev::Heartbeat(exec) => self.heartbeat(exec),
+            Ev::Dispatch => {
+                if self.dispatch_at.is_some_and(|t| t <= self.now) {
+                    self.dispatch_at = None;
+                }
+            }
+            Ev::Step => {
+                self.record_row();
+                let next = self.now + ms(self.sc.step_s);
+                self.at(next, Ev::Step);
+            }
+            Ev::TriggerStart(i) => self.trigger(i)?,
+            Ev::TriggerEnd(_) => self.blip = 1.0,
+            Ev::DeployStop(worker, trigger) => self.deploy_stop(worker, trigger),
+            Ev::GraceEnd(exec) => {
+                if let Some(e) = self.execs.get(&exec) {
+                    let worker = e.worker;
+                    self.kill(exec);
+                    self.workers[worker] = WorkerState::Down;
+                    let up = self.now + ms(self.deploy_restart_s());
+                    self.at(up, Ev::WorkerUp(worker));
+                }
+            }
+            Ev::WorkerUp(w) => {
+                if self.workers[w] == WorkerState::Down {
+                    self.workers[w] = WorkerState::Idle;
+                    self.idle.insert(w);
+                }
+            }
+            Ev::Scale => self.scale(),
+        }
+        self.dispatch()
+    }
+
+    fn deploy_restart_s(&self) -> f64 {
+        self.sc
+            .triggers
+            .iter()
+            .find(|t| t.kind == "deploy")
+            .map_or(30.0, |t| t.restart_after_s)
+    }
+
+    fn send(&mut self, poison: bool) -> Result<(), SimError> {
+        let msg = self.next_msg;
+        self.next_msg += 1;
+        self.engine.send(QUEUE, NewMessage::new(msg.to_string()))?;
+        self.msgs.insert(
+            msg,
+            MsgState {
+                poison,
+                ..MsgState::default()
+            },
+        );
+        self.tally.arrivals += 1;
+        self.step.arrivals += 1;
+        Ok(())
+    }
+
+    fn trigger(&mut self, i: usize) -> Result<(), SimError> {
+        let t = self.sc.triggers[i].clone();
+        match t.kind.as_str() {
+            "blip" => self.blip = t.factor,
+            "poison" => {
+                for _ in 0..t.count {
+                    self.send(true)?;
+                }
+            }
+            "crash" => {
+                let busy: Vec<usize> = (0..self.workers.len())
+                    .filter(|w| matches!(self.workers[*w], WorkerState::Busy(_)))
+                    .take(t.workers as usize)
+                    .collect();
+                for w in busy {
+                    if let WorkerState::Busy(exec) = self.workers[w] {
+                        self.kill(exec);
+                    }
+                    self.workers[w] = WorkerState::Down;
+                    let up = self.now + ms(t.restart_after_s);
+                    self.at(up, Ev::WorkerUp(w));
+                }
+            }
+            _ => {
+                for w in 0..self.workers.len() {
+                    let when = self.now + ms(t.interval_s * w as f64);
+                    self.at(when, Ev::DeployStop(w, i));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn deploy_stop(&mut self, w: usize, trigger: usize) {
+        let restart = ms(self.sc.triggers[trigger].restart_after_s);
+        match self.workers[w] {
+            WorkerState::Idle => {
+                self.idle.remove(&w);
+                self.workers[w] = WorkerState::Down;
+                self.at(self.now + restart, Ev::WorkerUp(w));
+            }
+            WorkerState::Busy(exec) => {
+                self.workers[w] = WorkerState::Draining(exec);
+                let grace = self.now + ms(self.sc.consumers.graceful_shutdown_s);
+                self.at(grace, Ev::GraceEnd(exec));
+            }
+            _ => {}
+        }
+    }
+
+    /// A worker vanishes mid-message: no delete, no release; its lease runs out.
+    fn kill(&mut self, exec: u64) {
+        if let Some(e) = self.remove_exec(exec) {
+            if let Some(m) = self.msgs.get_mut(&e.msg) {
+                m.crashed_at = Some(self.now);
+            }
+        }
+    }
+
+        fn remove_exec(&mut self, exec: u64) -> Option<Execution> {
+        let e = self.execs.remove(&exec)?;
+        if let Some(list) = self.running_by_msg.get_mut(&e.msg) {
+            list.retain(|x| *x != exec);
+            if list.is_empty() {
+                self.running_by_msg.remove(&e.msg);
+            } else {
+                // One copy fewer contends for the rows: the rest speed up again.
+                let rest = list.clone();
+                let copies = rest.len() as f64;
+                let db = &self.sc.database;
+                self.rescale(&rest, contention(db, copies) / contention(db, copies + 1.0));
+            }
+        }
+        Some(e)
+    }
+
+    fn scale(&mut self) {
+        let s = &self.sc.scaling;
+        let visible = self.engine.counts(QUEUE).map(|c| c.visible).unwrap_or(0) as u32;
+        let active: Vec<usize> = (0..self.workers.len())
+            .filter(|w| self.workers[*w] != WorkerState::Gone)
+            .collect();
+        let target = visible.clamp(1, s.max_concurrency.max(1)) as usize;
+        if target > active.len() {
+            let step = ((s.ramp_per_minute as f64 * s.interval_s / 60.0).ceil() as usize).max(1);
+            for _ in 0..(target - active.len()).min(step) {
+                self.workers.push(WorkerState::Idle);
+                self.idle.insert(self.workers.len() - 1);
+            }
+        } else {
+            let mut surplus = active.len() - target;
+            while surplus > 0 {
+                let Some(w) = self.idle.pop_last() else { break };
+                self.workers[w] = WorkerState::Gone;
+                surplus -= 1;
+            }
+        }
+        let next = self.now + ms(s.interval_s);
+        self.at(next, Ev::Scale);
+    }
+
+    fn running(&self) -> u32 {
+        self.execs.len() as u32
+    }
+
+    /// Hands visible messages to idle workers, within the ceiling and the rate limit.
+    fn dispatch(&mut self) -> Result<(), SimError> {
+        let c = &self.sc.consumers;
+        while let Some(&w) = self.idle.first() {
+            if c.concurrency_ceiling > 0 && self.running() >= c.concurrency_ceiling {
+                break;
+            }
+            if c.rate_limit_per_s > 0.0 {
+                let elapsed = (self.now - self.tokens_at) as f64 / 1000.0;
+                self.tokens =
+                    (self.tokens + elapsed * c.rate_limit_per_s).min(c.rate_limit_per_s.max(1.0));
+                self.tokens_at = self.now;
+                if self.tokens < 1.0 {
+                    let wait = ms((1.0 - self.tokens) / c.rate_limit_per_s).max(1);
+                    self.wake_at(self.now + wait);
+                    break;
+                }
+            }
+            let deliveries = self.engine.receive(QUEUE, &ReceiveRequest::up_to(1))?;
+            self.collect_dead_letters()?;
+            let Some(d) = deliveries.into_iter().next() else {
+                break;
+            };
+            self.tokens -= 1.0;
+            self.idle.remove(&w);
+            let msg: u64 = d.body.parse().unwrap_or(u64::MAX);
+            let state = self.msgs.entry(msg).or_default();
+            state.first_receive_ms.get_or_insert(self.now);
+            if let Some(crashed) = state.crashed_at.take() {
+                self.tally.crash_recoveries_ms.push(self.now - crashed);
+            }
+            if c.idempotency {
+                if self.completed.contains(&msg) {
+                    self.tally.skipped_duplicates += 1;
+                    self.finish_message(msg, &d.receipt_handle)?;
+                    self.idle.insert(w);
+                    continue;
+                }
+                if self
+                    .in_progress
+                    .get(&msg)
+                    .is_some_and(|expires| *expires > self.now)
+                {
+                    self.tally.put_back_in_progress += 1;
+                    let backoff = (c.backoff_s
+                        * 2f64.powi(d.receive_count.saturating_sub(1).min(10) as i32))
+                    .min(900.0);
+                    let _ = self.engine.change_visibility(
+                        QUEUE,
+                        &d.receipt_handle,
+                        backoff.round() as u32,
+                    );
+                    self.idle.insert(w);
+                    continue;
+                }
+                self.in_progress
+                    .insert(msg, self.now + self.lease_ms + self.lease_ms / 3);
+            }
+            self.start(w, msg, d.receipt_handle, d.receive_count);
+        }
+        if !self.idle.is_empty() {
+            if let Some(due) = self.engine.next_due(QUEUE) {
+                self.wake_at(due);
+            }
+        }
+        Ok(())
+    }
+
+    fn wake_at(&mut self, time: u64) {
+        if self.dispatch_at.is_none_or(|t| time < t) {
+            self.dispatch_at = Some(time);
+            self.at(time, Ev::Dispatch);
+        }
+    }
+
+    fn start(&mut self, w: usize, msg: u64, handle: String, receive_count: u32) {
+        let db = &self.sc.database;
+        let running = self.running() + 1;
+                let others = self.running_by_msg.get(&msg).cloned().unwrap_or_default();
+        let copies = others.len() as f64 + 1.0;
+        let seconds = self.work.draw(&mut self.rng) * self.blip * load_factor(db, running) * contention(db, copies);
+        // The copies already running now fight this one for the same rows.
+        self.rescale(&others, contention(db, copies) / contention(db, copies - 1.0));
+        let exec = self.next_exec;
+        self.next_exec += 1;
+        let end = self.now + ms(seconds).max(1);
+        let state = self.msgs.entry(msg).or_default();
+        state.executions += 1;
+        let fails = state.poison;
+        let repeat = state.executions > 1;
+        if state.executions == 1 {
+            self.tally.executed_messages += 1;
+        } else if state.executions == 2 {
+            self.tally.messages_executed_more_than_once += 1;
+        }
+        self.execs.insert(
+            exec,
+            Execution {
+                msg,
+                worker: w,
+                handle,
+                started_ms: self.now,
+                end_ms: end,
+                gen: 0,
+                fails,
+                receive_count,
+            },
+        );
+        self.running_by_msg.entry(msg).or_default().push(exec);
+        self.workers[w] = WorkerState::Busy(exec);
+        self.at(end, Ev::Complete(exec, 0));
+        if self.sc.consumers.heartbeat {
+            let beat = self.now + (self.lease_ms / 3).max(1);
+            self.at(beat, Ev::Heartbeat(exec));
+        }
+        self.tally.executions += 1;
+        self.step.executions += 1;
+        self.step.latency_sum_s += seconds;
+        self.tally.latency_sum_s += seconds;
+        if repeat {
+            self.tally.duplicate_executions += 1;
+            self.step.duplicates += 1;
+        }
+        self.tally.peak_db_running = self.tally.peak_db_running.max(self.running());
+        self.window.push_back((self.now, msg));
+        *self.window_counts.entry(msg).or_default() += 1;
+    }
+
+        /// Stretches (or shrinks) what is left of each execution by `factor`.
+    fn rescale(&mut self, execs: &[u64], factor: f64) {
+        for id in execs {
+            if let Some(e) = self.execs.get_mut(id) {
+                let remaining = e.end_ms.saturating_sub(self.now) as f64;
+                e.end_ms = self.now + (remaining * factor).max(1.0) as u64;
+                e.gen += 1;
+                let (end, gen) = (e.end_ms, e.gen);
+                self.at(end, Ev::Complete(*id, gen));
+            }
+        }
+    }
+
+    fn heartbeat(&mut self, exec: u64) {
+        let Some(e) = self.execs.get(&exec) else {
+            return;
+        };
+                let (handle, msg) = (e.handle.clone(), e.msg);
+        let draining = matches!(self.workers[e.worker], WorkerState::Draining(_));
+        if draining && self.sc.consumers.heartbeat_stops_on_shutdown {
+            return;
+        }
+        match self
+            .engine
+            .change_visibility(QUEUE, &handle, self.sc.queue.visibility_timeout_s)
+        {
+            Ok(()) => {
+                if let Some(expires) = self.in_progress.get_mut(&msg) {
+                    *expires = self.now + self.lease_ms + self.lease_ms / 3;
+                }
+                let next = self.now + (self.lease_ms / 3).max(1);
+                self.at(next, Ev::Heartbeat(exec));
+            }
+            Err(_) => {
+                // The lease is lost: the runtime cancels the work.
+                self.tally.lost_leases += 1;
+                if let Some(e) = self.remove_exec(exec) {
+                    self.in_progress.remove(&e.msg);
+                    self.free_worker(e.worker);
+                }
+            }
+        }
+    }
+
+    fn free_worker(&mut self, w: usize) {
+        match self.workers[w] {
+            WorkerState::Draining(_) => {
+                self.workers[w] = WorkerState::Down;
+                let up = self.now + ms(self.deploy_restart_s());
+                self.at(up, Ev::WorkerUp(w));
+            }
+            WorkerState::Gone | WorkerState::Down => {}
+            _ => {
+                self.workers[w] = WorkerState::Idle;
+                self.idle.insert(w);
+            }
+        }
+    }
+
+    fn complete(&mut self, exec: u64, gen: u32) -> Result<(), SimError> {
+        if self.execs.get(&exec).is_none_or(|e| e.gen != gen) {
+            return Ok(());
+        }
+        let e = self.remove_exec(exec).expect("checked above");
+        self.free_worker(e.worker);
+        let c = &self.sc.consumers;
+        if e.fails {
+            self.in_progress.remove(&e.msg);
+            let visibility = match c.on_failure.as_str() {
+                "release" => Some(0),
+                "backoff" => Some(
+                    (c.backoff_s * 2f64.powi(e.receive_count.saturating_sub(1).min(10) as i32))
+                        .min(900.0)
+                        .round() as u32,
+                ),
+                _ => None,
+            };
+            if let Some(v) = visibility {
+                let _ = self.engine.change_visibility(QUEUE, &e.handle, v);
+            }
+            return Ok(());
+        }
+        if let Some(state) = self.msgs.get_mut(&e.msg) {
+            state.succeeded = true;
+        }
+        if c.idempotency {
+            self.completed.insert(e.msg);
+            self.in_progress.remove(&e.msg);
+        }
+        let _ = e.started_ms;
+        self.finish_message(e.msg, &e.handle)
+    }
+
+    /// Deletes a message's handle; forgets the message once it has left the queue.
+    fn finish_message(&mut self, msg: u64, handle: &str) -> Result<(), SimError> {
+        let outcome = self.engine.delete_message(QUEUE, handle)?;
+        if outcome.removed {
+            self.tally.completed += 1;
+        }
+        if (outcome.removed || !outcome.late) && !self.running_by_msg.contains_key(&msg) {
+            self.msgs.remove(&msg);
+        }
+        Ok(())
+    }
+
+    /// Messages the engine moved to the DLQ since we last looked.
+    fn collect_dead_letters(&mut self) -> Result<(), SimError> {
+        if self.sc.queue.max_receive_count == 0 {
+            return Ok(());
+        }
+        let moved = self.engine.stats(QUEUE)?.dead_lettered;
+        if moved == self.dead_lettered_seen {
+            return Ok(());
+        }
+        self.dead_lettered_seen = moved;
+        loop {
+            let request = ReceiveRequest {
+                max_messages: 10,
+                visibility_s: Some(43_200),
+                attempt_id: None,
+            };
+            let batch = self.engine.receive(DLQ, &request)?;
+            if batch.is_empty() {
+                break;
+            }
+            for d in batch {
+                let msg: u64 = d.body.parse().unwrap_or(u64::MAX);
+                self.tally.dlq_messages += 1;
+                if let Some(state) = self.msgs.get(&msg) {
+                    if state.succeeded {
+                        self.tally.dlq_messages_already_succeeded += 1;
+                    }
+                    if state.poison {
+                        if let Some(first) = state.first_receive_ms {
+                            self.tally.times_to_dlq_ms.push(self.now - first);
+                        }
+                    }
+                }
+                if !self.running_by_msg.contains_key(&msg) {
+                    self.msgs.remove(&msg);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn record_row(&mut self) {
+        let horizon = self.now.saturating_sub(ms(self.sc.amplification_window_s));
+        while self.window.front().is_some_and(|(t, _)| *t < horizon) {
+            let (_, msg) = self.window.pop_front().expect("front exists");
+            if let Some(n) = self.window_counts.get_mut(&msg) {
+                *n -= 1;
+                if *n == 0 {
+                    self.window_counts.remove(&msg);
+                }
+            }
+        }
+        let amplification = if self.window_counts.is_empty() {
+            1.0
+        } else {
+            self.window.len() as f64 / self.window_counts.len() as f64
+        };
+        let counts = self
+            .engine
+            .counts(QUEUE)
+            .unwrap_or(leasehold_engine::QueueCounts {
+                visible: 0,
+                not_visible: 0,
+                delayed: 0,
+            });
+        let late = self
+            .engine
+            .stats(QUEUE)
+            .map(|s| s.late_deletes)
+            .unwrap_or(0);
+        let workers = self
+            .workers
+            .iter()
+            .filter(|w| !matches!(w, WorkerState::Gone | WorkerState::Down))
+            .count() as u32;
+        self.tally.peak_workers = self.tally.peak_workers.max(workers);
+        let step = std::mem::take(&mut self.step);
+        self.tally.rows.push(Row {
+            t_s: (self.now - (self.end - ms(self.sc.duration_s))) as f64 / 1000.0,
+            arrivals: step.arrivals,
+            executions: step.executions,
+            duplicate_executions: step.duplicates,
+            amplification,
+            late_deletes: late - self.late_deletes_seen,
+            visible: counts.visible as u64,
+            in_flight: counts.not_visible as u64,
+            db_running: self.running(),
+            db_latency_s: if step.executions > 0 {
+                step.latency_sum_s / step.executions as f64
+            } else {
+                0.0
+            },
+            workers,
+            dlq_messages: self.tally.dlq_messages,
+        });
+        self.late_deletes_seen = late;
+    }
+
+    fn finish(&mut self) {
+        let _ = self.collect_dead_letters();
+    }
+}
