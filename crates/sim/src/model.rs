@@ -88,7 +88,7 @@ mod tests {
         draws.sort_by(f64::total_cmp);
         let at = |q: f64| draws[(q * draws.len() as f64) as usize];
         assert!((at(0.5) - 22.0).abs() < 1.0, "{}", at(0.5));
-        assert!((at(0.9) - 95.0).abs() < 4.0, "{}", at(0.9));
+        assert!((at(0.9) - 95.0).abs() < 8.0, "{}", at(0.9));
         assert!((at(0.99) - 310.0).abs() < 20.0, "{}", at(0.99));
     }
 

@@ -14,6 +14,9 @@ fn err(e: impl std::fmt::Display) -> SimError {
     SimError::Output(format!("plot: {e}"))
 }
 
+/// One line of a panel: its name, its colour, and its value in a row.
+type Line = (&'static str, RGBColor, Box<dyn Fn(&crate::Row) -> f64>);
+
 fn render<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     scenario: &Scenario,
@@ -50,7 +53,7 @@ where
         })
         .collect();
 
-    let series: [(&str, Vec<(&str, RGBColor, Box<dyn Fn(&crate::Row) -> f64>)>); 3] = [
+    let series: [(&str, Vec<Line>); 3] = [
         (
             "executions per message (amplification)",
             vec![("amplification", RED, Box::new(|r| r.amplification))],
@@ -112,12 +115,15 @@ where
                 .label("lease")
                 .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RED));
         }
+        // A step in which nothing started has no processing time: leave a gap, not a zero.
+        let latency_panel = *label == "processing time (s)";
         for (name, color, f) in lines {
+            let points = rows
+                .iter()
+                .filter(|r| !latency_panel || r.executions > 0)
+                .map(|r| (r.t_s, f(r)));
             chart
-                .draw_series(LineSeries::new(
-                    rows.iter().map(|r| (r.t_s, f(r))),
-                    color.stroke_width(2),
-                ))
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(err)?
                 .label(*name)
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], *color));

@@ -140,7 +140,7 @@ pub struct Database {
     /// Each execution beyond capacity adds this fraction of capacity's worth of slowdown:
     /// time x (1 + load_slope x (running - capacity) / capacity).
     pub load_slope: f64,
-        /// Copies of one message running at once fight over the same rows: each takes
+    /// Copies of one message running at once fight over the same rows: each takes
     /// (1 + contention x (copies - 1)) times as long, recomputed as copies start and end.
     pub contention: f64,
 }
@@ -171,7 +171,7 @@ pub struct Consumers {
     /// (visibility 0), or `backoff` (visibility = backoff_s x 2^(receives-1)).
     pub on_failure: String,
     pub backoff_s: f64,
-        /// Graceful shutdown on deploy: how long a stopping worker may finish its message.
+    /// Graceful shutdown on deploy: how long a stopping worker may finish its message.
     pub graceful_shutdown_s: f64,
     /// Whether a stopping worker's heartbeats stop when its shutdown begins (a common bug:
     /// the heartbeat is torn down first) rather than when its message is done.
@@ -187,7 +187,7 @@ impl Default for Consumers {
             rate_limit_per_s: 0.0,
             on_failure: "wait-lease".into(),
             backoff_s: 5.0,
-                        graceful_shutdown_s: 0.0,
+            graceful_shutdown_s: 0.0,
             heartbeat_stops_on_shutdown: false,
         }
     }

@@ -410,7 +410,7 @@ impl<'a> Simulation<'a> {
         }
     }
 
-        fn remove_exec(&mut self, exec: u64) -> Option<Execution> {
+    fn remove_exec(&mut self, exec: u64) -> Option<Execution> {
         let e = self.execs.remove(&exec)?;
         if let Some(list) = self.running_by_msg.get_mut(&e.msg) {
             list.retain(|x| *x != exec);
@@ -534,11 +534,17 @@ impl<'a> Simulation<'a> {
     fn start(&mut self, w: usize, msg: u64, handle: String, receive_count: u32) {
         let db = &self.sc.database;
         let running = self.running() + 1;
-                let others = self.running_by_msg.get(&msg).cloned().unwrap_or_default();
+        let others = self.running_by_msg.get(&msg).cloned().unwrap_or_default();
         let copies = others.len() as f64 + 1.0;
-        let seconds = self.work.draw(&mut self.rng) * self.blip * load_factor(db, running) * contention(db, copies);
+        let seconds = self.work.draw(&mut self.rng)
+            * self.blip
+            * load_factor(db, running)
+            * contention(db, copies);
         // The copies already running now fight this one for the same rows.
-        self.rescale(&others, contention(db, copies) / contention(db, copies - 1.0));
+        self.rescale(
+            &others,
+            contention(db, copies) / contention(db, copies - 1.0),
+        );
         let exec = self.next_exec;
         self.next_exec += 1;
         let end = self.now + ms(seconds).max(1);
@@ -584,7 +590,7 @@ impl<'a> Simulation<'a> {
         *self.window_counts.entry(msg).or_default() += 1;
     }
 
-        /// Stretches (or shrinks) what is left of each execution by `factor`.
+    /// Stretches (or shrinks) what is left of each execution by `factor`.
     fn rescale(&mut self, execs: &[u64], factor: f64) {
         for id in execs {
             if let Some(e) = self.execs.get_mut(id) {
@@ -601,7 +607,7 @@ impl<'a> Simulation<'a> {
         let Some(e) = self.execs.get(&exec) else {
             return;
         };
-                let (handle, msg) = (e.handle.clone(), e.msg);
+        let (handle, msg) = (e.handle.clone(), e.msg);
         let draining = matches!(self.workers[e.worker], WorkerState::Draining(_));
         if draining && self.sc.consumers.heartbeat_stops_on_shutdown {
             return;

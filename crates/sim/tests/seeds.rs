@@ -1,0 +1,130 @@
+//! What the lab must show, on the scenarios that ship in `scenarios/`, with their fixed seeds.
+
+use leasehold_sim::{run, Scenario, Summary};
+
+fn scenario(name: &str) -> Scenario {
+    let path = format!("{}/../../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
+    Scenario::from_toml(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .unwrap()
+}
+
+fn summary(s: &Scenario) -> Summary {
+    run(s, &mut |_| {}).unwrap().summary
+}
+
+#[test]
+fn seed_004_naive_consumers_spiral_at_least_fivefold_and_stay_there() {
+    let s = summary(&scenario("seed-004-death-spiral-naive"));
+    assert!(s.peak_amplification >= 5.0, "{s:#?}");
+    assert!(!s.recovered, "{s:#?}");
+    assert!(s.late_deletes > 0);
+}
+
+#[test]
+fn seed_004_with_heartbeat_idempotency_and_a_ceiling_stays_flat_and_recovers_in_minutes() {
+    let s = summary(&scenario("seed-004-death-spiral-resilient"));
+    assert!(s.peak_amplification < 1.05, "{s:#?}");
+    assert!(s.recovered, "{s:#?}");
+    assert!(s.recovery_s.unwrap() <= 300.0, "{s:#?}");
+    assert!(s.peak_db_running <= 6);
+}
+
+#[test]
+fn seed_000_at_30_seconds_processes_about_half_the_messages_at_least_twice() {
+    let s = summary(&scenario("seed-000-transcoding-30s"));
+    assert!((0.35..0.60).contains(&s.duplicate_fraction), "{s:#?}");
+}
+
+#[test]
+fn seed_000_at_10_minutes_recovers_crashes_slowly_and_takes_50_minutes_to_the_dlq() {
+    let s = summary(&scenario("seed-000-transcoding-10min"));
+    assert!(s.duplicate_fraction < 0.01, "{s:#?}");
+    let crash = s.crash_recovery_s.unwrap();
+    assert!(
+        (450.0..=600.0).contains(&crash),
+        "crash recovery near 10 minutes: {crash}"
+    );
+    let dlq = s.time_to_dlq_s.unwrap();
+    assert!(
+        (2700.0..=3300.0).contains(&dlq),
+        "time to DLQ near 50 minutes: {dlq}"
+    );
+}
+
+#[test]
+fn seed_000_with_the_heartbeat_has_no_duplicates_two_minute_recovery_and_six_minutes_to_the_dlq() {
+    let s = summary(&scenario("seed-000-transcoding-heartbeat"));
+    assert!(s.duplicate_fraction < 0.01, "{s:#?}");
+    let crash = s.crash_recovery_s.unwrap();
+    assert!(
+        (60.0..=130.0).contains(&crash),
+        "crash recovery near 2 minutes: {crash}"
+    );
+    let dlq = s.time_to_dlq_s.unwrap();
+    assert!(
+        (300.0..=480.0).contains(&dlq),
+        "time to DLQ near 6 minutes: {dlq}"
+    );
+}
+
+#[test]
+fn the_dlq_mirage_fills_the_dlq_with_work_that_succeeded() {
+    let s = summary(&scenario("dlq-mirage"));
+    assert!(s.dlq_messages > 100, "{s:#?}");
+    assert_eq!(s.dlq_messages_already_succeeded, s.dlq_messages);
+}
+
+#[test]
+fn lambda_scales_into_the_database_and_does_not_recover() {
+    let sc = scenario("lambda-concurrency-runaway");
+    let s = summary(&sc);
+    assert!(s.peak_workers >= 10 * sc.scaling.workers, "{s:#?}");
+    assert!(s.peak_db_running > 5 * sc.database.capacity, "{s:#?}");
+    assert!(!s.recovered);
+}
+
+#[test]
+fn a_drain_longer_than_the_lease_without_heartbeats_duplicates_work_and_heartbeats_fix_it() {
+    let sc = scenario("deploy-grace-longer-than-lease");
+    let drained = summary(&sc);
+    assert!(
+        drained.duplicate_executions > 0 && drained.late_deletes > 0,
+        "{drained:#?}"
+    );
+    let mut fixed = sc.clone();
+    fixed.consumers.heartbeat_stops_on_shutdown = false;
+    let fixed = summary(&fixed);
+    assert_eq!(fixed.duplicate_executions, 0, "{fixed:#?}");
+}
+
+#[test]
+fn the_same_seed_gives_identical_output_and_another_seed_does_not() {
+    let sc = scenario("seed-004-death-spiral-naive");
+    let a = run(&sc, &mut |_| {}).unwrap();
+    let b = run(&sc, &mut |_| {}).unwrap();
+    let strip = |mut s: Summary| {
+        s.wall_clock_s = 0.0;
+        s
+    };
+    assert_eq!(strip(a.summary.clone()), strip(b.summary));
+    assert_eq!(a.rows, b.rows);
+    let mut other = sc.clone();
+    other.seed += 1;
+    let c = run(&other, &mut |_| {}).unwrap();
+    assert_ne!(a.rows, c.rows);
+}
+
+#[test]
+fn every_shipped_scenario_parses() {
+    let dir = format!("{}/../../scenarios", env!("CARGO_MANIFEST_DIR"));
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Scenario::from_toml(&std::fs::read_to_string(&path).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 8);
+}
