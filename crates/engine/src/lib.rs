@@ -37,8 +37,10 @@ pub use settings::{
 /// Hex SHA-256, as FIFO content-based deduplication uses for a body.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    use std::fmt::Write;
+    let mut out = String::with_capacity(64);
+    for b in sha2::Sha256::digest(bytes) {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }

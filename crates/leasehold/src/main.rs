@@ -1,5 +1,9 @@
 //! The `leasehold` command: `leasehold serve` runs the SQS-compatible server.
 
+/// A faster allocator than the system's for a server that allocates per request.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod advise;
 mod consume;
 mod simulate;

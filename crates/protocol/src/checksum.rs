@@ -4,8 +4,18 @@ use leasehold_engine::{AttributeData, MessageAttributes};
 use md5::{Digest, Md5};
 
 pub fn md5_hex(bytes: &[u8]) -> String {
-    let digest = Md5::digest(bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Md5::digest(bytes))
+}
+
+/// Lower-case hex, written straight into one string (this runs for every message).
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    out
 }
 
 fn put_len_prefixed(buf: &mut Vec<u8>, bytes: &[u8]) {

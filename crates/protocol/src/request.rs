@@ -34,53 +34,73 @@ pub enum Request {
     ListMessageMoveTasks(ListMessageMoveTasksInput),
 }
 
-fn parse<T: DeserializeOwned>(value: Value) -> Result<T> {
-    serde_json::from_value(value).map_err(|e| ProtocolError::Malformed(e.to_string()))
+/// Where a request's members come from: a JSON body, parsed straight into the shape, or a
+/// document the query protocol assembled.
+trait Source {
+    fn parse<T: DeserializeOwned>(self) -> Result<T>;
+}
+
+impl Source for Value {
+    fn parse<T: DeserializeOwned>(self) -> Result<T> {
+        serde_json::from_value(self).map_err(|e| ProtocolError::Malformed(e.to_string()))
+    }
+}
+
+struct JsonBody<'a>(&'a [u8]);
+
+impl Source for JsonBody<'_> {
+    fn parse<T: DeserializeOwned>(self) -> Result<T> {
+        serde_json::from_slice(self.0).map_err(|e| ProtocolError::Malformed(e.to_string()))
+    }
 }
 
 impl Request {
     /// Parses an AWS JSON 1.0 body for `action` (the part after `AmazonSQS.`).
     pub fn from_json(action: &str, body: &[u8]) -> Result<Request> {
-        let value = if body.iter().all(u8::is_ascii_whitespace) {
-            Value::Object(Default::default())
+        let body = if body.iter().all(u8::is_ascii_whitespace) {
+            b"{}".as_slice()
         } else {
-            serde_json::from_slice(body).map_err(|e| ProtocolError::Malformed(e.to_string()))?
+            body
         };
-        if !value.is_object() {
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(ProtocolError::Malformed(
                 "the body must be a JSON object".into(),
             ));
         }
-        Request::from_value(action, value)
+        Request::build(action, JsonBody(body))
     }
 
     /// Builds a request from a JSON-shaped document.
     pub fn from_value(action: &str, value: Value) -> Result<Request> {
+        Request::build(action, value)
+    }
+
+    fn build(action: &str, source: impl Source) -> Result<Request> {
         use Request as R;
         Ok(match action {
-            "CreateQueue" => R::CreateQueue(parse(value)?),
-            "DeleteQueue" => R::DeleteQueue(parse(value)?),
-            "GetQueueUrl" => R::GetQueueUrl(parse(value)?),
-            "ListQueues" => R::ListQueues(parse(value)?),
-            "GetQueueAttributes" => R::GetQueueAttributes(parse(value)?),
-            "SetQueueAttributes" => R::SetQueueAttributes(parse(value)?),
-            "PurgeQueue" => R::PurgeQueue(parse(value)?),
-            "SendMessage" => R::SendMessage(parse(value)?),
-            "SendMessageBatch" => R::SendMessageBatch(parse(value)?),
-            "ReceiveMessage" => R::ReceiveMessage(parse(value)?),
-            "DeleteMessage" => R::DeleteMessage(parse(value)?),
-            "DeleteMessageBatch" => R::DeleteMessageBatch(parse(value)?),
-            "ChangeMessageVisibility" => R::ChangeMessageVisibility(parse(value)?),
-            "ChangeMessageVisibilityBatch" => R::ChangeMessageVisibilityBatch(parse(value)?),
-            "TagQueue" => R::TagQueue(parse(value)?),
-            "UntagQueue" => R::UntagQueue(parse(value)?),
-            "ListQueueTags" => R::ListQueueTags(parse(value)?),
-            "AddPermission" => R::AddPermission(parse(value)?),
-            "RemovePermission" => R::RemovePermission(parse(value)?),
-            "ListDeadLetterSourceQueues" => R::ListDeadLetterSourceQueues(parse(value)?),
-            "StartMessageMoveTask" => R::StartMessageMoveTask(parse(value)?),
-            "CancelMessageMoveTask" => R::CancelMessageMoveTask(parse(value)?),
-            "ListMessageMoveTasks" => R::ListMessageMoveTasks(parse(value)?),
+            "CreateQueue" => R::CreateQueue(source.parse()?),
+            "DeleteQueue" => R::DeleteQueue(source.parse()?),
+            "GetQueueUrl" => R::GetQueueUrl(source.parse()?),
+            "ListQueues" => R::ListQueues(source.parse()?),
+            "GetQueueAttributes" => R::GetQueueAttributes(source.parse()?),
+            "SetQueueAttributes" => R::SetQueueAttributes(source.parse()?),
+            "PurgeQueue" => R::PurgeQueue(source.parse()?),
+            "SendMessage" => R::SendMessage(source.parse()?),
+            "SendMessageBatch" => R::SendMessageBatch(source.parse()?),
+            "ReceiveMessage" => R::ReceiveMessage(source.parse()?),
+            "DeleteMessage" => R::DeleteMessage(source.parse()?),
+            "DeleteMessageBatch" => R::DeleteMessageBatch(source.parse()?),
+            "ChangeMessageVisibility" => R::ChangeMessageVisibility(source.parse()?),
+            "ChangeMessageVisibilityBatch" => R::ChangeMessageVisibilityBatch(source.parse()?),
+            "TagQueue" => R::TagQueue(source.parse()?),
+            "UntagQueue" => R::UntagQueue(source.parse()?),
+            "ListQueueTags" => R::ListQueueTags(source.parse()?),
+            "AddPermission" => R::AddPermission(source.parse()?),
+            "RemovePermission" => R::RemovePermission(source.parse()?),
+            "ListDeadLetterSourceQueues" => R::ListDeadLetterSourceQueues(source.parse()?),
+            "StartMessageMoveTask" => R::StartMessageMoveTask(source.parse()?),
+            "CancelMessageMoveTask" => R::CancelMessageMoveTask(source.parse()?),
+            "ListMessageMoveTasks" => R::ListMessageMoveTasks(source.parse()?),
             other => return Err(ProtocolError::UnknownOperation(other.to_string())),
         })
     }

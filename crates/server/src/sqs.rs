@@ -32,7 +32,7 @@ pub async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request_id = uuid::Uuid::new_v4().to_string();
+    let request_id = crate::state::request_id();
     let ctx = Context {
         host: host(&headers),
     };

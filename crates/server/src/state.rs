@@ -138,6 +138,18 @@ impl AppState {
     }
 }
 
+/// A request id in AWS's shape: unique per process and per start, cheap (no system call).
+pub fn request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(rand::random);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let id = (u128::from(prefix) << 64) | u128::from(n);
+    uuid::Uuid::from_u128(id).hyphenated().to_string()
+}
+
 fn engine_config(config: &ServerConfig, track_changes: bool) -> EngineConfig {
     EngineConfig {
         lease_mode: config.lease_mode,
