@@ -32,11 +32,20 @@ impl SqsClient {
 
     /// Calls `action` with a JSON body; returns the parsed answer and the call's latency.
     pub async fn call(&self, action: &str, body: &Value) -> Result<(Value, u64), BenchError> {
+        self.call_as(action, Bytes::from(body.to_string())).await
+    }
+
+    /// Calls `action` with a prepared body, parsing only the shape the caller needs.
+    pub async fn call_as<T: serde::de::DeserializeOwned>(
+        &self,
+        action: &str,
+        body: Bytes,
+    ) -> Result<(T, u64), BenchError> {
         let started = Instant::now();
         let request = hyper::Request::post(format!("{}/", self.endpoint))
             .header("content-type", "application/x-amz-json-1.0")
             .header("x-amz-target", format!("AmazonSQS.{action}"))
-            .body(Full::new(Bytes::from(body.to_string())))
+            .body(Full::new(body))
             .expect("a well-formed request");
         let http_err = |e: &dyn std::fmt::Display| BenchError::Http {
             endpoint: self.endpoint.clone(),

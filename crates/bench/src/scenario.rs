@@ -112,49 +112,121 @@ fn batch(body: &str, n: usize) -> Value {
     )
 }
 
-async fn send_batch(t: &mut Tally, sqs: &SqsClient, url: &str, body: &str) {
-    let answer = t
-        .call(
-            sqs,
-            "SendMessageBatch",
-            json!({"QueueUrl": url, "Entries": batch(body, 10)}),
-        )
-        .await;
-    if let Some(answer) = answer {
-        t.sent += answer["Successful"]
-            .as_array()
-            .map_or(0, |s| s.len() as u64);
+/// Request bodies a client sends again and again, built once.
+#[derive(Clone)]
+struct Bodies {
+    url: String,
+    send_batch: bytes::Bytes,
+    receive: [bytes::Bytes; 2],
+}
+
+impl Bodies {
+    fn new(url: &str, body: &str) -> Bodies {
+        let receive = |wait: u32| {
+            bytes::Bytes::from(
+                json!({"QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": wait})
+                    .to_string(),
+            )
+        };
+        Bodies {
+            url: url.to_string(),
+            send_batch: bytes::Bytes::from(
+                json!({"QueueUrl": url, "Entries": batch(body, 10)}).to_string(),
+            ),
+            receive: [receive(0), receive(1)],
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Counted {
+    #[serde(rename = "Successful", default)]
+    successful: Vec<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct Received {
+    #[serde(rename = "Messages", default)]
+    messages: Vec<Handle>,
+}
+
+#[derive(serde::Deserialize)]
+struct Handle {
+    #[serde(rename = "ReceiptHandle")]
+    receipt_handle: String,
+}
+
+#[derive(serde::Serialize)]
+struct DeleteEntry<'a> {
+    #[serde(rename = "Id")]
+    id: String,
+    #[serde(rename = "ReceiptHandle")]
+    receipt_handle: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct DeleteBatch<'a> {
+    #[serde(rename = "QueueUrl")]
+    queue_url: &'a str,
+    #[serde(rename = "Entries")]
+    entries: Vec<DeleteEntry<'a>>,
+}
+
+impl Tally {
+    async fn call_as<T: serde::de::DeserializeOwned>(
+        &mut self,
+        sqs: &SqsClient,
+        action: &'static str,
+        body: bytes::Bytes,
+    ) -> Option<T> {
+        match sqs.call_as::<T>(action, body).await {
+            Ok((value, micros)) => {
+                self.record(action, micros);
+                Some(value)
+            }
+            Err(_) => {
+                self.errors += 1;
+                None
+            }
+        }
+    }
+}
+
+async fn send_batch(t: &mut Tally, sqs: &SqsClient, bodies: &Bodies) {
+    if let Some(answer) = t
+        .call_as::<Counted>(sqs, "SendMessageBatch", bodies.send_batch.clone())
+        .await
+    {
+        t.sent += answer.successful.len() as u64;
     }
 }
 
 /// Receives up to 10 and deletes them; returns how many it deleted.
-async fn receive_delete(t: &mut Tally, sqs: &SqsClient, url: &str, wait_s: u32) -> u64 {
-    let request = json!({"QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": wait_s});
-    let Some(answer) = t.call(sqs, "ReceiveMessage", request).await else {
+async fn receive_delete(t: &mut Tally, sqs: &SqsClient, bodies: &Bodies, long_poll: bool) -> u64 {
+    let request = bodies.receive[usize::from(long_poll)].clone();
+    let Some(answer) = t.call_as::<Received>(sqs, "ReceiveMessage", request).await else {
         return 0;
     };
-    let entries: Vec<Value> = answer["Messages"]
-        .as_array()
-        .map(|ms| {
-            ms.iter()
-                .enumerate()
-                .map(|(i, m)| json!({"Id": format!("d{i}"), "ReceiptHandle": m["ReceiptHandle"]}))
-                .collect()
-        })
-        .unwrap_or_default();
-    if entries.is_empty() {
+    if answer.messages.is_empty() {
         return 0;
     }
+    let delete = DeleteBatch {
+        queue_url: &bodies.url,
+        entries: answer
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| DeleteEntry {
+                id: format!("d{i}"),
+                receipt_handle: &m.receipt_handle,
+            })
+            .collect(),
+    };
+    let body = bytes::Bytes::from(serde_json::to_string(&delete).expect("serialisable"));
     let deleted = t
-        .call(
-            sqs,
-            "DeleteMessageBatch",
-            json!({"QueueUrl": url, "Entries": entries}),
-        )
+        .call_as::<Counted>(sqs, "DeleteMessageBatch", body)
         .await
-        .map_or(0, |a| {
-            a["Successful"].as_array().map_or(0, |s| s.len() as u64)
-        });
+        .map_or(0, |a| a.successful.len() as u64);
     t.deleted += deleted;
     deleted
 }
@@ -174,11 +246,11 @@ async fn preload(sqs: &SqsClient, url: &str, body: &str, messages: u64, clients:
     let per_client = messages.div_ceil(10).div_ceil(clients as u64);
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
-            let (sqs, url, body) = (sqs.clone(), url.to_string(), body.to_string());
+            let (sqs, bodies) = (sqs.clone(), Bodies::new(url, body));
             tokio::spawn(async move {
                 let mut t = Tally::default();
                 for _ in 0..per_client {
-                    send_batch(&mut t, &sqs, &url, &body).await;
+                    send_batch(&mut t, &sqs, &bodies).await;
                 }
             })
         })
@@ -232,6 +304,7 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
     let deadline = started + config.duration;
     let tasks: Vec<_> = (0..config.clients)
         .map(|who| {
+            let bodies: Vec<Bodies> = urls.iter().map(|u| Bodies::new(u, &body)).collect();
             let (sqs, urls, body, scenario) =
                 (sqs.clone(), urls.clone(), body.clone(), config.scenario);
             // A consumer makes two calls per batch to a producer's one: two thirds consume.
@@ -251,23 +324,23 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
                                 .await;
                             t.sent += answer.is_some() as u64;
                         }
-                        Scenario::SendBatch => send_batch(&mut t, &sqs, &urls[0], &body).await,
+                        Scenario::SendBatch => send_batch(&mut t, &sqs, &bodies[0]).await,
                         Scenario::ReceiveDelete { .. } => {
-                            if receive_delete(&mut t, &sqs, &urls[0], 0).await == 0 {
+                            if receive_delete(&mut t, &sqs, &bodies[0], false).await == 0 {
                                 break;
                             }
                         }
                         Scenario::FullCycle if who < producers => {
-                            send_batch(&mut t, &sqs, &urls[0], &body).await
+                            send_batch(&mut t, &sqs, &bodies[0]).await
                         }
                         Scenario::FullCycle => {
-                            receive_delete(&mut t, &sqs, &urls[0], 1).await;
+                            receive_delete(&mut t, &sqs, &bodies[0], true).await;
                         }
                         Scenario::ManyQueues { .. } => {
-                            let url = &urls[next_queue % urls.len()];
+                            let b = &bodies[next_queue % bodies.len()];
                             next_queue += 7;
-                            send_batch(&mut t, &sqs, url, &body).await;
-                            receive_delete(&mut t, &sqs, url, 0).await;
+                            send_batch(&mut t, &sqs, b).await;
+                            receive_delete(&mut t, &sqs, b, false).await;
                         }
                     }
                 }

@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use leasehold_protocol::shapes::ReceiveMessageInput;
+use leasehold_protocol::shapes::{ReceiveMessageInput, ReceiveMessageOutput};
 use leasehold_protocol::{
     execute, form_params, json_error_body, parse_query, query_error_header, queue_name, receive,
     receive_wait_seconds, wire_code, xml_error, xml_response, Context, ProtocolError, Request,
@@ -48,18 +48,18 @@ pub async fn handle(
         Err(error) => Err(error),
     };
     match (wire, outcome) {
-        (Wire::Json, Ok((_, value))) => respond(
+        (Wire::Json, Ok((_, answer))) => respond(
             StatusCode::OK,
             &request_id,
             JSON_CONTENT_TYPE,
-            value.to_string(),
+            answer.json(),
             None,
         ),
-        (Wire::Query, Ok((action, value))) => respond(
+        (Wire::Query, Ok((action, answer))) => respond(
             StatusCode::OK,
             &request_id,
             XML_CONTENT_TYPE,
-            xml_response(action, &value, &request_id),
+            xml_response(action, &answer.document(), &request_id),
             None,
         ),
         (Wire::Json, Err(error)) => respond(
@@ -112,7 +112,34 @@ fn parse_form(
     parse_query(&params, queue_url)
 }
 
-async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Value, ProtocolError> {
+/// A successful answer, before it is put in a wire format. Received messages stay typed so
+/// the JSON answer to the most frequent call is written in one pass.
+enum Answer {
+    Document(Value),
+    Received(ReceiveMessageOutput),
+}
+
+impl Answer {
+    fn json(&self) -> String {
+        match self {
+            Answer::Document(value) => value.to_string(),
+            Answer::Received(output) => {
+                serde_json::to_string(output).expect("response shapes always serialise")
+            }
+        }
+    }
+
+    fn document(self) -> Value {
+        match self {
+            Answer::Document(value) => value,
+            Answer::Received(output) => {
+                serde_json::to_value(output).expect("response shapes always serialise")
+            }
+        }
+    }
+}
+
+async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Answer, ProtocolError> {
     if let Request::ReceiveMessage(input) = request {
         return long_poll(state, input).await;
     }
@@ -135,12 +162,12 @@ async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Value
             }
         }
     }
-    Ok(value)
+    Ok(Answer::Document(value))
 }
 
 /// ReceiveMessage with WaitTimeSeconds: returns as soon as a message is receivable, woken by
 /// sends and visibility changes, or by the timer of the next delay or lease to end.
-async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Value, ProtocolError> {
+async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Answer, ProtocolError> {
     let (queue, wait_s) = {
         let engine = state.engine();
         let url = input.queue_url.as_deref().unwrap_or_default();
@@ -151,7 +178,7 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Valu
     };
     // Let the receive itself report a bad request, in AWS's order of checks.
     let (Ok(queue), Ok(wait_s)) = (queue, wait_s) else {
-        return receive(&mut state.engine(), input).map(to_value);
+        return receive(&mut state.engine(), input).map(Answer::Received);
     };
     let deadline = Instant::now() + Duration::from_secs(u64::from(wait_s));
     let notify = state.waiter(&queue);
@@ -175,7 +202,7 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Valu
             if output.messages.is_empty() {
                 state.engine().record_empty_receive(&queue);
             }
-            return Ok(to_value(output));
+            return Ok(Answer::Received(output));
         }
         let wake_at = next_due.map_or(deadline, |due| {
             deadline.min(Instant::now() + Duration::from_millis(due.saturating_sub(now_ms)))
@@ -185,10 +212,6 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Valu
             _ = tokio::time::sleep_until(wake_at) => {}
         }
     }
-}
-
-fn to_value(output: leasehold_protocol::shapes::ReceiveMessageOutput) -> Value {
-    serde_json::to_value(output).expect("response shapes always serialise")
 }
 
 fn status(error: &ProtocolError) -> StatusCode {
