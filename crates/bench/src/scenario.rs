@@ -25,6 +25,9 @@ pub enum Scenario {
     /// The full cycle spread over many queues: each client sends, receives and deletes on
     /// queue after queue.
     ManyQueues { queues: usize },
+    /// One long poll waits on an empty queue; a message is sent; the time from the send's
+    /// start to the long poll's return is the wake latency. Repeated until the deadline.
+    LongPoll,
 }
 
 impl FromStr for Scenario {
@@ -36,10 +39,11 @@ impl FromStr for Scenario {
             "send-batch" => Scenario::SendBatch,
             "receive-delete" => Scenario::ReceiveDelete { preload: 100_000 },
             "full-cycle" => Scenario::FullCycle,
-            "many-queues" => Scenario::ManyQueues { queues: 1000 },
+                        "many-queues" => Scenario::ManyQueues { queues: 1000 },
+            "long-poll" => Scenario::LongPoll,
             other => {
                 return Err(format!(
-                    "unknown scenario {other:?}: send, send-batch, receive-delete, full-cycle, many-queues"
+                                        "unknown scenario {other:?}: send, send-batch, receive-delete, full-cycle, many-queues, long-poll"
                 ))
             }
         })
@@ -54,6 +58,7 @@ impl Scenario {
             Scenario::ReceiveDelete { .. } => "receive-delete",
             Scenario::FullCycle => "full-cycle",
             Scenario::ManyQueues { .. } => "many-queues",
+            Scenario::LongPoll => "long-poll",
         }
     }
 }
@@ -276,6 +281,85 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// Wake latency of a long poll: from the start of the send that feeds it to its return.
+async fn long_poll(sqs: &SqsClient, url: &str, config: &BenchConfig) -> Result<Report, BenchError> {
+    let mut t = Tally::default();
+    let started = Instant::now();
+    let deadline = started + config.duration;
+    let wait = bytes::Bytes::from(
+        json!({"QueueUrl": url, "MaxNumberOfMessages": 1, "WaitTimeSeconds": 20}).to_string(),
+    );
+    let send = bytes::Bytes::from(json!({"QueueUrl": url, "MessageBody": "wake"}).to_string());
+    while Instant::now() < deadline {
+        let (waiter_sqs, waiter_body) = (sqs.clone(), wait.clone());
+        let waiter = tokio::spawn(async move {
+            let answer = waiter_sqs
+                .call_as::<Received>("ReceiveMessage", waiter_body)
+                .await;
+            (answer, Instant::now())
+        });
+        // Let the receive arrive and start waiting.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let sent_at = Instant::now();
+        let _ = t
+            .call_as::<serde::de::IgnoredAny>(sqs, "SendMessage", send.clone())
+            .await;
+        match waiter.await {
+            Ok((Ok((answer, _)), returned)) if !answer.messages.is_empty() => {
+                t.record(
+                    "long-poll wake",
+                    returned.saturating_duration_since(sent_at).as_micros() as u64,
+                );
+                t.deleted += 1;
+                let delete =
+                    json!({"QueueUrl": url, "ReceiptHandle": answer.messages[0].receipt_handle})
+                        .to_string();
+                let _ = t
+                    .call_as::<serde::de::IgnoredAny>(
+                        sqs,
+                        "DeleteMessage",
+                        bytes::Bytes::from(delete),
+                    )
+                    .await;
+            }
+            _ => t.errors += 1,
+        }
+    }
+    let _ = sqs.call("DeleteQueue", &json!({"QueueUrl": url})).await;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Report {
+        scenario: "long-poll".into(),
+        clients: 1,
+        seconds,
+        messages_per_second: t.deleted as f64 / seconds,
+        messages: t.deleted,
+        sent_per_second: t.deleted as f64 / seconds,
+        deleted_per_second: t.deleted as f64 / seconds,
+        errors: t.errors,
+        latency: summarize_latency(&t),
+        server_cpu_percent: None,
+        server_rss_mib: config.server_pid.and_then(peak_rss_mib),
+    })
+}
+
+fn summarize_latency(t: &Tally) -> BTreeMap<&'static str, Latency> {
+    t.latency
+        .iter()
+        .map(|(action, h)| {
+            (
+                *action,
+                Latency {
+                    calls: h.len(),
+                    p50_us: h.value_at_quantile(0.5),
+                    p99_us: h.value_at_quantile(0.99),
+                    p999_us: h.value_at_quantile(0.999),
+                    max_us: h.max(),
+                },
+            )
+        })
+        .collect()
+}
+
 pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
     let sqs = SqsClient::new(&config.endpoint);
     let body = "x".repeat(config.body_bytes);
@@ -298,6 +382,9 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
     }
     if let Scenario::ReceiveDelete { preload: n } = config.scenario {
         preload(&sqs, &urls[0], &body, n, config.clients).await;
+    }
+    if config.scenario == Scenario::LongPoll {
+        return long_poll(&sqs, &urls[0], &config).await;
     }
     let cpu_before = config.server_pid.and_then(cpu_ticks);
     let started = Instant::now();
@@ -336,6 +423,8 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
                         Scenario::FullCycle => {
                             receive_delete(&mut t, &sqs, &bodies[0], true).await;
                         }
+                        // Handled apart, above.
+                        Scenario::LongPoll => break,
                         Scenario::ManyQueues { .. } => {
                             let b = &bodies[next_queue % bodies.len()];
                             next_queue += 7;
@@ -366,22 +455,7 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
     for url in &urls {
         let _ = sqs.call("DeleteQueue", &json!({"QueueUrl": url})).await;
     }
-    let latency: BTreeMap<&'static str, Latency> = total
-        .latency
-        .iter()
-        .map(|(action, h)| {
-            (
-                *action,
-                Latency {
-                    calls: h.len(),
-                    p50_us: h.value_at_quantile(0.5),
-                    p99_us: h.value_at_quantile(0.99),
-                    p999_us: h.value_at_quantile(0.999),
-                    max_us: h.max(),
-                },
-            )
-        })
-        .collect();
+    let latency = summarize_latency(&total);
     // Throughput is what made it through the scenario's last step.
     let messages = match config.scenario {
         Scenario::Send | Scenario::SendBatch => total.sent,
