@@ -44,7 +44,13 @@ impl SqsClient {
         let started = Instant::now();
         let request = hyper::Request::post(format!("{}/", self.endpoint))
             .header("content-type", "application/x-amz-json-1.0")
-            .header("x-amz-target", format!("AmazonSQS.{action}"))
+                        .header("x-amz-target", format!("AmazonSQS.{action}"))
+            // Unsigned, but shaped like SigV4: emulators such as moto route on the service
+            // named in the credential scope. Servers that verify signatures will refuse it.
+            .header(
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=bench/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0",
+            )
             .body(Full::new(body))
             .expect("a well-formed request");
         let http_err = |e: &dyn std::fmt::Display| BenchError::Http {

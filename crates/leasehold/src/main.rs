@@ -61,6 +61,15 @@ struct BenchArgs {
     /// The server's process id, to sample its CPU and memory (Linux).
     #[arg(long)]
     server_pid: Option<u32>,
+    /// Messages to preload for receive-delete.
+    #[arg(long, default_value = "100000")]
+    preload: u64,
+    /// Queues for many-queues.
+    #[arg(long, default_value = "1000")]
+    queues: usize,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -157,16 +166,48 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let scenario = match args.scenario {
+        leasehold_bench::Scenario::ReceiveDelete { .. } => {
+            leasehold_bench::Scenario::ReceiveDelete {
+                preload: args.preload,
+            }
+        }
+        leasehold_bench::Scenario::ManyQueues { .. } => leasehold_bench::Scenario::ManyQueues {
+            queues: args.queues.max(1),
+        },
+        other => other,
+    };
     let report = leasehold_bench::run(leasehold_bench::BenchConfig {
         endpoint: args.endpoint,
-        scenario: args.scenario,
+        scenario,
         duration: std::time::Duration::from_secs(args.seconds),
         clients: args.clients.max(1),
         body_bytes: args.body_bytes.max(1),
         server_pid: args.server_pid,
     })
     .await?;
-    report.print();
+    if args.json {
+        let latency: serde_json::Map<String, serde_json::Value> = report
+            .latency
+            .iter()
+            .map(|(action, l)| {
+                let ms = |us: u64| us as f64 / 1000.0;
+                (action.to_string(), serde_json::json!({"calls": l.calls, "p50_ms": ms(l.p50_us), "p99_ms": ms(l.p99_us), "p999_ms": ms(l.p999_us), "max_ms": ms(l.max_us)}))
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "scenario": report.scenario, "clients": report.clients, "seconds": report.seconds,
+                "messages_per_second": report.messages_per_second, "messages": report.messages,
+                "sent_per_second": report.sent_per_second, "deleted_per_second": report.deleted_per_second,
+                "errors": report.errors, "latency": latency,
+                "server_cpu_percent": report.server_cpu_percent, "server_rss_mib": report.server_rss_mib,
+            })
+        );
+    } else {
+        report.print();
+    }
     Ok(())
 }
 
