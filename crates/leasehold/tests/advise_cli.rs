@@ -1,9 +1,11 @@
 //! `leasehold advise` as users and tools run it: the JSON contract from a durations file, and
 //! advice from a live server's measurements.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::process::Command;
+
+use common::Server;
 use serde_json::Value;
 
 fn leasehold(args: &[&str]) -> (bool, String, String) {
@@ -78,97 +80,53 @@ fn json_advice_from_a_durations_file_keeps_its_contract() {
     assert!(!ok && err.contains("/nonexistent/file"), "{err}");
 }
 
-#[test]
-fn advice_from_a_live_queue_reads_its_measurements_and_settings() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advice_from_a_live_queue_reads_its_measurements_and_settings() {
+    let server = Server::start(&["--time-travel"]);
+    let sqs = server.client();
+    let http = reqwest::Client::new();
+    let url = sqs
+        .create_queue()
+        .queue_name("live")
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "20",
+        )
+        .send()
+        .await
         .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args([
-            "serve",
-            "--in-memory",
-            "--time-travel",
-            "--bind",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+        .queue_url
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let call = |target: &str, body: Value| -> Value {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            reqwest::Client::new()
-                .post(format!("{endpoint}/"))
-                .header("content-type", "application/x-amz-json-1.0")
-                .header("x-amz-target", format!("AmazonSQS.{target}"))
-                .body(body.to_string())
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap()
-        })
-    };
-    let advance = |seconds: u64| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            reqwest::Client::new()
-                .post(format!("{endpoint}/_leasehold/clock/advance"))
-                .json(&serde_json::json!({"seconds": seconds}))
-                .send()
-                .await
-                .unwrap();
-        })
-    };
-    let url = call(
-        "CreateQueue",
-        serde_json::json!({"QueueName": "live", "Attributes": {"VisibilityTimeout": "20"}}),
-    )["QueueUrl"]
-        .as_str()
-        .unwrap()
-        .to_string();
     for i in 0..20u64 {
-        call(
-            "SendMessage",
-            serde_json::json!({"QueueUrl": url, "MessageBody": format!("m{i}")}),
-        );
-        let got = call("ReceiveMessage", serde_json::json!({"QueueUrl": url}));
-        advance(2 + i % 5);
-        let handle = got["Messages"][0]["ReceiptHandle"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        call(
-            "DeleteMessage",
-            serde_json::json!({"QueueUrl": url, "ReceiptHandle": handle}),
-        );
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(format!("m{i}"))
+            .send()
+            .await
+            .unwrap();
+        let got = sqs.receive_message().queue_url(&url).send().await.unwrap();
+        // The consumer works 2..6 s: the server's clock jumps instead of the test waiting.
+        http.post(format!("{}/_leasehold/clock/advance", server.endpoint()))
+            .json(&serde_json::json!({"seconds": 2 + i % 5}))
+            .send()
+            .await
+            .unwrap();
+        let handle = got.messages.unwrap()[0].receipt_handle.clone().unwrap();
+        sqs.delete_message()
+            .queue_url(&url)
+            .receipt_handle(handle)
+            .send()
+            .await
+            .unwrap();
     }
     let (ok, out, err) = leasehold(&[
         "advise",
         "--endpoint",
-        &endpoint,
+        &server.endpoint(),
         "--queue",
         "live",
         "--json",
     ]);
-    server.kill().unwrap();
-    let _ = server.wait();
     assert!(ok, "{err}");
     let advice: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(advice["measured"]["count"], 20);
