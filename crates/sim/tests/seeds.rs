@@ -128,3 +128,50 @@ fn every_shipped_scenario_parses() {
     }
     assert!(n >= 8);
 }
+
+#[test]
+fn arrivals_can_come_from_a_file_and_a_token_bucket_caps_starts() {
+    let dir = std::env::temp_dir().join(format!("leasehold-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("arrivals.txt");
+    // 300 messages in the first second.
+    let times: String = (0..300)
+        .map(|i| format!("{}\n", i as f64 / 300.0))
+        .collect();
+    std::fs::write(&file, format!("# arrival times in seconds\n{times}")).unwrap();
+    let text = format!(
+        r#"
+        name = "file-and-bucket"
+        duration_s = 120
+        step_s = 1
+        [arrivals]
+        kind = "file"
+        file = "{}"
+        [work]
+        kind = "fixed"
+        mean_s = 0.1
+        [consumers]
+        rate_limit_per_s = 5
+        [scaling]
+        workers = 50
+        "#,
+        file.display()
+    );
+    let s = Scenario::from_toml(&text).unwrap();
+    let outcome = run(&s, &mut |_| {}).unwrap();
+    assert_eq!(outcome.summary.unique_messages, 300);
+    let per_second: Vec<u64> = outcome.rows.iter().map(|r| r.executions).collect();
+    // A full bucket (5) plus its refill in the first second, then the refill rate.
+    assert!(per_second[0] <= 10, "{per_second:?}");
+    assert!(
+        per_second[1..].iter().all(|n| *n <= 6),
+        "the bucket holds starts to about 5 per second: {per_second:?}"
+    );
+    assert_eq!(outcome.summary.executions, 300);
+    let last_busy = per_second.iter().rposition(|n| *n > 0).unwrap();
+    assert!(
+        (55..=62).contains(&last_busy),
+        "300 starts at 5 per second take about a minute: {last_busy}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
