@@ -445,12 +445,17 @@ async fn postgres_a_worker_killed_mid_message_runs_the_work_once_more_at_most_on
         "redelivered after the lease and finished"
     );
     assert_eq!(runs(), 2, "the crashed attempt, then exactly one more");
+    // One message finished, delivered at least twice: the crashed receive, then (after any
+    // put-backs while the dead worker's claim was still live) the one that ran it.
     let report = leases(&server, "killed").await;
-    assert_eq!(
-        report["receive_count_histogram"]["2"].as_u64().unwrap_or(0)
-            + report["receive_count_histogram"]["3"].as_u64().unwrap_or(0),
-        1
-    );
+    let finished: Vec<(u32, u64)> = report["receive_count_histogram"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.parse().unwrap(), v.as_u64().unwrap()))
+        .collect();
+    assert_eq!(finished.iter().map(|(_, n)| n).sum::<u64>(), 1, "{report}");
+    assert!(finished[0].0 >= 2, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
