@@ -280,21 +280,39 @@ fn new_message(entry: &MessageEntry) -> Result<NewMessage> {
     })
 }
 
-fn sent_output(id: Option<String>, sent: Sent, message: &NewMessage) -> SendMessageOutput {
-    SendMessageOutput {
-        id,
-        message_id: sent.message_id,
-        sequence_number: sent.sequence_number.map(format_sequence_number),
-        md5_of_message_body: md5_hex(message.body.as_bytes()),
-        md5_of_message_attributes: md5_of_map(&message.attributes),
-        md5_of_message_system_attributes: md5_of_map(&message.system_attributes),
+/// The checksums a send answers with, taken before the message moves into the engine.
+struct Checksums {
+    body: String,
+    attributes: Option<String>,
+    system_attributes: Option<String>,
+}
+
+impl Checksums {
+    fn of(message: &NewMessage) -> Checksums {
+        Checksums {
+            body: md5_hex(message.body.as_bytes()),
+            attributes: md5_of_map(&message.attributes),
+            system_attributes: md5_of_map(&message.system_attributes),
+        }
+    }
+
+    fn answer(self, id: Option<String>, sent: Sent) -> SendMessageOutput {
+        SendMessageOutput {
+            id,
+            message_id: sent.message_id,
+            sequence_number: sent.sequence_number.map(format_sequence_number),
+            md5_of_message_body: self.body,
+            md5_of_message_attributes: self.attributes,
+            md5_of_message_system_attributes: self.system_attributes,
+        }
     }
 }
 
 fn send_one(engine: &mut Engine, queue: &str, entry: &MessageEntry) -> Result<SendMessageOutput> {
     let message = new_message(entry)?;
-    let sent = engine.send(queue, message.clone())?;
-    Ok(sent_output(None, sent, &message))
+    let checksums = Checksums::of(&message);
+    let sent = engine.send(queue, message)?;
+    Ok(checksums.answer(None, sent))
 }
 
 /// Checks a batch's shape as AWS does, before any entry runs.
@@ -343,31 +361,32 @@ fn send_batch(engine: &mut Engine, queue: &str, entries: Option<&[MessageEntry]>
         "SendMessageBatchRequestEntry",
     )?;
     let converted: Vec<Result<NewMessage>> = entries.iter().map(new_message).collect();
-    let valid: Vec<NewMessage> = converted
-        .iter()
-        .filter_map(|c| c.as_ref().ok().cloned())
-        .collect();
-    let mut results = engine
-        .send_batch(queue, valid.clone())?
+    let mut checksums = Vec::with_capacity(converted.len());
+    let mut valid = Vec::with_capacity(converted.len());
+    let conversions: Vec<Result<()>> = converted
         .into_iter()
-        .zip(valid);
+        .map(|c| {
+            c.map(|message| {
+                checksums.push(Checksums::of(&message));
+                valid.push(message);
+            })
+        })
+        .collect();
+    let mut results = engine.send_batch(queue, valid)?.into_iter().zip(checksums);
     let mut out = BatchOutput {
         successful: vec![],
         failed: vec![],
     };
-    for (entry, conversion) in entries.iter().zip(converted) {
+    for (entry, conversion) in entries.iter().zip(conversions) {
         let id = entry.id.clone().unwrap_or_default();
-        let outcome = conversion.and_then(|_| {
-            let (result, message) = results.next().expect("one result per valid entry");
+        let outcome = conversion.and_then(|()| {
+            let (result, checksums) = results.next().expect("one result per valid entry");
             result
-                .map(|message_id| (message_id, message))
+                .map(|sent| (sent, checksums))
                 .map_err(ProtocolError::from)
         });
         match outcome {
-            Ok((message_id, message)) => {
-                out.successful
-                    .push(sent_output(Some(id), message_id, &message))
-            }
+            Ok((sent, checksums)) => out.successful.push(checksums.answer(Some(id), sent)),
             Err(error) => out.failed.push(failure(&id, &error)),
         }
     }

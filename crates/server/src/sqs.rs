@@ -143,10 +143,19 @@ async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Answe
     if let Request::ReceiveMessage(input) = request {
         return long_poll(state, input).await;
     }
-    let (value, commit) = {
+    let (value, commit, woken) = {
         let mut engine = state.engine();
         let value = execute(&mut engine, ctx, request);
-        (value, state.persist(&mut engine))
+        // Which queue to wake, found under the same lock.
+        let woken = request
+            .may_wake_receivers()
+            .then(|| {
+                request
+                    .queue_url()
+                    .and_then(|url| queue_name(&engine, url).ok())
+            })
+            .flatten();
+        (value, state.persist(&mut engine), woken)
     };
     if let Some(commit) = commit {
         commit
@@ -154,13 +163,8 @@ async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Answe
             .map_err(|e| ProtocolError::Internal(e.to_string()))?;
     }
     let value = value?;
-    if request.may_wake_receivers() {
-        if let Some(url) = request.queue_url() {
-            let name = queue_name(&state.engine(), url);
-            if let Ok(name) = name {
-                state.wake(&name);
-            }
-        }
+    if let Some(name) = woken {
+        state.wake(&name);
     }
     Ok(Answer::Document(value))
 }

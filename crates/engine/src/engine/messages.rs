@@ -74,7 +74,6 @@ impl Engine {
             ));
         }
         let dead_letter_queue = self.live_dead_letter_target(name)?;
-        let source_arn: Arc<str> = Arc::from(self.queue_arn(name).as_str());
         let sealer = self.sealer.clone();
         let (queue, now) = self.queue_now(name)?;
         let params = ReceiveParams {
@@ -90,6 +89,8 @@ impl Engine {
             queue.touch();
         }
         if let (Some((target, _)), false) = (dead_letter_queue, dead.is_empty()) {
+            // Only a receive that dead-letters something pays for naming its source.
+            let source_arn: Arc<str> = Arc::from(self.queue_arn(name).as_str());
             let (dlq, _) = self.queue_mut(&target)?;
             for (key, message) in dead {
                 dlq.accept_dead_letter(now, key.sent_ms, message, &source_arn);
