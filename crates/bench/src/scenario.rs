@@ -96,16 +96,8 @@ impl Tally {
 
     /// Makes one call and records it; errors are counted, not fatal, under load.
     async fn call(&mut self, sqs: &SqsClient, action: &'static str, body: Value) -> Option<Value> {
-        match sqs.call(action, &body).await {
-            Ok((value, micros)) => {
-                self.record(action, micros);
-                Some(value)
-            }
-            Err(_) => {
-                self.errors += 1;
-                None
-            }
-        }
+        self.call_as(sqs, action, bytes::Bytes::from(body.to_string()))
+            .await
     }
 }
 

@@ -47,7 +47,7 @@ struct BenchArgs {
     /// The endpoint to load, e.g. http://127.0.0.1:9324.
     #[arg(long, default_value = "http://127.0.0.1:9324")]
     endpoint: String,
-    /// send, send-batch, receive-delete, full-cycle or many-queues.
+    /// send, send-batch, receive-delete, full-cycle, many-queues or long-poll.
     scenario: leasehold_bench::Scenario,
     /// How long to run, in seconds.
     #[arg(long, default_value = "10")]

@@ -57,13 +57,8 @@ async fn queues_messages_leases_and_metadata_survive_a_restart() {
     }
     let leased = s.receive(&url, 2).await;
     let handle = leased[0].receipt_handle.clone().unwrap();
-    s.sqs
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(leased[1].receipt_handle.clone().unwrap())
-        .send()
-        .await
-        .unwrap();
+    s.delete(&url, leased[1].receipt_handle.clone().unwrap())
+        .await;
     s.stop().await;
 
     let s = durable(dir.path()).await;

@@ -139,6 +139,16 @@ impl TestServer {
             .unwrap()
     }
 
+    pub async fn delete(&self, url: &str, receipt_handle: impl Into<String>) {
+        self.sqs
+            .delete_message()
+            .queue_url(url)
+            .receipt_handle(receipt_handle)
+            .send()
+            .await
+            .unwrap();
+    }
+
     pub async fn attribute(&self, url: &str, name: &str) -> String {
         let out = self
             .sqs

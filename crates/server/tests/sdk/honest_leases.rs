@@ -41,29 +41,11 @@ async fn measurements_match_what_consumers_did_and_the_advice_avoids_their_dupli
             // The lease ran out: consumer B gets the same message and works on it too.
             let b = s.receive(&url, 1).await.remove(0);
             assert_eq!(b.message_id, a.message_id);
-            s.sqs
-                .delete_message()
-                .queue_url(&url)
-                .receipt_handle(a.receipt_handle.unwrap())
-                .send()
-                .await
-                .unwrap();
+            s.delete(&url, a.receipt_handle.unwrap()).await;
             s.advance(5).await;
-            s.sqs
-                .delete_message()
-                .queue_url(&url)
-                .receipt_handle(b.receipt_handle.unwrap())
-                .send()
-                .await
-                .unwrap();
+            s.delete(&url, b.receipt_handle.unwrap()).await;
         } else {
-            s.sqs
-                .delete_message()
-                .queue_url(&url)
-                .receipt_handle(a.receipt_handle.unwrap())
-                .send()
-                .await
-                .unwrap();
+            s.delete(&url, a.receipt_handle.unwrap()).await;
         }
     }
 

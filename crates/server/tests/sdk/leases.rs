@@ -146,33 +146,15 @@ async fn aws_mode_an_expired_or_superseded_handle_still_deletes_and_deleting_twi
     let a = s.receive(&url, 1).await.remove(0).receipt_handle.unwrap();
     s.advance(30).await;
     let b = s.receive(&url, 1).await.remove(0).receipt_handle.unwrap();
-    s.sqs
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(&a)
-        .send()
-        .await
-        .unwrap();
+    s.delete(&url, &a).await;
     assert_eq!(
         s.attribute(&url, "ApproximateNumberOfMessagesNotVisible")
             .await,
         "0",
         "A's stale handle deleted it"
     );
-    s.sqs
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(&a)
-        .send()
-        .await
-        .unwrap();
-    s.sqs
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(&b)
-        .send()
-        .await
-        .unwrap();
+    s.delete(&url, &a).await;
+    s.delete(&url, &b).await;
     let err = s
         .sqs
         .change_message_visibility()
@@ -239,13 +221,7 @@ async fn strict_mode_a_stale_handle_deletes_nothing_and_cannot_change_visibility
     s.advance(30).await;
     let b = s.receive(&url, 1).await.remove(0).receipt_handle.unwrap();
     // Consumer A's late delete answers success but does nothing: the seed's silent race.
-    s.sqs
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(&a)
-        .send()
-        .await
-        .unwrap();
+    s.delete(&url, &a).await;
     assert_eq!(
         s.attribute(&url, "ApproximateNumberOfMessagesNotVisible")
             .await,
@@ -261,13 +237,7 @@ async fn strict_mode_a_stale_handle_deletes_nothing_and_cannot_change_visibility
         .await
         .unwrap_err();
     assert_eq!(code(&err), "AWS.SimpleQueueService.MessageNotInflight");
-    s.sqs
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(&b)
-        .send()
-        .await
-        .unwrap();
+    s.delete(&url, &b).await;
     assert_eq!(
         s.attribute(&url, "ApproximateNumberOfMessagesNotVisible")
             .await,

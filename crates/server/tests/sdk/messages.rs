@@ -250,13 +250,7 @@ async fn delays_hide_new_messages_per_queue_and_per_message() {
         for m in s.receive(&url, 10).await {
             bodies.push(m.body.unwrap());
             let handle = m.receipt_handle.unwrap();
-            s.sqs
-                .delete_message()
-                .queue_url(&url)
-                .receipt_handle(handle)
-                .send()
-                .await
-                .unwrap();
+            s.delete(&url, handle).await;
         }
         bodies
     };
