@@ -9,6 +9,10 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use leasehold_engine::{Engine, EngineConfig, ManualClock, NewMessage, ReceiveRequest};
 
+// The allocator the server runs on, so that these figures are the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn measure(depth: u64) -> (Histogram<u64>, Histogram<u64>) {
     let clock = ManualClock::new(1_700_000_000_000);
     let mut engine = Engine::new(Arc::new(clock), EngineConfig::default());

@@ -7,6 +7,10 @@ use std::sync::Arc;
 
 use leasehold_engine::{Engine, EngineConfig, ManualClock, NewMessage};
 
+// The allocator the server runs on, so that these figures are the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: u64 = statm

@@ -14,6 +14,7 @@ mod queue;
 mod receipt;
 mod redrive;
 mod settings;
+mod table;
 
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{

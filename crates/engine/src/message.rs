@@ -267,15 +267,16 @@ pub struct MsgKey {
     pub seq: u64,
 }
 
-/// Where a stored message is in its life.
+/// Where a stored message is in its life. Delayed and InFlight end at the message's
+/// `until_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
-    /// Waiting out DelaySeconds; becomes ready at the instant given.
-    Delayed { until: u64 },
+    /// Waiting out DelaySeconds.
+    Delayed,
     /// Receivable now.
     Ready,
-    /// Leased by a receive until the instant given.
-    InFlight { until: u64 },
+    /// Leased by a receive.
+    InFlight,
 }
 
 /// The rarely set parts of a message, boxed so that plain messages stay small.
@@ -289,19 +290,23 @@ pub struct Extras {
 }
 
 /// A stored message. Bodies and attributes are shared with receives, not copied. A store
-/// persists it as it is and hands it back on restart.
+/// persists it as it is and hands it back on restart. Kept to 80 bytes: a queue holds
+/// millions, so every field counts (see `table.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredMessage {
     pub id: [u8; 16],
     pub body: Arc<str>,
     pub attributes: Option<Arc<MessageAttributes>>,
     pub extras: Option<Box<Extras>>,
-    pub first_receive_ms: Option<u64>,
+    /// When it was first received; meaningful only once `receive_count` is above 0.
+    pub first_receive_ms: u64,
     /// When the current (or latest) lease started: the 12-hour ceiling counts from here.
     pub lease_start_ms: u64,
+    /// When a Delayed or InFlight state ends; unused while Ready.
+    pub until_ms: u64,
     pub receive_count: u32,
-    /// Heartbeats (visibility extensions) during the current lease.
-    pub extensions: u32,
+    /// Heartbeats (visibility extensions) during the current lease, up to 65,535.
+    pub extensions: u16,
     /// A consumer deleted it after its lease had expired, and it stayed (strict mode, FIFO).
     pub late_deleted: bool,
     pub state: State,
@@ -311,7 +316,21 @@ impl StoredMessage {
     pub fn group(&self) -> Option<&Arc<str>> {
         self.extras.as_ref().and_then(|e| e.group.as_ref())
     }
+
+    /// When it was first received, if it has been.
+    pub fn first_received(&self) -> Option<u64> {
+        (self.receive_count > 0).then_some(self.first_receive_ms)
+    }
+
+    /// The instant its current state ends, if it is Delayed or InFlight.
+    pub fn state_ends(&self) -> Option<u64> {
+        (self.state != State::Ready).then_some(self.until_ms)
+    }
 }
+
+// The table's memory budget rests on this (see BENCHMARKS.md, bytes per message).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<StoredMessage>() == 80);
 
 /// A message as one receive hands it out.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -23,6 +23,7 @@ use crate::message::{
 };
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::settings::{QueueSettings, MAX_VISIBILITY_TIMEOUT_S};
+use crate::table::MessageTable;
 
 /// How receipt handles behave once their lease is over.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -132,7 +133,7 @@ pub(crate) struct Queue {
     pub modified_ms: u64,
     pub last_purge_ms: Option<u64>,
     pub stats: QueueStats,
-    messages: BTreeMap<MsgKey, StoredMessage>,
+    messages: MessageTable,
     ready: BTreeSet<MsgKey>,
     timers: BTreeSet<(u64, MsgKey)>,
     fifo: FifoState,
@@ -153,7 +154,7 @@ impl Queue {
             modified_ms: now,
             last_purge_ms: None,
             stats: QueueStats::default(),
-            messages: BTreeMap::new(),
+            messages: MessageTable::default(),
             ready: BTreeSet::new(),
             timers: BTreeSet::new(),
             fifo: FifoState::default(),
@@ -171,17 +172,17 @@ impl Queue {
         self.messages.get(&key).and_then(|m| m.group().cloned())
     }
 
-    fn link(&mut self, key: MsgKey, state: State, group: Option<&Arc<str>>) {
+    fn link(&mut self, key: MsgKey, (state, until): (State, u64), group: Option<&Arc<str>>) {
         match state {
             State::Ready if group.is_none() => {
                 self.ready.insert(key);
             }
             State::Ready => {}
-            State::Delayed { until } => {
+            State::Delayed => {
                 self.delayed += 1;
                 self.timers.insert((until, key));
             }
-            State::InFlight { until } => {
+            State::InFlight => {
                 self.in_flight += 1;
                 self.timers.insert((until, key));
                 if let Some(g) = group {
@@ -191,16 +192,16 @@ impl Queue {
         }
     }
 
-    fn unlink(&mut self, key: MsgKey, state: State, group: Option<&Arc<str>>) {
+    fn unlink(&mut self, key: MsgKey, (state, until): (State, u64), group: Option<&Arc<str>>) {
         match state {
             State::Ready => {
                 self.ready.remove(&key);
             }
-            State::Delayed { until } => {
+            State::Delayed => {
                 self.delayed -= 1;
                 self.timers.remove(&(until, key));
             }
-            State::InFlight { until } => {
+            State::InFlight => {
                 self.in_flight -= 1;
                 self.timers.remove(&(until, key));
                 if let Some(g) = group {
@@ -219,15 +220,17 @@ impl Queue {
         self.fifo.list(group, head);
     }
 
-    /// Moves a stored message to a new state, keeping the indexes true.
-    fn set_state(&mut self, key: MsgKey, state: State) {
+    /// Moves a stored message to a new state that ends at `until` (ignored for Ready),
+    /// keeping the indexes true.
+    fn set_state(&mut self, key: MsgKey, state: State, until: u64) {
         let group = self.fifo_group(key);
         let Some(message) = self.messages.get_mut(&key) else {
             return;
         };
-        let old = std::mem::replace(&mut message.state, state);
+        let old = (message.state, message.until_ms);
+        (message.state, message.until_ms) = (state, until);
         self.unlink(key, old, group.as_ref());
-        self.link(key, state, group.as_ref());
+        self.link(key, (state, until), group.as_ref());
         if let Some(g) = group {
             self.refresh_group(&g);
         }
@@ -246,7 +249,7 @@ impl Queue {
 
     fn insert(&mut self, key: MsgKey, message: StoredMessage) {
         self.mark(key);
-        let state = message.state;
+        let state = (message.state, message.until_ms);
         let group = self
             .settings
             .fifo
@@ -266,7 +269,7 @@ impl Queue {
         let group = self.fifo_group(key);
         let message = self.messages.remove(&key)?;
         self.mark(key);
-        self.unlink(key, message.state, group.as_ref());
+        self.unlink(key, (message.state, message.until_ms), group.as_ref());
         if let Some(g) = group {
             self.fifo.remove_member(&g, key);
             self.refresh_group(&g);
@@ -282,17 +285,17 @@ impl Queue {
             }
             if matches!(
                 self.messages.get(&key).map(|m| m.state),
-                Some(State::InFlight { .. })
+                Some(State::InFlight)
             ) {
                 // Counted once: the store learns the lease is over with the counter.
                 self.stats.leases_expired += 1;
                 self.mark(key);
                 self.touch();
             }
-            self.set_state(key, State::Ready);
+            self.set_state(key, State::Ready, 0);
         }
         let retention_ms = u64::from(self.settings.retention_s) * 1000;
-        while let Some((&key, _)) = self.messages.first_key_value() {
+        while let Some(key) = self.messages.first_key() {
             if key.sent_ms + retention_ms > now {
                 break;
             }
@@ -363,12 +366,10 @@ impl Queue {
             }
         }
         let delay = message.delay_s.unwrap_or(self.settings.delay_s);
-        let state = if delay == 0 {
-            State::Ready
+        let (state, until_ms) = if delay == 0 {
+            (State::Ready, 0)
         } else {
-            State::Delayed {
-                until: now + u64::from(delay) * 1000,
-            }
+            (State::Delayed, now + u64::from(delay) * 1000)
         };
         let system_attributes =
             (!message.system_attributes.is_empty()).then(|| Arc::new(message.system_attributes));
@@ -386,8 +387,9 @@ impl Queue {
                 body: message.body.into(),
                 attributes: (!message.attributes.is_empty()).then(|| Arc::new(message.attributes)),
                 extras: has_extras.then(|| Box::new(extras)),
-                first_receive_ms: None,
+                first_receive_ms: 0,
                 lease_start_ms: 0,
+                until_ms,
                 receive_count: 0,
                 extensions: 0,
                 late_deleted: false,
@@ -426,7 +428,7 @@ impl Queue {
         let key = self.next_key(if self.settings.fifo { now } else { sent_ms });
         message.state = State::Ready;
         message.receive_count = 0;
-        message.first_receive_ms = None;
+        message.first_receive_ms = 0;
         if let Some(extras) = message.extras.as_mut() {
             extras.dead_letter_source = None;
         }
@@ -516,14 +518,14 @@ impl Queue {
         message.receive_count += 1;
         message.lease_start_ms = lease.now;
         message.extensions = 0;
-        if message.first_receive_ms.is_none() {
-            message.first_receive_ms = Some(lease.now);
+        if message.receive_count == 1 {
+            message.first_receive_ms = lease.now;
             self.metrics
                 .first_receive
                 .record(lease.now, lease.now.saturating_sub(key.sent_ms));
         }
         let receive_no = message.receive_count;
-        self.set_state(key, State::InFlight { until: lease.until });
+        self.set_state(key, State::InFlight, lease.until);
         self.mark(key);
         batch.leased.push((key, receive_no));
         batch
@@ -544,11 +546,12 @@ impl Queue {
         let until = now + u64::from(params.visibility_s) * 1000;
         let mut out = Vec::new();
         for (key, receive_no) in items {
-            let still_ours = self.messages.get(&key).is_some_and(|m| {
-                m.receive_count == receive_no && !matches!(m.state, State::Delayed { .. })
-            });
+            let still_ours = self
+                .messages
+                .get(&key)
+                .is_some_and(|m| m.receive_count == receive_no && m.state != State::Delayed);
             if still_ours {
-                self.set_state(key, State::InFlight { until });
+                self.set_state(key, State::InFlight, until);
                 self.mark(key);
                 out.push(self.delivery(key, receive_no, sealer));
             }
@@ -571,7 +574,7 @@ impl Queue {
             attributes: message.attributes.clone(),
             system_attributes: extras.and_then(|e| e.system_attributes.clone()),
             sent_ms: key.sent_ms,
-            first_receive_ms: message.first_receive_ms.unwrap_or(key.sent_ms),
+            first_receive_ms: message.first_received().unwrap_or(key.sent_ms),
             receive_count: receive_no,
             group_id: extras.and_then(|e| e.group.clone()),
             deduplication_id: extras.and_then(|e| e.deduplication_id.clone()),
@@ -582,8 +585,7 @@ impl Queue {
 
     /// Whether the lease that `receipt` names is still the message's current, live lease.
     fn holds_live_lease(message: &StoredMessage, receipt: &Receipt) -> bool {
-        receipt.receive_no == message.receive_count
-            && matches!(message.state, State::InFlight { .. })
+        receipt.receive_no == message.receive_count && message.state == State::InFlight
     }
 
     /// FIFO queues refuse a handle whose lease is over, whatever the lease mode.
@@ -628,7 +630,7 @@ impl Queue {
             *self
                 .metrics
                 .extensions_per_message
-                .entry(extensions)
+                .entry(u32::from(extensions))
                 .or_default() += 1;
             self.remove(receipt.key);
             self.stats.deleted += 1;
@@ -672,17 +674,15 @@ impl Queue {
         } else if live {
             self.stats.extensions += 1;
             if let Some(m) = self.messages.get_mut(&receipt.key) {
-                m.extensions += 1;
+                m.extensions = m.extensions.saturating_add(1);
             }
         }
-        let state = if timeout_s == 0 {
-            State::Ready
+        if timeout_s == 0 {
+            self.set_state(receipt.key, State::Ready, 0);
         } else {
-            State::InFlight {
-                until: now + u64::from(timeout_s) * 1000,
-            }
-        };
-        self.set_state(receipt.key, state);
+            let until = now + u64::from(timeout_s) * 1000;
+            self.set_state(receipt.key, State::InFlight, until);
+        }
         self.mark(receipt.key);
         Ok(())
     }
@@ -708,7 +708,7 @@ impl Queue {
             self.messages
                 .range(..=limit)
                 .find(|(_, m)| m.state == State::Ready)
-                .map(|(k, _)| *k)?
+                .map(|(k, _)| k)?
         } else {
             *self.ready.range(..=limit).next()?
         };
@@ -737,7 +737,7 @@ impl Queue {
     }
 
     pub(crate) fn messages_iter(&self) -> impl Iterator<Item = (MsgKey, &StoredMessage)> {
-        self.messages.iter().map(|(k, m)| (*k, m))
+        self.messages.iter()
     }
 
     pub(crate) fn fifo_original(&self, key: &DedupKey) -> Option<Original> {
@@ -760,14 +760,11 @@ impl Queue {
 
     /// When the oldest stored message was sent.
     pub fn oldest_sent_ms(&self) -> Option<u64> {
-        self.messages.first_key_value().map(|(k, _)| k.sent_ms)
+        self.messages.first_key().map(|k| k.sent_ms)
     }
 
     /// The key of the newest stored message and how many are stored.
     pub fn newest(&self) -> (Option<MsgKey>, usize) {
-        (
-            self.messages.last_key_value().map(|(k, _)| *k),
-            self.messages.len(),
-        )
+        (self.messages.last_key(), self.messages.len())
     }
 }

@@ -365,49 +365,60 @@ fn message_value(m: &StoredMessage) -> Vec<u8> {
         w.opt(&e.system_attributes, |w, a| write_attributes(w, a));
         w.opt(&e.dead_letter_source, |w, s| w.str(s));
     });
-    w.opt(&m.first_receive_ms, |w, t| w.u64(*t));
+    w.opt(&m.first_received(), |w, t| w.u64(*t));
     w.u64(m.lease_start_ms);
     w.u32(m.receive_count);
-    w.u32(m.extensions);
+    w.u32(u32::from(m.extensions));
     w.u8(m.late_deleted as u8);
     match m.state {
         MessageState::Ready => w.u8(0),
-        MessageState::Delayed { until } => {
+        MessageState::Delayed => {
             w.u8(1);
-            w.u64(until);
+            w.u64(m.until_ms);
         }
-        MessageState::InFlight { until } => {
+        MessageState::InFlight => {
             w.u8(2);
-            w.u64(until);
+            w.u64(m.until_ms);
         }
     }
     w.0
 }
 
 fn read_message(r: &mut Reader) -> Result<StoredMessage, String> {
+    let id = r.array()?;
+    let body = r.arc_str()?;
+    let attributes = r.opt(read_attributes)?;
+    let extras = r.opt(|r| {
+        Ok(Box::new(Extras {
+            group: r.opt(|r| r.arc_str())?,
+            deduplication_id: r.opt(|r| r.arc_str())?,
+            system_attributes: r.opt(read_attributes)?,
+            dead_letter_source: r.opt(|r| r.arc_str())?,
+        }))
+    })?;
+    let first_receive_ms = r.opt(|r| r.u64())?.unwrap_or(0);
+    let lease_start_ms = r.u64()?;
+    let receive_count = r.u32()?;
+    let extensions = u16::try_from(r.u32()?).unwrap_or(u16::MAX);
+    let late_deleted = r.bool()?;
+    let (state, until_ms) = match r.u8()? {
+        0 => (MessageState::Ready, 0),
+        1 => (MessageState::Delayed, r.u64()?),
+        2 => (MessageState::InFlight, r.u64()?),
+        s => return Err(format!("unknown message state {s}")),
+    };
     Ok(StoredMessage {
-        id: r.array()?,
-        body: r.arc_str()?,
-        attributes: r.opt(read_attributes)?,
-        extras: r.opt(|r| {
-            Ok(Box::new(Extras {
-                group: r.opt(|r| r.arc_str())?,
-                deduplication_id: r.opt(|r| r.arc_str())?,
-                system_attributes: r.opt(read_attributes)?,
-                dead_letter_source: r.opt(|r| r.arc_str())?,
-            }))
-        })?,
-        first_receive_ms: r.opt(|r| r.u64())?,
-        lease_start_ms: r.u64()?,
-        receive_count: r.u32()?,
-        extensions: r.u32()?,
-        late_deleted: r.bool()?,
-        state: match r.u8()? {
-            0 => MessageState::Ready,
-            1 => MessageState::Delayed { until: r.u64()? },
-            2 => MessageState::InFlight { until: r.u64()? },
-            s => return Err(format!("unknown message state {s}")),
-        },
+        id,
+        body,
+        attributes,
+        extras,
+        first_receive_ms,
+        lease_start_ms,
+        until_ms,
+        receive_count,
+        extensions,
+        late_deleted,
+        state,
     })
 }
 

@@ -42,7 +42,8 @@ pub struct QueueRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     Engine(EngineRecord),
-    Queue(QueueRecord),
+    /// Boxed: one is written per changed queue per command, beside many small message changes.
+    Queue(Box<QueueRecord>),
     /// The queue and everything in it are gone.
     QueueDeleted {
         queue_id: u64,
@@ -91,7 +92,7 @@ impl Queue {
 
     fn drain_changes(&mut self, name: &str, out: &mut Vec<Change>) {
         if std::mem::take(&mut self.changes.meta) {
-            out.push(Change::Queue(self.record(name)));
+            out.push(Change::Queue(Box::new(self.record(name))));
         }
         let mut keys = std::mem::take(&mut self.changes.messages);
         keys.sort_unstable();
@@ -150,7 +151,7 @@ impl Engine {
     pub fn full_snapshot(&mut self) -> Vec<Change> {
         let mut out = vec![Change::Engine(self.engine_record())];
         for (name, queue) in &self.queues {
-            out.push(Change::Queue(queue.record(name)));
+            out.push(Change::Queue(Box::new(queue.record(name))));
             for (key, message) in queue.messages_iter() {
                 out.push(Change::Message {
                     queue_id: queue.id,
