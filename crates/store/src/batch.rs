@@ -1,11 +1,23 @@
 //! A batch of key-value writes, applied in order and atomically by a store.
 
+use std::collections::HashSet;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     Put(Vec<u8>, Vec<u8>),
     Delete(Vec<u8>),
     /// Deletes every key in `[start, end)`.
     DeleteRange(Vec<u8>, Vec<u8>),
+}
+
+impl Op {
+    /// The one key a put or delete writes.
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            Op::Put(k, _) | Op::Delete(k) => Some(k),
+            Op::DeleteRange(..) => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,5 +40,80 @@ impl WriteBatch {
 
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+}
+
+/// The ops of a group of batches that still matter, in order: every put or delete that a
+/// later put or delete of the same key overwrites is left out. Under load each request of a
+/// group commit rewrites its queue's record, so a group of 32 writes it once, not 32 times.
+/// Range deletes are always kept.
+pub fn effective_ops(batches: &[WriteBatch]) -> Vec<&Op> {
+    let mut written_later: HashSet<&[u8]> = HashSet::new();
+    let mut keep: Vec<&Op> = batches
+        .iter()
+        .rev()
+        .flat_map(|b| b.ops.iter().rev())
+        .filter(|op| op.key().is_none_or(|k| written_later.insert(k)))
+        .collect();
+    keep.reverse();
+    keep
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn apply<'a>(ops: impl IntoIterator<Item = &'a Op>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut data = BTreeMap::new();
+        for op in ops {
+            match op {
+                Op::Put(k, v) => {
+                    data.insert(k.clone(), v.clone());
+                }
+                Op::Delete(k) => {
+                    data.remove(k);
+                }
+                Op::DeleteRange(start, end) => data.retain(|k, _| k < start || k >= end),
+            }
+        }
+        data
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let key = || (0u8..6).prop_map(|k| vec![k]);
+        prop_oneof![
+            4 => (key(), any::<u8>()).prop_map(|(k, v)| Op::Put(k, vec![v])),
+            2 => key().prop_map(Op::Delete),
+            1 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(a.clone().min(b.clone()), a.max(b))),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_effective_ops_leave_the_same_data_as_all_of_them(
+            batches in prop::collection::vec(
+                prop::collection::vec(op(), 0..8).prop_map(|ops| WriteBatch { ops }),
+                0..8,
+            )
+        ) {
+            let all = apply(batches.iter().flat_map(|b| &b.ops));
+            prop_assert_eq!(apply(effective_ops(&batches)), all);
+        }
+    }
+
+    #[test]
+    fn a_record_rewritten_by_every_request_of_a_group_is_written_once() {
+        let batch = |v: u8| WriteBatch {
+            ops: vec![Op::Put(b"Q1".to_vec(), vec![v]), Op::Put(vec![v], vec![v])],
+        };
+        let batches: Vec<WriteBatch> = (0..32).map(batch).collect();
+        let ops = effective_ops(&batches);
+        assert_eq!(ops.len(), 33);
+        let queue_records: Vec<_> = ops.iter().filter(|op| op.key() == Some(b"Q1")).collect();
+        assert_eq!(queue_records, [&&Op::Put(b"Q1".to_vec(), vec![31])]);
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::batch::{Op, WriteBatch};
+use crate::batch::{effective_ops, Op, WriteBatch};
 use crate::{Store, StoreError, Visitor};
 
 pub const FILE_NAME: &str = "leasehold.db";
@@ -173,7 +173,7 @@ impl Store for SqliteStore {
             let mut delete_range = tx
                 .prepare_cached("DELETE FROM kv WHERE k >= ?1 AND k < ?2")
                 .map_err(err)?;
-            for op in batches.iter().flat_map(|b| &b.ops) {
+            for op in effective_ops(batches) {
                 match op {
                     Op::Put(k, v) => put.execute((k, v)).map(|_| ()),
                     Op::Delete(k) => delete.execute([k]).map(|_| ()),
