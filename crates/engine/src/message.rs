@@ -287,14 +287,16 @@ pub struct Extras {
     pub system_attributes: Option<Arc<MessageAttributes>>,
     /// The ARN of the queue a dead-lettered message came from.
     pub dead_letter_source: Option<Arc<str>>,
+    /// The id it was given in the queue it was first sent to, when it has moved from there:
+    /// a message's id is otherwise derived from its place (see `ReceiptSealer::message_id`).
+    pub message_id: Option<[u8; 16]>,
 }
 
 /// A stored message. Bodies and attributes are shared with receives, not copied. A store
-/// persists it as it is and hands it back on restart. Kept to 80 bytes: a queue holds
-/// millions, so every field counts (see `table.rs`).
+/// persists it with its id and hands it back on restart. Kept to 64 bytes: a queue holds
+/// millions, so every field counts (see `table.rs`); the id is not among them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredMessage {
-    pub id: [u8; 16],
     pub body: Arc<str>,
     pub attributes: Option<Arc<MessageAttributes>>,
     pub extras: Option<Box<Extras>>,
@@ -330,7 +332,7 @@ impl StoredMessage {
 
 // The table's memory budget rests on this (see BENCHMARKS.md, bytes per message).
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(std::mem::size_of::<StoredMessage>() == 80);
+const _: () = assert!(std::mem::size_of::<StoredMessage>() == 64);
 
 /// A message as one receive hands it out.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -125,6 +125,8 @@ pub(crate) struct Changes {
 
 pub(crate) struct Queue {
     pub id: u64,
+    /// Seals receipt handles and derives message ids.
+    sealer: ReceiptSealer,
     pub changes: Changes,
     pub metrics: LeaseMetrics,
     pub settings: QueueSettings,
@@ -143,9 +145,10 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    pub fn new(id: u64, settings: QueueSettings, now: u64) -> Self {
+    pub fn new(id: u64, settings: QueueSettings, now: u64, sealer: ReceiptSealer) -> Self {
         Queue {
             id,
+            sealer,
             changes: Changes::default(),
             metrics: LeaseMetrics::default(),
             settings,
@@ -328,7 +331,7 @@ impl Queue {
 
     /// Stores a validated message. On a FIFO queue a duplicate within the deduplication
     /// window is accepted and answered with the original's id, and nothing is stored.
-    pub fn send(&mut self, now: u64, message: NewMessage, id: [u8; 16]) -> Sent {
+    pub fn send(&mut self, now: u64, message: NewMessage) -> Sent {
         let fifo = self.settings.fifo;
         let group: Option<Arc<str>> = message.group_id.as_deref().map(Arc::from);
         let dedup_id: Option<Arc<str>> = if fifo {
@@ -354,6 +357,7 @@ impl Queue {
             };
         }
         let key = self.next_key(now);
+        let id = self.sealer.message_id(self.id, key.seq);
         if let Some(k) = dedup_key {
             let original = Original {
                 message_id: id,
@@ -378,12 +382,12 @@ impl Queue {
             deduplication_id: dedup_id,
             system_attributes,
             dead_letter_source: None,
+            message_id: None,
         };
         let has_extras = extras.group.is_some() || extras.system_attributes.is_some();
         self.insert(
             key,
             StoredMessage {
-                id,
                 body: message.body.into(),
                 attributes: (!message.attributes.is_empty()).then(|| Arc::new(message.attributes)),
                 extras: has_extras.then(|| Box::new(extras)),
@@ -441,9 +445,8 @@ impl Queue {
         &mut self,
         now: u64,
         params: ReceiveParams,
-        sealer: &ReceiptSealer,
     ) -> (Vec<Delivery>, Vec<(MsgKey, StoredMessage)>) {
-        if let Some(replayed) = self.replay_attempt(now, &params, sealer) {
+        if let Some(replayed) = self.replay_attempt(now, &params) {
             return (replayed, Vec::new());
         }
         let lease = Lease {
@@ -464,7 +467,7 @@ impl Queue {
                         break 'outer;
                     }
                     cursor = Some(key);
-                    if !self.take(key, &lease, sealer, &mut batch) {
+                    if !self.take(key, &lease, &mut batch) {
                         break;
                     }
                 }
@@ -472,7 +475,7 @@ impl Queue {
                 let Some(&key) = self.ready.first() else {
                     break;
                 };
-                self.take(key, &lease, sealer, &mut batch);
+                self.take(key, &lease, &mut batch);
             }
         }
         let Batch {
@@ -489,13 +492,7 @@ impl Queue {
     }
 
     /// Leases one Ready message into `batch`, or dead-letters it. False if it is not Ready.
-    fn take(
-        &mut self,
-        key: MsgKey,
-        lease: &Lease,
-        sealer: &ReceiptSealer,
-        batch: &mut Batch,
-    ) -> bool {
+    fn take(&mut self, key: MsgKey, lease: &Lease, batch: &mut Batch) -> bool {
         let Some(message) = self.messages.get_mut(&key) else {
             return false;
         };
@@ -512,7 +509,9 @@ impl Queue {
                 .receive_counts
                 .entry(message.receive_count)
                 .or_default() += 1;
-            batch.dead.push((key, self.remove(key).expect("stored")));
+            batch
+                .dead
+                .push((key, self.take_message(key).expect("stored")));
             return true;
         }
         message.receive_count += 1;
@@ -528,20 +527,13 @@ impl Queue {
         self.set_state(key, State::InFlight, lease.until);
         self.mark(key);
         batch.leased.push((key, receive_no));
-        batch
-            .deliveries
-            .push(self.delivery(key, receive_no, sealer));
+        batch.deliveries.push(self.delivery(key, receive_no));
         true
     }
 
     /// A FIFO receive retried with the same ReceiveRequestAttemptId within five minutes gets
     /// the same messages and handles back, with the lease restarted.
-    fn replay_attempt(
-        &mut self,
-        now: u64,
-        params: &ReceiveParams,
-        sealer: &ReceiptSealer,
-    ) -> Option<Vec<Delivery>> {
+    fn replay_attempt(&mut self, now: u64, params: &ReceiveParams) -> Option<Vec<Delivery>> {
         let items = self.fifo.attempt(params.attempt_id?)?.to_vec();
         let until = now + u64::from(params.visibility_s) * 1000;
         let mut out = Vec::new();
@@ -553,18 +545,27 @@ impl Queue {
             if still_ours {
                 self.set_state(key, State::InFlight, until);
                 self.mark(key);
-                out.push(self.delivery(key, receive_no, sealer));
+                out.push(self.delivery(key, receive_no));
             }
         }
         Some(out)
     }
 
-    fn delivery(&self, key: MsgKey, receive_no: u32, sealer: &ReceiptSealer) -> Delivery {
+    /// A stored message's id: kept from the queue it was first sent to, or derived.
+    pub(crate) fn message_id(&self, key: MsgKey, message: &StoredMessage) -> [u8; 16] {
+        message
+            .extras
+            .as_ref()
+            .and_then(|e| e.message_id)
+            .unwrap_or_else(|| self.sealer.message_id(self.id, key.seq))
+    }
+
+    fn delivery(&self, key: MsgKey, receive_no: u32) -> Delivery {
         let message = &self.messages[&key];
         let extras = message.extras.as_deref();
         Delivery {
-            message_id: format_message_id(message.id),
-            receipt_handle: sealer.seal(Receipt {
+            message_id: format_message_id(self.message_id(key, message)),
+            receipt_handle: self.sealer.seal(Receipt {
                 received_ms: message.lease_start_ms,
                 queue_id: self.id,
                 key,
@@ -719,9 +720,12 @@ impl Queue {
         Some((key, source))
     }
 
-    /// Takes a message out of the queue, to move it elsewhere.
+    /// Takes a message out of the queue, to move it elsewhere: it keeps its id there.
     pub fn take_message(&mut self, key: MsgKey) -> Option<StoredMessage> {
-        self.remove(key)
+        let mut message = self.remove(key)?;
+        let id = self.message_id(key, &message);
+        message.extras.get_or_insert_with(Box::default).message_id = Some(id);
+        Some(message)
     }
 
     pub(crate) fn next_seq(&self) -> u64 {
@@ -748,9 +752,19 @@ impl Queue {
         self.fifo.dedup_keys()
     }
 
-    /// Puts back a message a store kept, rebuilding every index for it.
-    pub(crate) fn restore_message(&mut self, key: MsgKey, message: StoredMessage) {
+    /// Puts back a message a store kept, rebuilding every index for it. An id other than
+    /// the one its place gives (a moved message, or one stored before ids were derived) is
+    /// kept with it.
+    pub(crate) fn restore_message(
+        &mut self,
+        key: MsgKey,
+        id: [u8; 16],
+        mut message: StoredMessage,
+    ) {
         self.next_seq = self.next_seq.max(key.seq + 1);
+        if self.message_id(key, &message) != id {
+            message.extras.get_or_insert_with(Box::default).message_id = Some(id);
+        }
         self.insert(key, message);
     }
 

@@ -12,8 +12,8 @@ use std::ops::{Index, RangeBounds};
 
 use crate::message::{MsgKey, StoredMessage};
 
-/// Messages per chunk: 1,024 of 80 bytes, 80 KiB, a size mimalloc (the server's allocator)
-/// serves from its medium pages without rounding up.
+/// Messages per chunk: 1,024 of 64 bytes, 64 KiB, a size mimalloc (the server's allocator)
+/// packs into its pages with nothing left over.
 const CHUNK: usize = 1024;
 
 #[derive(Default)]
@@ -124,16 +124,16 @@ mod tests {
     use super::*;
     use crate::message::State;
 
-    fn message(n: u8) -> StoredMessage {
+    /// A message told apart by its receive count.
+    fn message(n: u32) -> StoredMessage {
         StoredMessage {
-            id: [n; 16],
             body: format!("m{n}").into(),
             attributes: None,
             extras: None,
             first_receive_ms: 0,
             lease_start_ms: 0,
             until_ms: 0,
-            receive_count: 0,
+            receive_count: n,
             extensions: 0,
             late_deleted: false,
             state: State::Ready,
@@ -149,11 +149,11 @@ mod tests {
         let mut table = MessageTable::default();
         let n = CHUNK as u64 * 2 + 5;
         for seq in (0..n).rev() {
-            assert!(table.insert(key(seq), message(seq as u8)).is_none());
+            assert!(table.insert(key(seq), message(seq as u32)).is_none());
         }
         assert_eq!(table.len(), n as usize);
         assert_eq!(table.chunks.len(), 3);
-        assert_eq!(table[&key(1030)].id, [1030u64 as u8; 16]);
+        assert_eq!(table[&key(1030)].receive_count, 1030);
         let seqs: Vec<u64> = table.iter().map(|(k, _)| k.seq).collect();
         assert_eq!(seqs, (0..n).collect::<Vec<_>>());
         assert_eq!(
@@ -167,16 +167,16 @@ mod tests {
     fn removed_slots_are_reused_and_a_drained_table_lets_go_of_its_chunks() {
         let mut table = MessageTable::default();
         for seq in 0..10 {
-            table.insert(key(seq), message(seq as u8));
+            table.insert(key(seq), message(seq as u32));
         }
-        assert_eq!(table.remove(&key(3)).map(|m| m.id), Some([3; 16]));
+        assert_eq!(table.remove(&key(3)).map(|m| m.receive_count), Some(3));
         assert!(table.remove(&key(3)).is_none());
         assert!(table.get(&key(3)).is_none());
         table.insert(key(10), message(10));
         assert_eq!(table.used, 10, "the vacated slot is taken before a new one");
         let replaced = table.insert(key(10), message(11));
-        assert_eq!(replaced.map(|m| m.id), Some([10; 16]));
-        assert_eq!(table.get_mut(&key(10)).map(|m| m.id), Some([11; 16]));
+        assert_eq!(replaced.map(|m| m.receive_count), Some(10));
+        assert_eq!(table.get_mut(&key(10)).map(|m| m.receive_count), Some(11));
         for seq in 0..=10 {
             table.remove(&key(seq));
         }

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 struct MapStore {
     engine: Option<EngineRecord>,
     queues: BTreeMap<u64, QueueRecord>,
-    messages: BTreeMap<(u64, MsgKey), StoredMessage>,
+    messages: BTreeMap<(u64, MsgKey), ([u8; 16], StoredMessage)>,
     dedup: BTreeMap<(u64, DedupKey), Original>,
 }
 
@@ -68,7 +68,7 @@ impl MapStore {
             messages: self
                 .messages
                 .iter()
-                .map(|((q, k), m)| (*q, *k, m.clone()))
+                .map(|((q, k), (id, m))| (*q, *k, *id, m.clone()))
                 .collect(),
             dedup: self
                 .dedup
@@ -211,4 +211,54 @@ proptest! {
             }
         }
     }
+}
+
+/// Message ids are derived from a message's place in its queue, not stored with it; one
+/// that moves keeps the id it was sent with: into the dead-letter queue, back out of it, and
+/// across a restart in both places.
+#[test]
+fn a_message_keeps_its_id_through_the_dead_letter_queue_back_and_across_restarts() {
+    let clock = ManualClock::new(5_000_000);
+    let config = EngineConfig {
+        receipt_key: [9; 16],
+        track_changes: true,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(Arc::new(clock.clone()), config.clone());
+    let mut store = MapStore::default();
+    let redrive =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}"#;
+    engine.create_queue("dlq", &[], &[]).unwrap();
+    let attrs = [
+        ("VisibilityTimeout".to_string(), "1".to_string()),
+        ("RedrivePolicy".to_string(), redrive.to_string()),
+    ];
+    engine.create_queue("src", &attrs, &[]).unwrap();
+    let sent = engine.send("src", NewMessage::new("m")).unwrap().message_id;
+    let one = ReceiveRequest::up_to(1);
+    let ids = |engine: &mut Engine, queue: &str| -> Vec<String> {
+        let deliveries = engine.receive(queue, &one).unwrap();
+        deliveries.into_iter().map(|d| d.message_id).collect()
+    };
+    let restart = |engine: &mut Engine, store: &mut MapStore| {
+        store.apply(engine.take_changes());
+        Engine::restore(Arc::new(clock.clone()), config.clone(), store.snapshot())
+    };
+
+    assert_eq!(ids(&mut engine, "src"), [sent.as_str()]);
+    clock.advance_ms(1_000);
+    assert!(
+        ids(&mut engine, "src").is_empty(),
+        "moved to the dead-letter queue"
+    );
+    engine = restart(&mut engine, &mut store);
+    assert_eq!(ids(&mut engine, "dlq"), [sent.as_str()]);
+
+    clock.advance_ms(30_000);
+    engine
+        .start_move_task("arn:aws:sqs:us-east-1:000000000000:dlq", None, None)
+        .unwrap();
+    engine.run_move_tasks();
+    engine = restart(&mut engine, &mut store);
+    assert_eq!(ids(&mut engine, "src"), [sent.as_str()]);
 }

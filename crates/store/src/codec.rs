@@ -71,7 +71,7 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
             } => {
                 let k = message_key(*queue_id, *key);
                 match message {
-                    Some(m) => batch.put(k, message_value(m)),
+                    Some((id, m)) => batch.put(k, message_value(id, m)),
                     None => batch.delete(k),
                 }
             }
@@ -109,7 +109,7 @@ pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<
             };
             snapshot
                 .messages
-                .push((queue_id, key, read_message(&mut r)?));
+                .push(read_message(&mut r).map(|(id, m)| (queue_id, key, id, m))?);
         }
         DEDUP => {
             let queue_id = k.u64()?;
@@ -353,10 +353,11 @@ fn read_attributes(r: &mut Reader) -> Result<Arc<MessageAttributes>, String> {
     Ok(Arc::new(items.into_iter().collect()))
 }
 
-fn message_value(m: &StoredMessage) -> Vec<u8> {
+/// The id is written on its own; `Extras::message_id`, which only repeats it, is not.
+fn message_value(id: &[u8; 16], m: &StoredMessage) -> Vec<u8> {
     let mut w = Writer(Vec::with_capacity(m.body.len() + 64));
     w.u8(VERSION);
-    w.raw(&m.id);
+    w.raw(id);
     w.str(&m.body);
     w.opt(&m.attributes, |w, a| write_attributes(w, a));
     w.opt(&m.extras, |w, e| {
@@ -384,7 +385,7 @@ fn message_value(m: &StoredMessage) -> Vec<u8> {
     w.0
 }
 
-fn read_message(r: &mut Reader) -> Result<StoredMessage, String> {
+fn read_message(r: &mut Reader) -> Result<([u8; 16], StoredMessage), String> {
     let id = r.array()?;
     let body = r.arc_str()?;
     let attributes = r.opt(read_attributes)?;
@@ -394,6 +395,7 @@ fn read_message(r: &mut Reader) -> Result<StoredMessage, String> {
             deduplication_id: r.opt(|r| r.arc_str())?,
             system_attributes: r.opt(read_attributes)?,
             dead_letter_source: r.opt(|r| r.arc_str())?,
+            message_id: None,
         }))
     })?;
     let first_receive_ms = r.opt(|r| r.u64())?.unwrap_or(0);
@@ -407,8 +409,7 @@ fn read_message(r: &mut Reader) -> Result<StoredMessage, String> {
         2 => (MessageState::InFlight, r.u64()?),
         s => return Err(format!("unknown message state {s}")),
     };
-    Ok(StoredMessage {
-        id,
+    let message = StoredMessage {
         body,
         attributes,
         extras,
@@ -419,7 +420,8 @@ fn read_message(r: &mut Reader) -> Result<StoredMessage, String> {
         extensions,
         late_deleted,
         state,
-    })
+    };
+    Ok((id, message))
 }
 
 fn original_value(o: &Original) -> Vec<u8> {

@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use rand::Rng;
-
 use super::Engine;
 use crate::error::{EngineError, Result};
 use crate::message::{Delivery, NewMessage};
@@ -34,9 +32,8 @@ impl Engine {
     /// SendMessage: validates against the queue's rules, then stores.
     pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
         message.validate(&self.queue(name)?.settings)?;
-        let id: [u8; 16] = self.rng.random();
         let (queue, now) = self.queue_mut(name)?;
-        Ok(queue.send(now, message, id))
+        Ok(queue.send(now, message))
     }
 
     /// SendMessageBatch: the batch's total size is checked first; then each entry on its own.
@@ -74,7 +71,6 @@ impl Engine {
             ));
         }
         let dead_letter_queue = self.live_dead_letter_target(name)?;
-        let sealer = self.sealer.clone();
         let (queue, now) = self.queue_now(name)?;
         let params = ReceiveParams {
             max_messages: request.max_messages as usize,
@@ -84,7 +80,7 @@ impl Engine {
             max_receive_count: dead_letter_queue.as_ref().map(|(_, max)| *max),
             attempt_id: request.attempt_id.as_deref(),
         };
-        let (deliveries, dead) = queue.receive(now, params, &sealer);
+        let (deliveries, dead) = queue.receive(now, params);
         if !deliveries.is_empty() || !dead.is_empty() {
             queue.touch();
         }

@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::fifo::{DedupKey, Original};
 use crate::message::{MsgKey, StoredMessage};
 use crate::queue::{Queue, QueueStats};
+use crate::receipt::ReceiptSealer;
 use crate::settings::QueueSettings;
 
 /// Engine-wide state: the receipt key, queue ids, recently deleted names, move tasks.
@@ -52,11 +53,11 @@ pub enum Change {
     Purged {
         queue_id: u64,
     },
-    /// A message now stands so, or (None) is gone.
+    /// A message now stands so, with its id, or (None) is gone.
     Message {
         queue_id: u64,
         key: MsgKey,
-        message: Option<StoredMessage>,
+        message: Option<([u8; 16], StoredMessage)>,
     },
     /// A FIFO deduplication id is remembered so, or (None) forgotten.
     Dedup {
@@ -71,7 +72,8 @@ pub enum Change {
 pub struct Snapshot {
     pub engine: Option<EngineRecord>,
     pub queues: Vec<QueueRecord>,
-    pub messages: Vec<(u64, MsgKey, StoredMessage)>,
+    /// Queue id, key, message id, message.
+    pub messages: Vec<(u64, MsgKey, [u8; 16], StoredMessage)>,
     pub dedup: Vec<(u64, DedupKey, Original)>,
 }
 
@@ -98,7 +100,9 @@ impl Queue {
         keys.sort_unstable();
         keys.dedup();
         for key in keys {
-            let message = self.message(key).cloned();
+            let message = self
+                .message(key)
+                .map(|m| (self.message_id(key, m), m.clone()));
             out.push(Change::Message {
                 queue_id: self.id,
                 key,
@@ -156,7 +160,7 @@ impl Engine {
                 out.push(Change::Message {
                     queue_id: queue.id,
                     key,
-                    message: Some(message.clone()),
+                    message: Some((queue.message_id(key, message), message.clone())),
                 });
             }
             for key in queue.dedup_keys() {
@@ -191,11 +195,12 @@ impl Engine {
             by_id.insert(record.id, record.name.clone());
             engine.next_queue_id = engine.next_queue_id.max(record.id + 1);
             let name = record.name.clone();
-            engine.queues.insert(name, Queue::from_record(record));
+            let queue = Queue::from_record(record, engine.sealer.clone());
+            engine.queues.insert(name, queue);
         }
-        for (queue_id, key, message) in snapshot.messages {
+        for (queue_id, key, id, message) in snapshot.messages {
             if let Some(queue) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
-                queue.restore_message(key, message);
+                queue.restore_message(key, id, message);
             }
         }
         let mut dedup = snapshot.dedup;
@@ -214,8 +219,8 @@ impl Engine {
 }
 
 impl Queue {
-    fn from_record(record: QueueRecord) -> Queue {
-        let mut queue = Queue::new(record.id, record.settings, record.created_ms);
+    fn from_record(record: QueueRecord, sealer: ReceiptSealer) -> Queue {
+        let mut queue = Queue::new(record.id, record.settings, record.created_ms, sealer);
         queue.tags = record.tags;
         queue.modified_ms = record.modified_ms;
         queue.last_purge_ms = record.last_purge_ms;

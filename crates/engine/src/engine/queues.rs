@@ -85,7 +85,7 @@ impl Engine {
         }
         check_tags(name, tags.len())?;
         self.check_redrive(name, &settings)?;
-        let mut queue = Queue::new(self.next_queue_id, settings, now);
+        let mut queue = Queue::new(self.next_queue_id, settings, now, self.sealer.clone());
         self.next_queue_id += 1;
         queue.tags = tags.iter().cloned().collect();
         queue.changes.enabled = self.config.track_changes;
