@@ -49,6 +49,13 @@ pub fn is_allowed_char(c: char) -> bool {
 }
 
 fn check_chars(text: &str, what: &str) -> Result<()> {
+    // Most bodies are printable ASCII: one pass over bytes settles them without decoding.
+    if text
+        .bytes()
+        .all(|b| (0x20..0x80).contains(&b) || matches!(b, b'\t' | b'\n' | b'\r'))
+    {
+        return Ok(());
+    }
     match text.chars().find(|c| !is_allowed_char(*c)) {
         None => Ok(()),
         Some(bad) => Err(EngineError::InvalidMessageContents(format!(
@@ -358,4 +365,37 @@ pub(crate) fn format_message_id(bytes: [u8; 16]) -> String {
         .into_uuid()
         .hyphenated()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_checked_against_the_characters_sqs_allows() {
+        for ok in [
+            "plain ascii ~",
+            "tab\tnewline\ncr\r",
+            "del \u{7F}",
+            "é 日本 🦀",
+            "\u{FFFD}",
+        ] {
+            assert!(check_chars(ok, "body").is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "nul \u{0}",
+            "bell \u{7}",
+            "é then \u{1}",
+            "\u{FFFE}",
+            "\u{FFFF}",
+        ] {
+            assert!(
+                matches!(
+                    check_chars(bad, "body"),
+                    Err(EngineError::InvalidMessageContents(_))
+                ),
+                "{bad:?}"
+            );
+        }
+    }
 }
