@@ -32,6 +32,37 @@ fn pairs(map: Option<StringMap>) -> Vec<(String, String)> {
 
 /// Runs every action except the waiting part of ReceiveMessage (see [`receive`]).
 pub fn execute(engine: &mut Engine, ctx: &Context, request: &Request) -> Result<Value> {
+    execute_prepared(engine, ctx, request, Prepared::of(request))
+}
+
+/// The part of a send that needs no engine: each message converted from the wire, with the
+/// checksums its answer carries. A server prepares it before taking the engine's lock, so
+/// that the MD5s are not computed while every other request waits. Empty for other actions.
+pub struct Prepared(Vec<Result<(NewMessage, Checksums)>>);
+
+impl Prepared {
+    pub fn of(request: &Request) -> Prepared {
+        let entries: &[MessageEntry] = match request {
+            Request::SendMessage(i) => std::slice::from_ref(&i.message),
+            Request::SendMessageBatch(i) => i.entries.as_deref().unwrap_or_default(),
+            _ => &[],
+        };
+        let prepare = |entry| {
+            let message = new_message(entry)?;
+            let checksums = Checksums::of(&message);
+            Ok((message, checksums))
+        };
+        Prepared(entries.iter().map(prepare).collect())
+    }
+}
+
+/// [`execute`], with its sends already prepared (see [`Prepared`]).
+pub fn execute_prepared(
+    engine: &mut Engine,
+    ctx: &Context,
+    request: &Request,
+    prepared: Prepared,
+) -> Result<Value> {
     use Request as R;
     let name = |engine: &Engine, url: &Option<String>| -> Result<String> {
         queue_name(engine, &required(url, "QueueUrl")?)
@@ -154,11 +185,11 @@ pub fn execute(engine: &mut Engine, ctx: &Context, request: &Request) -> Result<
         }
         R::SendMessage(i) => {
             let queue = name(engine, &i.queue_url)?;
-            to_value(send_one(engine, &queue, &i.message)?)
+            to_value(send_one(engine, &queue, prepared)?)
         }
         R::SendMessageBatch(i) => {
             let queue = name(engine, &i.queue_url)?;
-            send_batch(engine, &queue, i.entries.as_deref())?
+            send_batch(engine, &queue, i.entries.as_deref(), prepared)?
         }
         R::ReceiveMessage(i) => to_value(receive(engine, i)?),
         R::DeleteMessage(i) => {
@@ -281,7 +312,7 @@ fn new_message(entry: &MessageEntry) -> Result<NewMessage> {
 }
 
 /// The checksums a send answers with, taken before the message moves into the engine.
-struct Checksums {
+pub struct Checksums {
     body: String,
     attributes: Option<String>,
     system_attributes: Option<String>,
@@ -308,9 +339,8 @@ impl Checksums {
     }
 }
 
-fn send_one(engine: &mut Engine, queue: &str, entry: &MessageEntry) -> Result<SendMessageOutput> {
-    let message = new_message(entry)?;
-    let checksums = Checksums::of(&message);
+fn send_one(engine: &mut Engine, queue: &str, prepared: Prepared) -> Result<SendMessageOutput> {
+    let (message, checksums) = prepared.0.into_iter().next().expect("one prepared entry")?;
     let sent = engine.send(queue, message)?;
     Ok(checksums.answer(None, sent))
 }
@@ -354,20 +384,25 @@ fn failure(id: &str, error: &ProtocolError) -> BatchResultErrorEntry {
     }
 }
 
-fn send_batch(engine: &mut Engine, queue: &str, entries: Option<&[MessageEntry]>) -> Result<Value> {
+fn send_batch(
+    engine: &mut Engine,
+    queue: &str,
+    entries: Option<&[MessageEntry]>,
+    prepared: Prepared,
+) -> Result<Value> {
     let entries = entries.unwrap_or_default();
     check_batch_ids(
         entries.iter().map(|e| e.id.as_deref()),
         "SendMessageBatchRequestEntry",
     )?;
-    let converted: Vec<Result<NewMessage>> = entries.iter().map(new_message).collect();
-    let mut checksums = Vec::with_capacity(converted.len());
-    let mut valid = Vec::with_capacity(converted.len());
-    let conversions: Vec<Result<()>> = converted
+    let mut checksums = Vec::with_capacity(prepared.0.len());
+    let mut valid = Vec::with_capacity(prepared.0.len());
+    let conversions: Vec<Result<()>> = prepared
+        .0
         .into_iter()
         .map(|c| {
-            c.map(|message| {
-                checksums.push(Checksums::of(&message));
+            c.map(|(message, sums)| {
+                checksums.push(sums);
                 valid.push(message);
             })
         })
@@ -432,6 +467,41 @@ pub fn receive_wait_seconds(engine: &Engine, input: &ReceiveMessageInput) -> Res
 
 /// One non-waiting ReceiveMessage attempt, shaped for the wire.
 pub fn receive(engine: &mut Engine, input: &ReceiveMessageInput) -> Result<ReceiveMessageOutput> {
+    take_messages(engine, input).map(Taken::shape)
+}
+
+/// What one receive took from the engine, not yet shaped for the wire. Shaping (an MD5 of
+/// every body, attribute maps, strings) needs no engine, so a server does it after releasing
+/// the engine's lock, not while every other request waits.
+pub struct Taken {
+    deliveries: Vec<Delivery>,
+    system: Vec<String>,
+    selectors: Vec<String>,
+    sender_id: String,
+}
+
+impl Taken {
+    pub fn is_empty(&self) -> bool {
+        self.deliveries.is_empty()
+    }
+
+    pub fn shape(self) -> ReceiveMessageOutput {
+        let Taken {
+            deliveries,
+            system,
+            selectors,
+            sender_id,
+        } = self;
+        let messages = deliveries
+            .into_iter()
+            .map(|d| shape_delivery(d, &system, &selectors, &sender_id))
+            .collect();
+        ReceiveMessageOutput { messages }
+    }
+}
+
+/// The engine's half of one non-waiting ReceiveMessage attempt.
+pub fn take_messages(engine: &mut Engine, input: &ReceiveMessageInput) -> Result<Taken> {
     let queue = queue_name(engine, &required(&input.queue_url, "QueueUrl")?)?;
     let max = match input.max_number_of_messages {
         None => 1,
@@ -463,13 +533,12 @@ pub fn receive(engine: &mut Engine, input: &ReceiveMessageInput) -> Result<Recei
         .flatten()
         .cloned()
         .collect();
-    let selectors = input.message_attribute_names.clone().unwrap_or_default();
-    let sender_id = engine.config().account_id.clone();
-    let messages = deliveries
-        .into_iter()
-        .map(|d| shape_delivery(d, &system, &selectors, &sender_id))
-        .collect();
-    Ok(ReceiveMessageOutput { messages })
+    Ok(Taken {
+        deliveries,
+        system,
+        selectors: input.message_attribute_names.clone().unwrap_or_default(),
+        sender_id: engine.config().account_id.clone(),
+    })
 }
 
 fn shape_delivery(

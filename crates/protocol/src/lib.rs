@@ -16,7 +16,10 @@ mod xml;
 pub use checksum::{md5_hex, md5_of_attributes, md5_of_map};
 pub use convert::{queue_name, queue_url};
 pub use error::{wire_code, ProtocolError, Result, WireCode};
-pub use execute::{execute, receive, receive_wait_seconds, Context};
+pub use execute::{
+    execute, execute_prepared, receive, receive_wait_seconds, take_messages, Context, Prepared,
+    Taken,
+};
 pub use query::{form_params, parse_query};
 pub use request::Request;
 pub use xml::{xml_error, xml_response, XML_CONTENT_TYPE, XML_NAMESPACE};

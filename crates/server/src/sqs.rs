@@ -10,9 +10,9 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use leasehold_protocol::shapes::{ReceiveMessageInput, ReceiveMessageOutput};
 use leasehold_protocol::{
-    execute, form_params, json_error_body, parse_query, query_error_header, queue_name, receive,
-    receive_wait_seconds, wire_code, xml_error, xml_response, Context, ProtocolError, Request,
-    JSON_CONTENT_TYPE, TARGET_PREFIX, XML_CONTENT_TYPE,
+    execute_prepared, form_params, json_error_body, parse_query, query_error_header, queue_name,
+    receive, receive_wait_seconds, take_messages, wire_code, xml_error, xml_response, Context,
+    Prepared, ProtocolError, Request, JSON_CONTENT_TYPE, TARGET_PREFIX, XML_CONTENT_TYPE,
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -143,9 +143,11 @@ async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Answe
     if let Request::ReceiveMessage(input) = request {
         return long_poll(state, input).await;
     }
+    // A send's conversions and checksums are taken before the lock, not under it.
+    let prepared = Prepared::of(request);
     let (value, commit, woken) = {
         let mut engine = state.engine();
-        let value = execute(&mut engine, ctx, request);
+        let value = execute_prepared(&mut engine, ctx, request, prepared);
         // Which queue to wake, found under the same lock.
         let woken = request
             .may_wake_receivers()
@@ -190,23 +192,24 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Answ
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (output, next_due, now_ms, commit) = {
+        // Only the engine's half runs under its lock; the answer is shaped after.
+        let (taken, next_due, now_ms, commit) = {
             let mut engine = state.engine();
-            let output = receive(&mut engine, input);
+            let taken = take_messages(&mut engine, input);
             let commit = state.persist(&mut engine);
-            (output, engine.next_due(&queue), engine.now_ms(), commit)
+            (taken, engine.next_due(&queue), engine.now_ms(), commit)
         };
         if let Some(commit) = commit {
             commit
                 .await
                 .map_err(|e| ProtocolError::Internal(e.to_string()))?;
         }
-        let output = output?;
-        if !output.messages.is_empty() || Instant::now() >= deadline {
-            if output.messages.is_empty() {
+        let taken = taken?;
+        if !taken.is_empty() || Instant::now() >= deadline {
+            if taken.is_empty() {
                 state.engine().record_empty_receive(&queue);
             }
-            return Ok(Answer::Received(output));
+            return Ok(Answer::Received(taken.shape()));
         }
         let wake_at = next_due.map_or(deadline, |due| {
             deadline.min(Instant::now() + Duration::from_millis(due.saturating_sub(now_ms)))
