@@ -76,8 +76,11 @@ impl MessageTable {
         let slot = self.index.remove(key)?;
         let message = self.slot_mut(slot).take();
         if self.index.is_empty() {
-            // A drained queue gives its memory back.
-            self.clear();
+            // A drained queue gives its memory back, all but one chunk: a queue that empties
+            // after every message would otherwise allocate and fill 64 KiB per send.
+            self.chunks.truncate(1);
+            self.free = Vec::new();
+            self.used = 0;
         } else {
             self.free.push(slot);
         }
@@ -164,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn removed_slots_are_reused_and_a_drained_table_lets_go_of_its_chunks() {
+    fn removed_slots_are_reused_and_a_drained_table_keeps_only_one_chunk() {
         let mut table = MessageTable::default();
         for seq in 0..10 {
             table.insert(key(seq), message(seq as u32));
@@ -177,9 +180,20 @@ mod tests {
         let replaced = table.insert(key(10), message(11));
         assert_eq!(replaced.map(|m| m.receive_count), Some(10));
         assert_eq!(table.get_mut(&key(10)).map(|m| m.receive_count), Some(11));
-        for seq in 0..=10 {
+        for seq in 11..CHUNK as u64 + 11 {
+            table.insert(key(seq), message(0));
+        }
+        assert_eq!(table.chunks.len(), 2);
+        for seq in 0..CHUNK as u64 + 11 {
             table.remove(&key(seq));
         }
-        assert_eq!((table.len(), table.chunks.len(), table.used), (0, 0, 0));
+        assert_eq!((table.len(), table.chunks.len(), table.used), (0, 1, 0));
+        table.insert(key(0), message(1));
+        assert_eq!(
+            (table.chunks.len(), table.used),
+            (1, 1),
+            "the kept chunk is reused"
+        );
+        assert_eq!(table[&key(0)].receive_count, 1);
     }
 }
