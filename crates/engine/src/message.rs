@@ -330,11 +330,6 @@ impl StoredMessage {
     pub fn first_received(&self) -> Option<u64> {
         (self.receive_count > 0).then_some(self.first_receive_ms)
     }
-
-    /// The instant its current state ends, if it is Delayed or InFlight.
-    pub fn state_ends(&self) -> Option<u64> {
-        (self.state != State::Ready).then_some(self.until_ms)
-    }
 }
 
 // The table's memory budget rests on this (see BENCHMARKS.md, bytes per message).

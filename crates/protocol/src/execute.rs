@@ -48,7 +48,7 @@ impl Prepared {
             _ => &[],
         };
         // A batch of more than ten is refused before any entry is looked at: no work for it.
-        if entries.len() > 10 {
+        if entries.len() > MAX_BATCH_ENTRIES {
             return Prepared(Vec::new());
         }
         let prepare = |entry| {
@@ -349,6 +349,9 @@ fn send_one(engine: &mut Engine, queue: &str, prepared: Prepared) -> Result<Send
     Ok(checksums.answer(None, sent))
 }
 
+/// The most entries a batch request may carry.
+const MAX_BATCH_ENTRIES: usize = 10;
+
 /// Checks a batch's shape as AWS does, before any entry runs.
 fn check_batch_ids<'a>(
     ids: impl ExactSizeIterator<Item = Option<&'a str>>,
@@ -357,7 +360,7 @@ fn check_batch_ids<'a>(
     if ids.len() == 0 {
         return Err(ProtocolError::EmptyBatchRequest(entry_name));
     }
-    if ids.len() > 10 {
+    if ids.len() > MAX_BATCH_ENTRIES {
         return Err(ProtocolError::TooManyEntriesInBatchRequest(ids.len()));
     }
     let mut seen = HashSet::new();
