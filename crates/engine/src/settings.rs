@@ -81,7 +81,7 @@ impl Default for QueueSettings {
             policy: None,
             kms_master_key_id: None,
             kms_data_key_reuse_s: 300,
-            sqs_managed_sse: true,
+            sqs_managed_sse: false,
             fifo: false,
             content_based_dedup: false,
             dedup_per_group: false,
@@ -167,7 +167,10 @@ impl QueueSettings {
             }
             "SqsManagedSseEnabled" => {
                 self.sqs_managed_sse = match value {
-                    "true" => true,
+                    // Reported only when it is done, and Leasehold does not encrypt at rest.
+                    "true" => return Err(EngineError::InvalidAttributeValueReason(
+                        "Invalid value for the parameter SqsManagedSseEnabled. Reason: Leasehold does not encrypt messages at rest (its data file is readable by its owner only), so it cannot honour true.".into(),
+                    )),
                     "false" => false,
                     _ => return Err(EngineError::InvalidAttributeValue(name.to_string())),
                 }

@@ -81,7 +81,25 @@ fn get_queue_attributes_reports_counts_and_defaults() {
             send q b                     -> ok
             send q c delay=10            -> ok
             recv q max=1                 -> a rc=1 h1
-            attrs q                      -> ApproximateNumberOfMessages=1 ApproximateNumberOfMessagesDelayed=1 ApproximateNumberOfMessagesNotVisible=1 CreatedTimestamp=1700000000 DelaySeconds=0 LastModifiedTimestamp=1700000000 MaximumMessageSize=1048576 MessageRetentionPeriod=345600 QueueArn=arn:aws:sqs:us-east-1:000000000000:q ReceiveMessageWaitTimeSeconds=0 SqsManagedSseEnabled=true VisibilityTimeout=30
+            attrs q                      -> ApproximateNumberOfMessages=1 ApproximateNumberOfMessagesDelayed=1 ApproximateNumberOfMessagesNotVisible=1 CreatedTimestamp=1700000000 DelaySeconds=0 LastModifiedTimestamp=1700000000 MaximumMessageSize=1048576 MessageRetentionPeriod=345600 QueueArn=arn:aws:sqs:us-east-1:000000000000:q ReceiveMessageWaitTimeSeconds=0 SqsManagedSseEnabled=false VisibilityTimeout=30
+        "#]],
+    );
+}
+
+#[test]
+fn encryption_at_rest_is_reported_off_and_cannot_be_claimed() {
+    check(
+        "
+        create q
+        set q SqsManagedSseEnabled=true
+        set q SqsManagedSseEnabled=false
+        attrs q SqsManagedSseEnabled
+        ",
+        expect![[r#"
+            create q                     -> ok
+            set q SqsManagedSseEnabled=true -> error InvalidAttributeValueReason("Invalid value for the parameter SqsManagedSseEnabled. Reason: Leasehold does not encrypt messages at rest (its data file is readable by its owner only), so it cannot honour true.")
+            set q SqsManagedSseEnabled=false -> ok
+            attrs q SqsManagedSseEnabled -> SqsManagedSseEnabled=false
         "#]],
     );
 }

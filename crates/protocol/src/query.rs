@@ -41,6 +41,11 @@ const MAPS: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+/// The most dot-separated segments a parameter name may have. AWS's deepest names have seven
+/// (`SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringListValue.1`); a deeper
+/// one is refused before it is parsed, which also bounds the recursion of `to_json`.
+pub const MAX_NAME_SEGMENTS: usize = 8;
+
 const ENTRY_LISTS: &[&str] = &[
     "SendMessageBatchRequestEntry",
     "DeleteMessageBatchRequestEntry",
@@ -55,15 +60,13 @@ struct Node {
 }
 
 impl Node {
+    /// Places `value` at `path`, walking down without recursion.
     fn insert(&mut self, path: &[&str], value: String) {
-        match path.split_first() {
-            None => self.text = Some(value),
-            Some((head, rest)) => self
-                .children
-                .entry(head.to_string())
-                .or_default()
-                .insert(rest, value),
+        let mut node = self;
+        for segment in path {
+            node = node.children.entry(segment.to_string()).or_default();
         }
+        node.text = Some(value);
     }
 
     /// Children with numeric names, in numeric order (`.1.`, `.2.`, ... `.10.`).
@@ -152,6 +155,18 @@ pub fn form_params(encoded: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(encoded).into_owned().collect()
 }
 
+/// A parameter name's dot-separated segments, refused when deeper than any AWS name.
+fn name_segments(key: &str) -> Result<Vec<&str>> {
+    let segments: Vec<&str> = key.splitn(MAX_NAME_SEGMENTS + 1, '.').collect();
+    if segments.len() > MAX_NAME_SEGMENTS {
+        let shown: String = key.chars().take(64).collect();
+        return Err(ProtocolError::InvalidParameterValue(format!(
+            "The parameter name {shown}... is invalid. Reason: it has more than {MAX_NAME_SEGMENTS} dot-separated parts."
+        )));
+    }
+    Ok(segments)
+}
+
 /// Parses query-protocol parameters. `queue_url` is the queue the request was addressed to
 /// by its path, used when the parameters name none.
 pub fn parse_query(params: &[(String, String)], queue_url: Option<String>) -> Result<Request> {
@@ -164,7 +179,7 @@ pub fn parse_query(params: &[(String, String)], queue_url: Option<String>) -> Re
             "Version" | "SignatureMethod" | "SignatureVersion" | "Signature" | "Timestamp"
             | "Expires" | "AWSAccessKeyId" | "SecurityToken" => {}
             k if k.starts_with("X-Amz-") => {}
-            _ => root.insert(&key.split('.').collect::<Vec<_>>(), value.clone()),
+            _ => root.insert(&name_segments(key)?, value.clone()),
         }
     }
     let action =
@@ -239,6 +254,20 @@ mod tests {
             "v"
         );
         assert_eq!(json["Entries"][1]["Id"], "ten");
+    }
+
+    #[test]
+    fn a_parameter_name_deeper_than_any_aws_name_is_refused_without_recursing() {
+        let deep = vec!["a"; 5_000].join(".");
+        let err =
+            parse_query(&params(&[("Action", "ListQueues"), (&deep, "1")]), None).unwrap_err();
+        assert!(
+            matches!(err, ProtocolError::InvalidParameterValue(_)),
+            "{err:?}"
+        );
+        let deepest_aws_name =
+            "SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringListValue.1";
+        assert!(name_segments(deepest_aws_name).is_ok());
     }
 
     #[test]

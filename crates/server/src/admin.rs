@@ -30,7 +30,20 @@ pub async fn advance_clock(
             )
         }
     };
-    state.clock.advance_ms((seconds * 1000.0).round() as u64);
+    // `as` saturates, and anything near u64::MAX is refused by the range check.
+    if state
+        .clock
+        .advance_ms((seconds * 1000.0).round() as u64)
+        .is_err()
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"message": format!(
+                "cannot travel {seconds} s: time travel is limited to {} years in all",
+                crate::clock::MAX_TRAVEL_MS / (365 * 24 * 3_600_000)
+            )})),
+        );
+    }
     state.wake_all();
     (
         StatusCode::OK,

@@ -274,7 +274,9 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
         kms_data_key_reuse_s: r.u32()?,
         policy: r.opt(|r| r.string())?,
         kms_master_key_id: r.opt(|r| r.string())?,
-        sqs_managed_sse: r.bool()?,
+        // Files written before encryption was reported honestly say true; nothing was ever
+        // encrypted, so the flag is read and dropped.
+        sqs_managed_sse: r.bool().map(|_| false)?,
         fifo: r.bool()?,
         content_based_dedup: r.bool()?,
         dedup_per_group: r.bool()?,

@@ -10,6 +10,7 @@ mod batch;
 pub mod codec;
 mod committer;
 mod faulty;
+mod guard;
 mod memory;
 mod sqlite;
 

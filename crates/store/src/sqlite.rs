@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::batch::{effective_ops, Op, WriteBatch};
+use crate::guard::{create_private_dir, make_private, wal_path, DirLock, FileIdentity};
 use crate::{Store, StoreError, Visitor};
 
 pub const FILE_NAME: &str = "leasehold.db";
@@ -15,6 +16,8 @@ pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     synchronous_full: bool,
+    identity: FileIdentity,
+    _lock: DirLock,
 }
 
 impl SqliteStore {
@@ -32,10 +35,11 @@ impl SqliteStore {
             path: shown.clone(),
             reason,
         };
-        std::fs::create_dir_all(dir)
+        create_private_dir(dir)
             .map_err(|e| open_err(format!("cannot create the data directory: {e}")))?;
+        let lock = DirLock::acquire(dir).map_err(&open_err)?;
         let existed = path.exists();
-        let wal = dir.join(format!("{FILE_NAME}-wal"));
+        let wal = wal_path(&path);
         if !existed && wal.exists() {
             return Err(corrupt(format!(
                 "{} exists without its database file",
@@ -45,6 +49,8 @@ impl SqliteStore {
         if existed && std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) == 0 {
             return Err(corrupt("the file is empty (truncated?)".into()));
         }
+        make_private(&path).map_err(|e| open_err(e.to_string()))?;
+        let identity = FileIdentity::of(&path).map_err(|e| open_err(e.to_string()))?;
         let conn = Connection::open(&path).map_err(|e| open_err(e.to_string()))?;
         let sql_err = |e: rusqlite::Error| -> StoreError {
             let text = e.to_string();
@@ -84,6 +90,7 @@ impl SqliteStore {
             .map_err(sql_err)?
             > 0;
         if existed && !has_meta {
+            // (`make_private` has not created it: it existed, so it is someone's file.)
             return Err(corrupt(
                 "it holds no Leasehold data (a foreign or truncated file)".into(),
             ));
@@ -107,6 +114,8 @@ impl SqliteStore {
             conn,
             path,
             synchronous_full: true,
+            identity,
+            _lock: lock,
         })
     }
 
@@ -182,16 +191,25 @@ impl Store for SqliteStore {
                 .map_err(err)?;
             }
         }
-        tx.commit().map_err(err)
+        tx.commit().map_err(err)?;
+        // Checked after the commit, so nothing written to a file that is gone is answered.
+        self.identity.check().map_err(|reason| StoreError::Write {
+            path: self.describe(),
+            reason,
+        })
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
         // A commit under synchronous=FULL syncs the write-ahead log, and with it every
-        // earlier unsynced commit.
+        // earlier unsynced commit. It must really write something: SQLite turns a statement
+        // that changes nothing (`SET v = v`) into no write and so no sync at all.
         let was_full = self.synchronous_full;
         self.set_synchronous(true)?;
         self.conn
-            .execute("UPDATE meta SET v = v WHERE k = 'format'", [])
+            .execute(
+                "INSERT INTO meta (k, v) VALUES ('syncs', 1) ON CONFLICT (k) DO UPDATE SET v = v + 1",
+                [],
+            )
             .map_err(|e| self.err(e))?;
         self.set_synchronous(was_full)
     }

@@ -123,6 +123,47 @@ fn a_second_server_cannot_open_a_data_directory_in_use() {
     }
 }
 
+#[test]
+fn a_data_directory_removed_under_a_running_server_stops_acknowledgements_and_stays_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut first = SqliteStore::open(&data).unwrap();
+    let mut batch = WriteBatch::default();
+    batch.put(b"k".to_vec(), b"v".to_vec());
+    first.write(std::slice::from_ref(&batch), true).unwrap();
+    std::fs::remove_dir_all(&data).unwrap();
+    match first.write(&[batch], true) {
+        Err(StoreError::Write { reason, .. }) => {
+            assert!(reason.contains("removed or replaced"), "{reason}")
+        }
+        other => panic!("a write to a removed file was acknowledged: {other:?}"),
+    }
+    match SqliteStore::open(&data) {
+        Err(StoreError::Open { reason, .. }) => assert!(reason.contains("in use"), "{reason}"),
+        other => panic!(
+            "a second server opened a directory in use: {:?}",
+            other.map(|_| ())
+        ),
+    }
+    drop(first);
+    assert!(SqliteStore::open(&data).is_ok());
+}
+
+#[test]
+fn data_files_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut store = SqliteStore::open(&data).unwrap();
+    store.write(&[WriteBatch::default()], true).unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
+}
+
 fn damaged(setup: impl FnOnce(&std::path::Path)) -> String {
     let dir = tempfile::tempdir().unwrap();
     {
