@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use leasehold_engine::LeaseMode;
-use leasehold_server::{AppState, Durability, ServerConfig, SqliteStore};
+use leasehold_server::{AppState, Durability, Limits, ServerConfig, SqliteStore};
 
 #[derive(Parser)]
 #[command(
@@ -111,6 +111,10 @@ struct ServeArgs {
     /// What a receipt handle is worth once its lease is over.
     #[arg(long, value_enum, default_value = "aws")]
     lease_mode: LeaseModeArg,
+    /// Seconds a connection may take to send a request's head, and may stay idle between
+    /// requests, before it is closed.
+    #[arg(long, default_value = "20", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    idle_timeout: u64,
 }
 
 #[tokio::main]
@@ -140,6 +144,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         region: args.region,
         account_id: args.account_id,
         time_travel: args.time_travel,
+        limits: Limits {
+            idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
+            ..Limits::default()
+        },
     };
     let state = if args.in_memory {
         tracing::warn!("serving from memory: nothing survives a restart");

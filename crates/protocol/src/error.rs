@@ -25,6 +25,14 @@ pub enum ProtocolError {
     InvalidBatchEntryId,
     #[error("Id {0} repeated.")]
     BatchEntryIdsNotDistinct(String),
+    #[error("{0}")]
+    AccessDenied(String),
+    #[error("{0}")]
+    RequestThrottled(String),
+    #[error("{0}")]
+    ServiceUnavailable(String),
+    #[error("The request was not completed within {0} seconds.")]
+    RequestTimeout(u64),
 }
 
 /// How one error shows on the wire.
@@ -163,6 +171,27 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
             400,
             "com.amazonaws.sqs#BatchEntryIdsNotDistinct",
             "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
+        ),
+        P::AccessDenied(_) => sender(
+            403,
+            "com.amazon.coral.service#AccessDeniedException",
+            "AccessDenied",
+        ),
+        P::RequestThrottled(_) => sender(
+            400,
+            "com.amazonaws.sqs#RequestThrottled",
+            "RequestThrottled",
+        ),
+        P::ServiceUnavailable(_) => WireCode {
+            status: 503,
+            json_type: "com.amazon.coral.service#ServiceUnavailableException",
+            query_code: "ServiceUnavailable",
+            sender_fault: false,
+        },
+        P::RequestTimeout(_) => sender(
+            408,
+            "com.amazon.coral.service#RequestTimeoutException",
+            "RequestTimeout",
         ),
     }
 }

@@ -163,6 +163,32 @@ impl Request {
     }
 
     /// Whether success may have made a message receivable, so waiting receives should look.
+    /// How many waiting receives this request may give a message to: one per message sent or
+    /// released. Waking more than that only makes the rest look and sleep again.
+    pub fn receivers_to_wake(&self) -> usize {
+        match self {
+            Request::SendMessageBatch(input) => input.entries.as_ref().map_or(0, Vec::len),
+            Request::ChangeMessageVisibilityBatch(input) => {
+                input.entries.as_ref().map_or(0, Vec::len)
+            }
+            _ => usize::from(self.may_wake_receivers()),
+        }
+    }
+
+    /// Whether the action only reads: safe to answer to a plain GET, and from a server whose
+    /// store has failed.
+    pub fn is_read_only(&self) -> bool {
+        matches!(
+            self,
+            Request::GetQueueUrl(_)
+                | Request::ListQueues(_)
+                | Request::GetQueueAttributes(_)
+                | Request::ListQueueTags(_)
+                | Request::ListDeadLetterSourceQueues(_)
+                | Request::ListMessageMoveTasks(_)
+        )
+    }
+
     pub fn may_wake_receivers(&self) -> bool {
         matches!(
             self,

@@ -1,11 +1,13 @@
 //! Leasehold's HTTP edge: one `app(state)` builds the router that serves SQS over HTTP.
 //!
 //! The engine stays pure; this crate owns the wall clock, the lock around the engine, long
-//! polling and the tower layers (body limit, timeout, load shedding, tracing).
+//! polling, the accept loop (connection limit, timeouts, bounded shutdown) and the tower
+//! layers (timeout, tracing). Request limits live in `state` and `sqs`.
 
 mod admin;
 mod clock;
 mod leases;
+pub mod listen;
 mod sqs;
 mod state;
 
@@ -13,23 +15,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
-use axum::http::StatusCode;
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{BoxError, Router};
+use leasehold_protocol::ProtocolError;
+use sqs::Wire;
 use tower::ServiceBuilder;
-use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 pub use clock::WallClock;
 pub use leasehold_store::{Durability, SqliteStore, StoreError};
-pub use state::{AppState, ServerConfig};
+pub use state::{AppState, Limits, ServerConfig};
 
-/// Largest request body accepted: a 1 MiB batch, base64 growth of binary attributes, JSON.
-const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Longer than the longest long poll (20 s), so only a stuck request is cut.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Requests in progress before new ones are shed with 503; long polls hold a slot each.
-const MAX_IN_FLIGHT_REQUESTS: usize = 10_000;
 
 /// The whole HTTP application. Tests drive it in-process; the binary serves it.
 pub fn app(state: Arc<AppState>) -> Router {
@@ -48,30 +48,24 @@ pub fn app(state: Arc<AppState>) -> Router {
         .with_state(state)
         .layer(
             ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(overloaded))
-                .load_shed()
-                .concurrency_limit(MAX_IN_FLIGHT_REQUESTS)
+                .layer(HandleErrorLayer::new(timed_out))
                 .timeout(REQUEST_TIMEOUT),
         )
-        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
 }
 
-async fn overloaded(error: BoxError) -> (StatusCode, String) {
-    if error.is::<tower::timeout::error::Elapsed>() {
-        (StatusCode::REQUEST_TIMEOUT, "request timed out".into())
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("server overloaded: {error}"),
-        )
-    }
+/// The only error the layers make: a request that outlived `REQUEST_TIMEOUT` (a client
+/// trickling its body, say), answered in its wire's format.
+async fn timed_out(headers: HeaderMap, _error: BoxError) -> Response {
+    let error = ProtocolError::RequestTimeout(REQUEST_TIMEOUT.as_secs());
+    sqs::error_response(Wire::of(&headers), &error, &state::request_id())
 }
 
 /// How often running message move tasks are advanced.
 const MOVE_TASK_PERIOD: Duration = Duration::from_millis(100);
 
-/// Serves `app(state)` on `listener` until `shutdown` resolves, then drains open requests.
+/// Serves `app(state)` on `listener` until `shutdown` resolves, then answers waiting
+/// receives, lets open requests finish within `listen::SHUTDOWN_GRACE` and closes the rest.
 /// Also drives message move tasks in the background while it serves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -79,10 +73,19 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let ticker = tokio::spawn(run_move_tasks(state.clone()));
-    let served = axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let max_connections = listen::connection_limit();
+    let served = listen::serve_connections(
+        listener,
+        app(state.clone()),
+        max_connections,
+        state.config.limits.idle_timeout,
+        shutdown,
+        || state.begin_shutdown(),
+    )
+    .await;
     ticker.abort();
+    // Wait until the ticker has let go of the state, so the store is closed on return.
+    let _ = ticker.await;
     served
 }
 

@@ -4,10 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use leasehold_engine::{EngineError, MAX_MESSAGE_SIZE};
 use leasehold_protocol::shapes::{ReceiveMessageInput, ReceiveMessageOutput};
 use leasehold_protocol::{
     execute_prepared, form_params, json_error_body, parse_query, query_error_header, queue_name,
@@ -15,38 +17,45 @@ use leasehold_protocol::{
     Prepared, ProtocolError, Request, JSON_CONTENT_TYPE, TARGET_PREFIX, XML_CONTENT_TYPE,
 };
 use serde_json::Value;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::state::AppState;
 
 /// Which protocol a request spoke, so the answer speaks it too.
-enum Wire {
+#[derive(Clone, Copy)]
+pub enum Wire {
     Json,
     Query,
 }
+
+impl Wire {
+    /// `X-Amz-Target` means AWS JSON 1.0; anything else is the query protocol.
+    pub fn of(headers: &HeaderMap) -> Wire {
+        if headers.contains_key("x-amz-target") {
+            Wire::Json
+        } else {
+            Wire::Query
+        }
+    }
+}
+
+/// The largest request body read. A message is at most 1 MiB, but its wire form is larger:
+/// JSON writes a two-byte character as a six-byte `\u00e9` and form encoding any byte as
+/// `%XX` (3x), a binary attribute's base64 form-encoded is up to 4x. Larger bodies get
+/// AWS's error in the wire's format, not a bare 413.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let request_id = crate::state::request_id();
-    let ctx = Context {
-        host: host(&headers),
-    };
-    let target = headers.get("x-amz-target").and_then(|t| t.to_str().ok());
-    let (wire, parsed) = match target {
-        Some(target) => (Wire::Json, parse_json(target, &body)),
-        None => (Wire::Query, parse_form(&ctx, &method, &uri, &body)),
-    };
-    let outcome = match parsed {
-        Ok(request) => run(&state, &ctx, &request)
-            .await
-            .map(|value| (request.action(), value)),
-        Err(error) => Err(error),
-    };
+    let wire = Wire::of(&headers);
+    let outcome = answer(&state, &method, &uri, &headers, body).await;
     match (wire, outcome) {
         (Wire::Json, Ok((_, answer))) => respond(
             StatusCode::OK,
@@ -62,20 +71,138 @@ pub async fn handle(
             xml_response(action, &answer.document(), &request_id),
             None,
         ),
-        (Wire::Json, Err(error)) => respond(
-            status(&error),
-            &request_id,
+        (wire, Err(error)) => error_response(wire, &error, &request_id),
+    }
+}
+
+/// An error in the format of the wire that asked.
+pub fn error_response(wire: Wire, error: &ProtocolError, request_id: &str) -> Response {
+    match wire {
+        Wire::Json => respond(
+            status(error),
+            request_id,
             JSON_CONTENT_TYPE,
-            json_error_body(&error).to_string(),
-            Some(query_error_header(&error)),
+            json_error_body(error).to_string(),
+            Some(query_error_header(error)),
         ),
-        (Wire::Query, Err(error)) => respond(
-            status(&error),
-            &request_id,
+        Wire::Query => respond(
+            status(error),
+            request_id,
             XML_CONTENT_TYPE,
-            xml_error(&error, &request_id),
+            xml_error(error, request_id),
             None,
         ),
+    }
+}
+
+async fn answer(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(&'static str, Answer), ProtocolError> {
+    refuse_browsers_of_other_sites(headers)?;
+    let slot = state.request_slot().ok_or_else(|| {
+        ProtocolError::ServiceUnavailable("The server is busy; try again.".into())
+    })?;
+    let body = read_body(body, headers, uri).await?;
+    let ctx = Context {
+        host: host(headers),
+    };
+    let request = match headers.get("x-amz-target").and_then(|t| t.to_str().ok()) {
+        Some(target) => parse_json(target, &body)?,
+        None => parse_form(&ctx, method, uri, &body)?,
+    };
+    if method == Method::GET && !request.is_read_only() && !is_presigned(uri) {
+        return Err(ProtocolError::AccessDenied(format!(
+            "{} changes state and cannot be sent by an unsigned GET; send it by POST, or presign the URL.",
+            request.action()
+        )));
+    }
+    let answer = run(state, &ctx, &request, slot).await?;
+    Ok((request.action(), answer))
+}
+
+/// A web page the developer has open must not drive a local server: browsers say where a
+/// request comes from (`Origin`, `Sec-Fetch-Site`); AWS's SDKs and the CLI send neither.
+fn refuse_browsers_of_other_sites(headers: &HeaderMap) -> Result<(), ProtocolError> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let denied = |why: String| Err(ProtocolError::AccessDenied(why));
+    if let Some(site) = header("sec-fetch-site") {
+        if !matches!(site, "same-origin" | "none") {
+            return denied(format!(
+                "Requests a browser sends from another site ({site}) are refused."
+            ));
+        }
+    }
+    if let Some(origin) = header("origin") {
+        let host = header("host").unwrap_or_default();
+        let own = ["http://", "https://"]
+            .iter()
+            .any(|scheme| origin.strip_prefix(scheme) == Some(host));
+        if !own {
+            return denied(format!(
+                "Requests from the web origin {origin} are refused."
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A query-string request that carries a SigV4 (or SigV2) presigned signature.
+fn is_presigned(uri: &Uri) -> bool {
+    let names: Vec<String> = form_params(uri.query().unwrap_or_default().as_bytes())
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let has = |name: &str| names.iter().any(|n| n == name);
+    (has("X-Amz-Signature") && has("X-Amz-Credential") && has("X-Amz-Algorithm"))
+        || (has("Signature") && has("AWSAccessKeyId"))
+}
+
+/// Reads the body up to `MAX_BODY_BYTES`; past it, AWS's error for the action, which comes
+/// from the target header, the URL, or the start of a form body.
+async fn read_body(body: Body, headers: &HeaderMap, uri: &Uri) -> Result<Vec<u8>, ProtocolError> {
+    let mut body = body;
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ProtocolError::Malformed(e.to_string()))?;
+        if let Some(data) = frame.data_ref() {
+            if bytes.len() + data.len() > MAX_BODY_BYTES {
+                return Err(too_large(headers, uri, &bytes, bytes.len() + data.len()));
+            }
+            bytes.extend_from_slice(data);
+        }
+    }
+    Ok(bytes)
+}
+
+fn too_large(headers: &HeaderMap, uri: &Uri, start: &[u8], seen: usize) -> ProtocolError {
+    let target = headers.get("x-amz-target").and_then(|t| t.to_str().ok());
+    let from_form = |encoded: &[u8]| {
+        form_params(encoded)
+            .into_iter()
+            .find(|(name, _)| name == "Action")
+            .map(|(_, action)| action)
+    };
+    let action = target
+        .and_then(|t| t.strip_prefix(TARGET_PREFIX))
+        .map(str::to_string)
+        .or_else(|| from_form(uri.query().unwrap_or_default().as_bytes()))
+        .or_else(|| from_form(&start[..start.len().min(256)]));
+    let limit = MAX_BODY_BYTES;
+    match action.as_deref() {
+        Some("SendMessageBatch") => ProtocolError::Engine(EngineError::BatchRequestTooLong(
+            MAX_MESSAGE_SIZE as usize,
+            seen,
+        )),
+        Some("SendMessage") => ProtocolError::InvalidParameterValue(format!(
+            "One or more parameters are invalid. Reason: Message must be shorter than {MAX_MESSAGE_SIZE} bytes."
+        )),
+        _ => ProtocolError::InvalidParameterValue(format!(
+            "The request body is larger than {limit} bytes."
+        )),
     }
 }
 
@@ -139,9 +266,14 @@ impl Answer {
     }
 }
 
-async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Answer, ProtocolError> {
+async fn run(
+    state: &AppState,
+    ctx: &Context,
+    request: &Request,
+    slot: OwnedSemaphorePermit,
+) -> Result<Answer, ProtocolError> {
     if let Request::ReceiveMessage(input) = request {
-        return long_poll(state, input).await;
+        return long_poll(state, input, slot).await;
     }
     // A send's conversions and checksums are taken before the lock, not under it.
     let prepared = Prepared::of(request);
@@ -166,14 +298,20 @@ async fn run(state: &AppState, ctx: &Context, request: &Request) -> Result<Answe
     }
     let value = value?;
     if let Some(name) = woken {
-        state.wake(&name);
+        state.wake_some(&name, request.receivers_to_wake());
     }
     Ok(Answer::Document(value))
 }
 
 /// ReceiveMessage with WaitTimeSeconds: returns as soon as a message is receivable, woken by
-/// sends and visibility changes, or by the timer of the next delay or lease to end.
-async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Answer, ProtocolError> {
+/// sends and visibility changes, or by the timer of the next delay or lease to end. While it
+/// waits it gives its work slot back and holds a waiting slot instead; at shutdown it returns
+/// at once with what it has (nothing).
+async fn long_poll(
+    state: &AppState,
+    input: &ReceiveMessageInput,
+    slot: OwnedSemaphorePermit,
+) -> Result<Answer, ProtocolError> {
     let (queue, wait_s) = {
         let engine = state.engine();
         let url = input.queue_url.as_deref().unwrap_or_default();
@@ -188,16 +326,24 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Answ
     };
     let deadline = Instant::now() + Duration::from_secs(u64::from(wait_s));
     let notify = state.waiter(&queue);
+    let mut slot = Slot::working(slot);
     loop {
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         // Only the engine's half runs under its lock; the answer is shaped after.
-        let (taken, next_due, now_ms, commit) = {
+        let (taken, more, next_due, now_ms, commit) = {
             let mut engine = state.engine();
             let taken = take_messages(&mut engine, input);
             let commit = state.persist(&mut engine);
-            (taken, engine.next_due(&queue), engine.now_ms(), commit)
+            let more = engine.counts(&queue).is_ok_and(|c| c.visible > 0);
+            (
+                taken,
+                more,
+                engine.next_due(&queue),
+                engine.now_ms(),
+                commit,
+            )
         };
         if let Some(commit) = commit {
             commit
@@ -205,12 +351,17 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Answ
                 .map_err(|e| ProtocolError::Internal(e.to_string()))?;
         }
         let taken = taken?;
-        if !taken.is_empty() || Instant::now() >= deadline {
+        if !taken.is_empty() && more {
+            // Sends wake one waiter per message; pass on what this one left behind.
+            state.wake_some(&queue, 1);
+        }
+        if !taken.is_empty() || Instant::now() >= deadline || state.is_shutting_down() {
             if taken.is_empty() {
                 state.engine().record_empty_receive(&queue);
             }
             return Ok(Answer::Received(taken.shape()));
         }
+        slot = slot.into_waiting(state)?;
         let wake_at = next_due.map_or(deadline, |due| {
             deadline.min(Instant::now() + Duration::from_millis(due.saturating_sub(now_ms)))
         });
@@ -218,6 +369,38 @@ async fn long_poll(state: &AppState, input: &ReceiveMessageInput) -> Result<Answ
             _ = &mut notified => {}
             _ = tokio::time::sleep_until(wake_at) => {}
         }
+    }
+}
+
+/// What a receive holds: a work slot while it works, a waiting slot once it waits.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    waiting: bool,
+}
+
+impl Slot {
+    fn working(permit: OwnedSemaphorePermit) -> Slot {
+        Slot {
+            _permit: permit,
+            waiting: false,
+        }
+    }
+
+    /// Gives the work slot back for a waiting one, or sheds the receive when none is free.
+    fn into_waiting(self, state: &AppState) -> Result<Slot, ProtocolError> {
+        if self.waiting {
+            return Ok(self);
+        }
+        drop(self);
+        let permit = state.waiting_slot().ok_or_else(|| {
+            ProtocolError::RequestThrottled(
+                "Too many receives are waiting for messages; try again.".into(),
+            )
+        })?;
+        Ok(Slot {
+            _permit: permit,
+            waiting: true,
+        })
     }
 }
 

@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use leasehold_engine::{Engine, EngineConfig, LeaseMode};
 use leasehold_store::{codec, load, Committer, Durability, Store, StoreError};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::WallClock;
 
@@ -19,6 +20,31 @@ pub struct ServerConfig {
     pub account_id: String,
     /// Enables `POST /_leasehold/clock/advance`.
     pub time_travel: bool,
+    pub limits: Limits,
+}
+
+/// What bounds the server's work, so no client can stall the others.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Requests doing work at once (parsing, the engine, the commit) before new ones are
+    /// shed with `ServiceUnavailable`.
+    pub requests_in_progress: usize,
+    /// Receives waiting for messages at once, before new ones are shed with
+    /// `RequestThrottled`; they hold a connection each but no work slot.
+    pub waiting_receives: usize,
+    /// A request's head must arrive within this time, and an idle keep-alive connection is
+    /// closed after it.
+    pub idle_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            requests_in_progress: 10_000,
+            waiting_receives: 10_000,
+            idle_timeout: std::time::Duration::from_secs(20),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -28,6 +54,7 @@ impl Default for ServerConfig {
             region: "us-east-1".into(),
             account_id: "000000000000".into(),
             time_travel: false,
+            limits: Limits::default(),
         }
     }
 }
@@ -38,6 +65,9 @@ pub struct AppState {
     engine: Mutex<Engine>,
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
     committer: Option<Committer>,
+    in_progress: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
+    shutting_down: AtomicBool,
 }
 
 impl AppState {
@@ -79,12 +109,35 @@ impl AppState {
         committer: Option<Committer>,
     ) -> AppState {
         AppState {
+            in_progress: Arc::new(Semaphore::new(config.limits.requests_in_progress)),
+            waiting: Arc::new(Semaphore::new(config.limits.waiting_receives)),
             config,
             clock,
             engine: Mutex::new(engine),
             waiters: Mutex::new(HashMap::new()),
             committer,
+            shutting_down: AtomicBool::new(false),
         }
+    }
+
+    /// A slot for a request's work, or None when too many are in progress.
+    pub fn request_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.in_progress.clone().try_acquire_owned().ok()
+    }
+
+    /// A slot for a receive to wait in, or None when too many are waiting.
+    pub fn waiting_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.waiting.clone().try_acquire_owned().ok()
+    }
+
+    /// From now on waiting receives return at once, empty; every waiting one is woken.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
     }
 
     /// The engine, locked. A panic while locked must not take every later request down with
@@ -128,6 +181,15 @@ impl AppState {
         let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(notify) = waiters.get(queue) {
             notify.notify_waiters();
+        }
+    }
+
+    /// Wakes up to `count` long polls on `queue`, one per message that became receivable:
+    /// a send to a queue with 2,000 waiters wakes one of them, not all.
+    pub fn wake_some(&self, queue: &str, count: usize) {
+        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(notify) = waiters.get(queue) {
+            (0..count).for_each(|_| notify.notify_one());
         }
     }
 

@@ -9,12 +9,15 @@ async fn get(s: &TestServer, path_and_query: &str) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
+/// The parameters of a SigV4 presigned URL (what `aws sqs` tools and SDK presigners add).
+const PRESIGNED: &str = "&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=test%2F20261203%2Fus-east-1%2Fsqs%2Faws4_request&X-Amz-Date=20261203T000000Z&X-Amz-Expires=300&X-Amz-SignedHeaders=host&X-Amz-Signature=00";
+
 #[tokio::test]
-async fn a_get_with_query_parameters_is_served_as_older_tools_send_it() {
+async fn a_presigned_get_is_served_as_older_tools_send_it() {
     let s = TestServer::start().await;
     let (status, body) = get(
         &s,
-        "/?Action=CreateQueue&QueueName=legacy&Version=2012-11-05",
+        &format!("/?Action=CreateQueue&QueueName=legacy&Version=2012-11-05{PRESIGNED}"),
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -28,14 +31,14 @@ async fn a_get_with_query_parameters_is_served_as_older_tools_send_it() {
     // Addressed to the queue URL: the path names the queue.
     let (status, body) = get(
         &s,
-        "/000000000000/legacy?Action=SendMessage&MessageBody=hi%20there",
+        &format!("/000000000000/legacy?Action=SendMessage&MessageBody=hi%20there{PRESIGNED}"),
     )
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("<MD5OfMessageBody>"));
     let (_, body) = get(
         &s,
-        "/000000000000/legacy?Action=ReceiveMessage&AttributeName.1=All",
+        &format!("/000000000000/legacy?Action=ReceiveMessage&AttributeName.1=All{PRESIGNED}"),
     )
     .await;
     assert!(body.contains("<Body>hi there</Body>"), "{body}");
@@ -43,6 +46,40 @@ async fn a_get_with_query_parameters_is_served_as_older_tools_send_it() {
         body.contains("<Name>ApproximateReceiveCount</Name><Value>1</Value>"),
         "{body}"
     );
+}
+
+#[tokio::test]
+async fn an_unsigned_get_may_read_but_changes_nothing() {
+    let s = TestServer::start().await;
+    let url = s.queue("guarded", &[]).await;
+    s.send(&url, "keep me").await;
+    for action in [
+        "DeleteQueue",
+        "PurgeQueue",
+        "SendMessage&MessageBody=x",
+        "ReceiveMessage",
+        "SetQueueAttributes&Attribute.1.Name=DelaySeconds&Attribute.1.Value=5",
+    ] {
+        let (status, body) = get(&s, &format!("/000000000000/guarded?Action={action}")).await;
+        assert_eq!(status, 403, "{action}: {body}");
+        assert!(body.contains("<Code>AccessDenied</Code>"), "{body}");
+    }
+    let (status, body) = get(
+        &s,
+        "/000000000000/guarded?Action=GetQueueAttributes&AttributeName.1=All",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("<Name>ApproximateNumberOfMessages</Name><Value>1</Value>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("<Name>DelaySeconds</Name><Value>0</Value>"),
+        "{body}"
+    );
+    let (status, _) = get(&s, "/?Action=ListQueues").await;
+    assert_eq!(status, 200);
 }
 
 #[tokio::test]
