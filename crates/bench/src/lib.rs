@@ -4,6 +4,7 @@
 //! little next to the server it measures. Scenarios live in `scenario.rs`; each call's latency
 //! goes into an HDR histogram per action.
 
+mod big_ops;
 mod client;
 mod scenario;
 

@@ -28,6 +28,9 @@ pub enum Scenario {
     /// One long poll waits on an empty queue; a message is sent; the time from the send's
     /// start to the long poll's return is the wake latency. Repeated until the deadline.
     LongPoll,
+    /// A probe client's latency while a queue of `preload` messages is purged and another
+    /// deleted (`big_ops.rs`).
+    BigOps { preload: u64 },
 }
 
 impl FromStr for Scenario {
@@ -41,9 +44,10 @@ impl FromStr for Scenario {
             "full-cycle" => Scenario::FullCycle,
                         "many-queues" => Scenario::ManyQueues { queues: 1000 },
             "long-poll" => Scenario::LongPoll,
+            "big-ops" => Scenario::BigOps { preload: 100_000 },
             other => {
                 return Err(format!(
-                                        "unknown scenario {other:?}: send, send-batch, receive-delete, full-cycle, many-queues, long-poll"
+                    "unknown scenario {other:?}: send, send-batch, receive-delete, full-cycle, many-queues, long-poll, big-ops"
                 ))
             }
         })
@@ -59,17 +63,18 @@ impl Scenario {
             Scenario::FullCycle => "full-cycle",
             Scenario::ManyQueues { .. } => "many-queues",
             Scenario::LongPoll => "long-poll",
+            Scenario::BigOps { .. } => "big-ops",
         }
     }
 }
 
 /// One client's tally.
 #[derive(Default)]
-struct Tally {
+pub(crate) struct Tally {
     latency: HashMap<&'static str, Histogram<u64>>,
-    sent: u64,
-    deleted: u64,
-    errors: u64,
+    pub(crate) sent: u64,
+    pub(crate) deleted: u64,
+    pub(crate) errors: u64,
 }
 
 impl Tally {
@@ -80,7 +85,7 @@ impl Tally {
             .saturating_record(micros.max(1));
     }
 
-    fn merge(&mut self, other: Tally) {
+    pub(crate) fn merge(&mut self, other: Tally) {
         self.sent += other.sent;
         self.deleted += other.deleted;
         self.errors += other.errors;
@@ -95,7 +100,12 @@ impl Tally {
     }
 
     /// Makes one call and records it; errors are counted, not fatal, under load.
-    async fn call(&mut self, sqs: &SqsClient, action: &'static str, body: Value) -> Option<Value> {
+    pub(crate) async fn call(
+        &mut self,
+        sqs: &SqsClient,
+        action: &'static str,
+        body: Value,
+    ) -> Option<Value> {
         self.call_as(sqs, action, bytes::Bytes::from(body.to_string()))
             .await
     }
@@ -111,14 +121,14 @@ fn batch(body: &str, n: usize) -> Value {
 
 /// Request bodies a client sends again and again, built once.
 #[derive(Clone)]
-struct Bodies {
+pub(crate) struct Bodies {
     url: String,
     send_batch: bytes::Bytes,
     receive: [bytes::Bytes; 2],
 }
 
 impl Bodies {
-    fn new(url: &str, body: &str) -> Bodies {
+    pub(crate) fn new(url: &str, body: &str) -> Bodies {
         let receive = |wait: u32| {
             bytes::Bytes::from(
                 json!({"QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": wait})
@@ -199,7 +209,12 @@ async fn send_batch(t: &mut Tally, sqs: &SqsClient, bodies: &Bodies) {
 }
 
 /// Receives up to 10 and deletes them; returns how many it deleted.
-async fn receive_delete(t: &mut Tally, sqs: &SqsClient, bodies: &Bodies, long_poll: bool) -> u64 {
+pub(crate) async fn receive_delete(
+    t: &mut Tally,
+    sqs: &SqsClient,
+    bodies: &Bodies,
+    long_poll: bool,
+) -> u64 {
     let request = bodies.receive[usize::from(long_poll)].clone();
     let Some(answer) = t.call_as::<Received>(sqs, "ReceiveMessage", request).await else {
         return 0;
@@ -228,7 +243,7 @@ async fn receive_delete(t: &mut Tally, sqs: &SqsClient, bodies: &Bodies, long_po
     deleted
 }
 
-async fn create_queue(sqs: &SqsClient, name: &str) -> Result<String, BenchError> {
+pub(crate) async fn create_queue(sqs: &SqsClient, name: &str) -> Result<String, BenchError> {
     let (answer, _) = sqs.call("CreateQueue", &json!({"QueueName": name})).await?;
     answer["QueueUrl"]
         .as_str()
@@ -239,7 +254,7 @@ async fn create_queue(sqs: &SqsClient, name: &str) -> Result<String, BenchError>
         })
 }
 
-async fn preload(sqs: &SqsClient, url: &str, body: &str, messages: u64, clients: usize) {
+pub(crate) async fn preload(sqs: &SqsClient, url: &str, body: &str, messages: u64, clients: usize) {
     let per_client = messages.div_ceil(10).div_ceil(clients as u64);
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
@@ -334,7 +349,7 @@ async fn long_poll(sqs: &SqsClient, url: &str, config: &BenchConfig) -> Result<R
     })
 }
 
-fn summarize_latency(t: &Tally) -> BTreeMap<&'static str, Latency> {
+pub(crate) fn summarize_latency(t: &Tally) -> BTreeMap<&'static str, Latency> {
     t.latency
         .iter()
         .map(|(action, h)| {
@@ -358,6 +373,9 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
+    if let Scenario::BigOps { preload } = config.scenario {
+        return crate::big_ops::run(&sqs, &config, preload, stamp).await;
+    }
     let queue_count = match config.scenario {
         Scenario::ManyQueues { queues } => queues,
         _ => 1,
@@ -416,7 +434,7 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
                             receive_delete(&mut t, &sqs, &bodies[0], true).await;
                         }
                         // Handled apart, above.
-                        Scenario::LongPoll => break,
+                        Scenario::LongPoll | Scenario::BigOps { .. } => break,
                         Scenario::ManyQueues { .. } => {
                             let b = &bodies[next_queue % bodies.len()];
                             next_queue += 7;

@@ -161,8 +161,11 @@ impl FifoState {
     }
 
     /// Purge: every message is gone, so are the groups. Deduplication ids stay remembered.
-    pub fn clear_groups(&mut self) {
-        self.groups.clear();
-        self.ready_groups.clear();
+    /// Takes every group out, leaving none.
+    pub fn take_groups(&mut self) -> impl Send + 'static {
+        (
+            std::mem::take(&mut self.groups),
+            std::mem::take(&mut self.ready_groups),
+        )
     }
 }

@@ -123,6 +123,19 @@ pub(crate) struct Changes {
     pub dedup: Vec<DedupKey>,
 }
 
+/// What a purge or a queue deletion took out, still to be freed (`Engine::take_removed`).
+pub struct Removed {
+    _held: Box<dyn Send>,
+}
+
+impl Removed {
+    pub(crate) fn new(held: impl Send + 'static) -> Removed {
+        Removed {
+            _held: Box::new(held),
+        }
+    }
+}
+
 pub(crate) struct Queue {
     pub id: u64,
     /// Seals receipt handles and derives message ids.
@@ -689,16 +702,20 @@ impl Queue {
     }
 
     /// Drops every message; stats, settings and FIFO deduplication ids stay.
-    pub fn purge(&mut self, now: u64) {
+    /// Empties the queue and hands back what it held, for the caller to drop: freeing a
+    /// million messages takes long enough to matter where it happens.
+    pub fn purge(&mut self, now: u64) -> Removed {
         // The store drops the whole range; per-message changes would be redundant.
         self.changes.messages.clear();
-        self.messages.clear();
-        self.ready.clear();
-        self.timers.clear();
-        self.fifo.clear_groups();
         self.in_flight = 0;
         self.delayed = 0;
         self.last_purge_ms = Some(now);
+        Removed::new((
+            std::mem::take(&mut self.messages),
+            std::mem::take(&mut self.ready),
+            std::mem::take(&mut self.timers),
+            self.fifo.take_groups(),
+        ))
     }
 
     /// The oldest Ready message whose key is at most `limit`, with the queue it was

@@ -87,10 +87,6 @@ impl MessageTable {
         message
     }
 
-    pub fn clear(&mut self) {
-        *self = MessageTable::default();
-    }
-
     pub fn first_key(&self) -> Option<MsgKey> {
         self.index.first_key_value().map(|(k, _)| *k)
     }

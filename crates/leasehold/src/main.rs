@@ -47,7 +47,7 @@ struct BenchArgs {
     /// The endpoint to load, e.g. http://127.0.0.1:9324.
     #[arg(long, default_value = "http://127.0.0.1:9324")]
     endpoint: String,
-    /// send, send-batch, receive-delete, full-cycle, many-queues or long-poll.
+    /// send, send-batch, receive-delete, full-cycle, many-queues, long-poll or big-ops.
     scenario: leasehold_bench::Scenario,
     /// How long to run, in seconds.
     #[arg(long, default_value = "10")]
@@ -61,7 +61,7 @@ struct BenchArgs {
     /// The server's process id, to sample its CPU and memory (Linux).
     #[arg(long)]
     server_pid: Option<u32>,
-    /// Messages to preload for receive-delete.
+    /// Messages to preload for receive-delete (and into each big queue for big-ops).
     #[arg(long, default_value = "100000")]
     preload: u64,
     /// Queues for many-queues.
@@ -180,6 +180,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 preload: args.preload,
             }
         }
+        leasehold_bench::Scenario::BigOps { .. } => leasehold_bench::Scenario::BigOps {
+            preload: args.preload,
+        },
         leasehold_bench::Scenario::ManyQueues { .. } => leasehold_bench::Scenario::ManyQueues {
             queues: args.queues.max(1),
         },

@@ -277,7 +277,7 @@ async fn run(
     }
     // A send's conversions and checksums are taken before the lock, not under it.
     let prepared = Prepared::of(request);
-    let (value, commit, woken) = {
+    let (value, commit, woken, removed) = {
         let mut engine = state.engine();
         let value = execute_prepared(&mut engine, ctx, request, prepared);
         // Which queue to wake, found under the same lock.
@@ -289,8 +289,17 @@ async fn run(
                     .and_then(|url| queue_name(&engine, url).ok())
             })
             .flatten();
-        (value, state.persist(&mut engine), woken)
+        (
+            value,
+            state.persist(&mut engine),
+            woken,
+            engine.take_removed(),
+        )
     };
+    if !removed.is_empty() {
+        // A purged or deleted queue of a million messages takes long to free: not here.
+        tokio::task::spawn_blocking(move || drop(removed));
+    }
     if let Some(commit) = commit {
         commit
             .await

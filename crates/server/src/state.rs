@@ -220,5 +220,6 @@ fn engine_config(config: &ServerConfig, track_changes: bool) -> EngineConfig {
         receipt_key: rand::random(),
         seed: rand::random(),
         track_changes,
+        defer_drops: true,
     }
 }

@@ -22,7 +22,7 @@ use rand::SeedableRng;
 
 use crate::clock::Clock;
 use crate::error::{EngineError, Result};
-use crate::queue::{LeaseMode, Queue};
+use crate::queue::{LeaseMode, Queue, Removed};
 use crate::receipt::{Receipt, ReceiptSealer};
 
 pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus};
@@ -44,6 +44,9 @@ pub struct EngineConfig {
     pub seed: u64,
     /// Record what changes, for a store to take with `take_changes`.
     pub track_changes: bool,
+    /// Keep what a purge or a queue deletion removes for the caller to free later
+    /// (`take_removed`), so a server frees a million messages outside its lock.
+    pub defer_drops: bool,
 }
 
 impl Default for EngineConfig {
@@ -55,6 +58,7 @@ impl Default for EngineConfig {
             receipt_key: [0; 16],
             seed: 0,
             track_changes: false,
+            defer_drops: false,
         }
     }
 }
@@ -72,6 +76,8 @@ pub struct Engine {
     pending: Vec<Change>,
     engine_dirty: bool,
     dirty_queues: std::collections::BTreeSet<String>,
+    /// Taken out by purges and queue deletions, not yet freed (with `defer_drops`).
+    removed: Vec<Removed>,
 }
 
 /// One page of a listing of queue names.
@@ -97,6 +103,7 @@ impl Engine {
             pending: Vec::new(),
             engine_dirty,
             dirty_queues: Default::default(),
+            removed: Vec::new(),
         }
     }
 
@@ -118,6 +125,19 @@ impl Engine {
         let (queue, now) = self.queue_now(name)?;
         queue.touch();
         Ok((queue, now))
+    }
+
+    /// What purges and queue deletions took out since the last call, to be freed by the
+    /// caller where it costs nobody (empty unless `defer_drops`).
+    pub fn take_removed(&mut self) -> Vec<Removed> {
+        std::mem::take(&mut self.removed)
+    }
+
+    /// Frees `removed` now, or keeps it for `take_removed`.
+    fn discard(&mut self, removed: Removed) {
+        if self.config.defer_drops {
+            self.removed.push(removed);
+        }
     }
 
     pub fn config(&self) -> &EngineConfig {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::Change;
 use super::{paginate, Engine, QueuePage};
 use crate::error::{EngineError, Result};
-use crate::queue::{Queue, QueueCounts, QueueStats};
+use crate::queue::{Queue, QueueCounts, QueueStats, Removed};
 use crate::settings::QueueSettings;
 
 /// A deleted queue's name cannot be reused for this long.
@@ -109,6 +109,7 @@ impl Engine {
                 .push(Change::QueueDeleted { queue_id: queue.id });
         }
         self.engine_changed();
+        self.discard(Removed::new(queue));
         Ok(())
     }
 
@@ -212,12 +213,13 @@ impl Engine {
         {
             return Err(EngineError::PurgeQueueInProgress(name.to_string()));
         }
-        queue.purge(now);
+        let removed = queue.purge(now);
         queue.touch();
         let queue_id = queue.id;
         if self.config.track_changes {
             self.pending.push(Change::Purged { queue_id });
         }
+        self.discard(removed);
         Ok(())
     }
 
