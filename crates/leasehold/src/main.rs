@@ -124,6 +124,8 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "leasehold=info,leasehold_server=info".into()),
         )
+        // Logs go to stderr; stdout is for what a command prints (reports, JSON).
+        .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
         Command::Serve(args) => serve(args).await,
