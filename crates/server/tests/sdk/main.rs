@@ -6,6 +6,7 @@ mod dead_letters;
 mod durability;
 mod errors;
 mod fifo;
+mod fuzz;
 mod hardening;
 mod honest_leases;
 mod leases;
