@@ -147,6 +147,8 @@ pub(crate) struct Queue {
     pub created_ms: u64,
     pub modified_ms: u64,
     pub last_purge_ms: Option<u64>,
+    /// Every message numbered below this was purged (`QueueRecord::purged_below_seq`).
+    pub purged_below_seq: u64,
     pub stats: QueueStats,
     messages: MessageTable,
     ready: BTreeSet<MsgKey>,
@@ -169,6 +171,7 @@ impl Queue {
             created_ms: now,
             modified_ms: now,
             last_purge_ms: None,
+            purged_below_seq: 0,
             stats: QueueStats::default(),
             messages: MessageTable::default(),
             ready: BTreeSet::new(),
@@ -710,6 +713,7 @@ impl Queue {
         self.in_flight = 0;
         self.delayed = 0;
         self.last_purge_ms = Some(now);
+        self.purged_below_seq = self.next_seq;
         Removed::new((
             std::mem::take(&mut self.messages),
             std::mem::take(&mut self.ready),
@@ -779,6 +783,10 @@ impl Queue {
         mut message: StoredMessage,
     ) {
         self.next_seq = self.next_seq.max(key.seq + 1);
+        if key.seq < self.purged_below_seq {
+            // Purged; the store had not finished deleting it.
+            return;
+        }
         if self.message_id(key, &message) != id {
             message.extras.get_or_insert_with(Box::default).message_id = Some(id);
         }

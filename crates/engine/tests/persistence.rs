@@ -32,7 +32,7 @@ impl MapStore {
                     self.messages.retain(|(q, _), _| *q != queue_id);
                     self.dedup.retain(|(q, _), _| *q != queue_id);
                 }
-                Change::Purged { queue_id } => self.messages.retain(|(q, _), _| *q != queue_id),
+                Change::Purged { queue_id, .. } => self.messages.retain(|(q, _), _| *q != queue_id),
                 Change::Message {
                     queue_id,
                     key,

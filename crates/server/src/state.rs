@@ -86,6 +86,8 @@ impl AppState {
     ) -> Result<Arc<AppState>, StoreError> {
         let snapshot = load(&mut *store)?;
         let fresh = snapshot.engine.is_none();
+        // What a background delete had not finished when the server last stopped.
+        let leftovers = codec::leftovers(&snapshot);
         let clock = Arc::new(WallClock::default());
         let mut engine = Engine::restore(clock.clone(), engine_config(&config, true), snapshot);
         let committer = Committer::start(store, durability);
@@ -93,6 +95,9 @@ impl AppState {
             // The new receipt key must be on disk before any handle is issued with it.
             let first = codec::encode(&engine.take_changes());
             committer.submit_detached(first);
+        }
+        if !leftovers.is_empty() {
+            committer.submit_detached(leftovers);
         }
         Ok(Arc::new(AppState::assemble(
             config,

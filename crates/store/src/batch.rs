@@ -6,8 +6,32 @@ use std::collections::HashSet;
 pub enum Op {
     Put(Vec<u8>, Vec<u8>),
     Delete(Vec<u8>),
-    /// Deletes every key in `[start, end)`.
-    DeleteRange(Vec<u8>, Vec<u8>),
+    DeleteRange(RangeDelete),
+}
+
+/// Deletes every key in `[start, end)` or, with `below = Some((offset, bound))`, those whose
+/// bytes from `offset` compare below `bound`. Range deletes only ever remove records the
+/// engine has already dropped, so a store may apply them in steps, in the background, after
+/// later writes (which never fall in a range: queue ids are not reused, and sequence numbers
+/// after a purge are above its bound).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeDelete {
+    pub start: Vec<u8>,
+    pub end: Vec<u8>,
+    pub below: Option<(usize, Vec<u8>)>,
+}
+
+impl RangeDelete {
+    pub fn covers(&self, key: &[u8]) -> bool {
+        let in_range = key >= self.start.as_slice() && key < self.end.as_slice();
+        in_range
+            && self.below.as_ref().is_none_or(|(offset, bound)| {
+                key.get(*offset..).is_some_and(|tail| {
+                    let n = bound.len().min(tail.len());
+                    &tail[..n] < bound.as_slice()
+                })
+            })
+    }
 }
 
 impl Op {
@@ -15,7 +39,7 @@ impl Op {
     pub fn key(&self) -> Option<&[u8]> {
         match self {
             Op::Put(k, _) | Op::Delete(k) => Some(k),
-            Op::DeleteRange(..) => None,
+            Op::DeleteRange(_) => None,
         }
     }
 }
@@ -34,8 +58,8 @@ impl WriteBatch {
         self.ops.push(Op::Delete(key));
     }
 
-    pub fn delete_range(&mut self, start: Vec<u8>, end: Vec<u8>) {
-        self.ops.push(Op::DeleteRange(start, end));
+    pub fn delete_range(&mut self, range: RangeDelete) {
+        self.ops.push(Op::DeleteRange(range));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -77,7 +101,7 @@ mod tests {
                 Op::Delete(k) => {
                     data.remove(k);
                 }
-                Op::DeleteRange(start, end) => data.retain(|k, _| k < start || k >= end),
+                Op::DeleteRange(range) => data.retain(|k, _| !range.covers(k)),
             }
         }
         data
@@ -88,8 +112,25 @@ mod tests {
         prop_oneof![
             4 => (key(), any::<u8>()).prop_map(|(k, v)| Op::Put(k, vec![v])),
             2 => key().prop_map(Op::Delete),
-            1 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(a.clone().min(b.clone()), a.max(b))),
+            1 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(RangeDelete {
+                start: a.clone().min(b.clone()),
+                end: a.max(b),
+                below: None,
+            })),
         ]
+    }
+
+    #[test]
+    fn a_range_delete_with_a_bound_covers_only_keys_below_it() {
+        let range = RangeDelete {
+            start: vec![1],
+            end: vec![2],
+            below: Some((1, vec![0, 5])),
+        };
+        assert!(range.covers(&[1, 0, 4, 9]));
+        assert!(!range.covers(&[1, 0, 5, 0]));
+        assert!(!range.covers(&[2, 0, 0]));
+        assert!(!range.covers(&[0, 0, 0]));
     }
 
     proptest! {

@@ -11,7 +11,7 @@ use leasehold_engine::{
     QueueStats, RedriveAllowPolicy, RedrivePolicy, Snapshot, StoredMessage,
 };
 
-use crate::batch::WriteBatch;
+use crate::batch::{RangeDelete, WriteBatch};
 
 const VERSION: u8 = 1;
 
@@ -41,9 +41,64 @@ fn dedup_key(queue_id: u64, key: &DedupKey) -> Vec<u8> {
     w.0
 }
 
-/// Keys of every record of one kind for one queue: `[start, end)`.
-fn range(kind: u8, queue_id: u64) -> (Vec<u8>, Vec<u8>) {
-    (prefixed(kind, queue_id), prefixed(kind, queue_id + 1))
+/// Every record of one kind for one queue.
+fn all_of(kind: u8, queue_id: u64) -> RangeDelete {
+    RangeDelete {
+        start: prefixed(kind, queue_id),
+        end: prefixed(kind, queue_id + 1),
+        below: None,
+    }
+}
+
+/// Where a message key keeps its sequence number: after the kind, queue id and send time.
+const SEQ_OFFSET: usize = 1 + 8 + 8;
+
+/// The messages of a queue numbered below `below_seq`: those a purge removed.
+fn purged(queue_id: u64, below_seq: u64) -> RangeDelete {
+    RangeDelete {
+        below: Some((SEQ_OFFSET, below_seq.to_be_bytes().to_vec())),
+        ..all_of(MESSAGE, queue_id)
+    }
+}
+
+/// What a store still holds that the engine no longer has (the messages of deleted queues,
+/// purged messages), left behind when a background delete was cut short by a stop: range
+/// deletes that finish the job.
+pub fn leftovers(snapshot: &Snapshot) -> WriteBatch {
+    let purged_below: BTreeMap<u64, u64> = snapshot
+        .queues
+        .iter()
+        .map(|q| (q.id, q.purged_below_seq))
+        .collect();
+    let mut orphans = std::collections::BTreeSet::new();
+    let mut purges = std::collections::BTreeSet::new();
+    for (queue_id, key, ..) in &snapshot.messages {
+        match purged_below.get(queue_id) {
+            None => {
+                orphans.insert(*queue_id);
+            }
+            Some(below) if key.seq < *below => {
+                purges.insert((*queue_id, *below));
+            }
+            Some(_) => {}
+        }
+    }
+    orphans.extend(
+        snapshot
+            .dedup
+            .iter()
+            .map(|(queue_id, ..)| *queue_id)
+            .filter(|id| !purged_below.contains_key(id)),
+    );
+    let mut batch = WriteBatch::default();
+    for queue_id in orphans {
+        batch.delete_range(all_of(MESSAGE, queue_id));
+        batch.delete_range(all_of(DEDUP, queue_id));
+    }
+    for (queue_id, below) in purges {
+        batch.delete_range(purged(queue_id, below));
+    }
+    batch
 }
 
 /// The writes that apply `changes`, in order.
@@ -54,16 +109,16 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
             Change::Engine(record) => batch.put(ENGINE_KEY.to_vec(), engine_value(record)),
             Change::Queue(record) => batch.put(prefixed(QUEUE, record.id), queue_value(record)),
             Change::QueueDeleted { queue_id } => {
+                // Without its record the queue's messages are skipped at restart, so the
+                // ranges may be deleted in the background.
                 batch.delete(prefixed(QUEUE, *queue_id));
-                let (start, end) = range(MESSAGE, *queue_id);
-                batch.delete_range(start, end);
-                let (start, end) = range(DEDUP, *queue_id);
-                batch.delete_range(start, end);
+                batch.delete_range(all_of(MESSAGE, *queue_id));
+                batch.delete_range(all_of(DEDUP, *queue_id));
             }
-            Change::Purged { queue_id } => {
-                let (start, end) = range(MESSAGE, *queue_id);
-                batch.delete_range(start, end);
-            }
+            Change::Purged {
+                queue_id,
+                below_seq,
+            } => batch.delete_range(purged(*queue_id, *below_seq)),
             Change::Message {
                 queue_id,
                 key,
@@ -259,6 +314,8 @@ fn queue_value(q: &QueueRecord) -> Vec<u8> {
         w.u64(n);
     }
     w.u64(q.next_seq);
+    // Appended later: a record without it (older files) reads as never purged.
+    w.u64(q.purged_below_seq);
     w.0
 }
 
@@ -321,6 +378,7 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
             repeat_deletes: r.u64()?,
         },
         next_seq: r.u64()?,
+        purged_below_seq: if r.at_end() { 0 } else { r.u64()? },
     })
 }
 
@@ -557,6 +615,10 @@ impl<'a> Reader<'a> {
         }
         (0..n).map(|_| f(self)).collect()
     }
+    fn at_end(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+
     fn finish(&self) -> Result<(), String> {
         if self.pos == self.buf.len() {
             Ok(())

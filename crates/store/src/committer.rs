@@ -8,11 +8,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::batch::WriteBatch;
+use std::collections::VecDeque;
+
+use crate::batch::{Op, RangeDelete, WriteBatch};
 use crate::{Store, StoreError};
 
 /// At most this many requests share one commit, bounding its latency.
 const MAX_GROUP: usize = 4096;
+/// Records one step of a background range delete removes: a few milliseconds of work, so a
+/// purge of a million messages delays no request by more than that.
+const SWEEP_STEP: usize = 1_000;
 
 /// When acknowledged writes reach the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,23 +126,39 @@ impl Drop for Committer {
 fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job>) {
     let mut failed: Option<StoreError> = None;
     let mut unsynced_since: Option<Instant> = None;
+    // Range deletes still to do, in steps, whenever no request is waiting.
+    let mut sweeps: VecDeque<RangeDelete> = VecDeque::new();
     loop {
-        let first = match (durability, unsynced_since) {
-            (Durability::Interval(period), Some(since)) => {
-                match rx.recv_timeout(period.saturating_sub(since.elapsed())) {
-                    Ok(job) => job,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
+        let first = if sweeps.is_empty() || failed.is_some() {
+            match next_job(&rx, durability, unsynced_since) {
+                Next::Job(job) => job,
+                Next::SyncDue => {
+                    sync(&mut *store, &mut failed);
+                    unsynced_since = None;
+                    continue;
+                }
+                Next::Closed => break,
+            }
+        } else {
+            match rx.try_recv() {
+                Ok(job) => job,
+                Err(mpsc::TryRecvError::Empty) => {
+                    sweep_step(&mut *store, &mut sweeps, &mut failed);
+                    let sync_due = match durability {
+                        Durability::Always => sweeps.is_empty(),
+                        Durability::Interval(period) => {
+                            unsynced_since.is_some_and(|since| since.elapsed() >= period)
+                        }
+                        Durability::Never => false,
+                    };
+                    if sync_due {
                         sync(&mut *store, &mut failed);
                         unsynced_since = None;
-                        continue;
                     }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    continue;
                 }
+                Err(mpsc::TryRecvError::Disconnected) => break,
             }
-            _ => match rx.recv() {
-                Ok(job) => job,
-                Err(_) => break,
-            },
         };
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
@@ -152,11 +173,15 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
             Some(earlier) => Err(StoreError::Failed(earlier.to_string())),
             None => store.write(&batches, durability == Durability::Always),
         };
-        if let (Err(error), None) = (&result, &failed) {
-            // After a failed write the disk's state is unknown: stop taking writes rather
-            // than acknowledge anything that might not be there.
-            tracing::error!(%error, "store write failed; refusing further writes");
-            failed = Some(error.clone());
+        match (&result, &failed) {
+            (Ok(()), _) => sweeps.extend(range_deletes(&batches)),
+            (Err(error), None) => {
+                // After a failed write the disk's state is unknown: stop taking writes rather
+                // than acknowledge anything that might not be there.
+                tracing::error!(%error, "store write failed; refusing further writes");
+                failed = Some(error.clone());
+            }
+            (Err(_), Some(_)) => {}
         }
         for waiter in waiters.into_iter().flatten() {
             let _ = waiter.send(result.clone());
@@ -171,6 +196,55 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
     }
     if failed.is_none() {
         sync(&mut *store, &mut failed);
+    }
+}
+
+enum Next {
+    Job(Job),
+    SyncDue,
+    Closed,
+}
+
+/// Waits for the next job; under `interval-ms=N`, no longer than until the sync is due.
+fn next_job(rx: &mpsc::Receiver<Job>, durability: Durability, unsynced: Option<Instant>) -> Next {
+    match (durability, unsynced) {
+        (Durability::Interval(period), Some(since)) => {
+            match rx.recv_timeout(period.saturating_sub(since.elapsed())) {
+                Ok(job) => Next::Job(job),
+                Err(mpsc::RecvTimeoutError::Timeout) => Next::SyncDue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => Next::Closed,
+            }
+        }
+        _ => rx.recv().map_or(Next::Closed, Next::Job),
+    }
+}
+
+fn range_deletes(batches: &[WriteBatch]) -> impl Iterator<Item = RangeDelete> + '_ {
+    batches
+        .iter()
+        .flat_map(|b| &b.ops)
+        .filter_map(|op| match op {
+            Op::DeleteRange(range) => Some(range.clone()),
+            _ => None,
+        })
+}
+
+/// One step of the oldest range delete. A range that came back short is done.
+fn sweep_step(
+    store: &mut dyn Store,
+    sweeps: &mut VecDeque<RangeDelete>,
+    failed: &mut Option<StoreError>,
+) {
+    let Some(range) = sweeps.front() else { return };
+    match store.delete_some(range, SWEEP_STEP) {
+        Ok(deleted) if deleted < SWEEP_STEP => {
+            sweeps.pop_front();
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::error!(%error, "background delete failed; refusing further writes");
+            *failed = Some(error);
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! A store that fails on purpose: the Nth write or sync errors, to prove that a failed write
 //! is an error to the client and never an acknowledgement.
 
-use crate::batch::WriteBatch;
+use crate::batch::{RangeDelete, WriteBatch};
 use crate::{Store, StoreError, Visitor};
 
 pub struct FaultyStore<S> {
@@ -52,6 +52,14 @@ impl<S: Store> Store for FaultyStore<S> {
             return Err(StoreError::Injected(format!("sync {} fails", self.syncs)));
         }
         self.inner.sync()
+    }
+
+    fn delete_some(&mut self, range: &RangeDelete, limit: usize) -> Result<usize, StoreError> {
+        self.writes += 1;
+        if self.fail_write.is_some_and(|n| self.writes >= n) {
+            return Err(StoreError::Injected(format!("write {} fails", self.writes)));
+        }
+        self.inner.delete_some(range, limit)
     }
 
     fn describe(&self) -> String {

@@ -17,7 +17,7 @@ mod sqlite;
 use leasehold_engine::Snapshot;
 use thiserror::Error;
 
-pub use batch::{Op, WriteBatch};
+pub use batch::{Op, RangeDelete, WriteBatch};
 pub use committer::{Committer, Durability};
 pub use faulty::FaultyStore;
 pub use memory::MemoryStore;
@@ -44,8 +44,14 @@ pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), String> + 'a;
 pub trait Store: Send {
     /// Visits every stored key and value, in key order.
     fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError>;
-    /// Applies the batches in order as one atomic write; durable on return when `sync`.
+    /// Applies the batches' puts and deletes in order as one atomic write; durable on return
+    /// when `sync`. Their range deletes are left for `delete_some`.
     fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError>;
+    /// Deletes at most `limit` records of `range` in one write of its own, so a range of a
+    /// million records is deleted in steps between other writes; answers how many it
+    /// deleted (fewer than `limit`: the range is empty). Not synced: a later sync covers it,
+    /// and until then the engine skips what it would have deleted.
+    fn delete_some(&mut self, range: &RangeDelete, limit: usize) -> Result<usize, StoreError>;
     /// Makes every earlier write durable.
     fn sync(&mut self) -> Result<(), StoreError>;
     /// Names the store in messages: the data file's path.

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::batch::{Op, WriteBatch};
+use crate::batch::{Op, RangeDelete, WriteBatch};
 use crate::{Store, StoreError, Visitor};
 
 #[derive(Default, Debug, Clone)]
@@ -11,7 +11,8 @@ pub struct MemoryStore {
     pub syncs: u64,
 }
 
-pub(crate) fn apply(data: &mut BTreeMap<Vec<u8>, Vec<u8>>, batch: &WriteBatch) {
+/// Applies a batch's puts and deletes; range deletes are `delete_some`'s.
+fn apply(data: &mut BTreeMap<Vec<u8>, Vec<u8>>, batch: &WriteBatch) {
     for op in &batch.ops {
         match op {
             Op::Put(k, v) => {
@@ -20,15 +21,7 @@ pub(crate) fn apply(data: &mut BTreeMap<Vec<u8>, Vec<u8>>, batch: &WriteBatch) {
             Op::Delete(k) => {
                 data.remove(k);
             }
-            Op::DeleteRange(start, end) => {
-                let doomed: Vec<Vec<u8>> = data
-                    .range(start.clone()..end.clone())
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for k in doomed {
-                    data.remove(&k);
-                }
-            }
+            Op::DeleteRange(_) => {}
         }
     }
 }
@@ -57,6 +50,21 @@ impl Store for MemoryStore {
     fn sync(&mut self) -> Result<(), StoreError> {
         self.syncs += 1;
         Ok(())
+    }
+
+    fn delete_some(&mut self, range: &RangeDelete, limit: usize) -> Result<usize, StoreError> {
+        let doomed: Vec<Vec<u8>> = self
+            .data
+            .range(range.start.clone()..range.end.clone())
+            .map(|(k, _)| k)
+            .filter(|k| range.covers(k))
+            .take(limit)
+            .cloned()
+            .collect();
+        for k in &doomed {
+            self.data.remove(k);
+        }
+        Ok(doomed.len())
     }
 
     fn describe(&self) -> String {

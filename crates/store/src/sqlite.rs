@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::batch::{effective_ops, Op, WriteBatch};
+use crate::batch::{effective_ops, Op, RangeDelete, WriteBatch};
 use crate::guard::{create_private_dir, make_private, wal_path, DirLock, FileIdentity};
 use crate::{Store, StoreError, Visitor};
 
 pub const FILE_NAME: &str = "leasehold.db";
 const FORMAT: i64 = 1;
+/// Bytes the write-ahead log keeps after a checkpoint.
+const WAL_SIZE_LIMIT: i64 = 16 << 20;
 
 pub struct SqliteStore {
     conn: Connection,
@@ -81,6 +83,10 @@ impl SqliteStore {
         }
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(sql_err)?;
+        // A large transaction grows the write-ahead log; after the checkpoint that follows,
+        // it is cut back to this instead of keeping its high-water mark on disk.
+        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
+            .map_err(sql_err)?;
         let has_meta: bool = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
@@ -124,6 +130,14 @@ impl SqliteStore {
             path: self.describe(),
             reason: e.to_string(),
         }
+    }
+
+    /// Called after every write, so nothing written to a file that is gone is answered.
+    fn check_identity(&self) -> Result<(), StoreError> {
+        self.identity.check().map_err(|reason| StoreError::Write {
+            path: self.describe(),
+            reason,
+        })
     }
 
     fn set_synchronous(&mut self, full: bool) -> Result<(), StoreError> {
@@ -179,24 +193,17 @@ impl Store for SqliteStore {
             let mut delete = tx
                 .prepare_cached("DELETE FROM kv WHERE k = ?1")
                 .map_err(err)?;
-            let mut delete_range = tx
-                .prepare_cached("DELETE FROM kv WHERE k >= ?1 AND k < ?2")
-                .map_err(err)?;
             for op in effective_ops(batches) {
                 match op {
                     Op::Put(k, v) => put.execute((k, v)).map(|_| ()),
                     Op::Delete(k) => delete.execute([k]).map(|_| ()),
-                    Op::DeleteRange(start, end) => delete_range.execute((start, end)).map(|_| ()),
+                    Op::DeleteRange(_) => Ok(()),
                 }
                 .map_err(err)?;
             }
         }
         tx.commit().map_err(err)?;
-        // Checked after the commit, so nothing written to a file that is gone is answered.
-        self.identity.check().map_err(|reason| StoreError::Write {
-            path: self.describe(),
-            reason,
-        })
+        self.check_identity()
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
@@ -212,6 +219,39 @@ impl Store for SqliteStore {
             )
             .map_err(|e| self.err(e))?;
         self.set_synchronous(was_full)
+    }
+
+    fn delete_some(&mut self, range: &RangeDelete, limit: usize) -> Result<usize, StoreError> {
+        self.set_synchronous(false)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let deleted = match &range.below {
+            None => self
+                .conn
+                .prepare_cached(
+                    "DELETE FROM kv WHERE k IN (SELECT k FROM kv WHERE k >= ?1 AND k < ?2 LIMIT ?3)",
+                )
+                .and_then(|mut s| s.execute((&range.start, &range.end, limit))),
+            // SQLite compares blobs bytewise, as `RangeDelete::covers` does.
+            Some((offset, bound)) => self
+                .conn
+                .prepare_cached(
+                    "DELETE FROM kv WHERE k IN (SELECT k FROM kv WHERE k >= ?1 AND k < ?2 \
+                     AND substr(k, ?3, ?4) < ?5 LIMIT ?6)",
+                )
+                .and_then(|mut s| {
+                    s.execute((
+                        &range.start,
+                        &range.end,
+                        *offset as i64 + 1,
+                        bound.len() as i64,
+                        bound,
+                        limit,
+                    ))
+                }),
+        }
+        .map_err(|e| self.err(e))?;
+        self.check_identity()?;
+        Ok(deleted)
     }
 
     fn describe(&self) -> String {

@@ -37,6 +37,9 @@ pub struct QueueRecord {
     pub last_purge_ms: Option<u64>,
     pub stats: QueueStats,
     pub next_seq: u64,
+    /// Messages numbered below this were purged: a store may still hold some of them while
+    /// it deletes them in the background, and a restart skips them.
+    pub purged_below_seq: u64,
 }
 
 /// One change for a store to apply, in order.
@@ -49,9 +52,10 @@ pub enum Change {
     QueueDeleted {
         queue_id: u64,
     },
-    /// Every message of the queue is gone.
+    /// Every message of the queue numbered below `below_seq` (all it held) is gone.
     Purged {
         queue_id: u64,
+        below_seq: u64,
     },
     /// A message now stands so, with its id, or (None) is gone.
     Message {
@@ -89,6 +93,7 @@ impl Queue {
             last_purge_ms: self.last_purge_ms,
             stats: self.stats.clone(),
             next_seq: self.next_seq(),
+            purged_below_seq: self.purged_below_seq,
         }
     }
 
@@ -226,6 +231,7 @@ impl Queue {
         queue.last_purge_ms = record.last_purge_ms;
         queue.stats = record.stats;
         queue.set_next_seq(record.next_seq);
+        queue.purged_below_seq = record.purged_below_seq;
         queue
     }
 }

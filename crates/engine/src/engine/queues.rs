@@ -215,9 +215,12 @@ impl Engine {
         }
         let removed = queue.purge(now);
         queue.touch();
-        let queue_id = queue.id;
+        let (queue_id, below_seq) = (queue.id, queue.purged_below_seq);
         if self.config.track_changes {
-            self.pending.push(Change::Purged { queue_id });
+            self.pending.push(Change::Purged {
+                queue_id,
+                below_seq,
+            });
         }
         self.discard(removed);
         Ok(())

@@ -1,0 +1,150 @@
+//! Purges and queue deletions leave their records to range deletes that the committer applies
+//! in steps, in the background; a restart in the middle skips what is dead and finishes the
+//! job. Later writes are never touched.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasehold_engine::{Engine, EngineConfig, ManualClock, NewMessage, ReceiveRequest};
+use leasehold_store::{
+    codec, load, Committer, Durability, MemoryStore, Op, RangeDelete, Store, StoreError, Visitor,
+    WriteBatch,
+};
+
+fn engine(clock: &ManualClock) -> Engine {
+    Engine::new(
+        Arc::new(clock.clone()),
+        EngineConfig {
+            track_changes: true,
+            ..EngineConfig::default()
+        },
+    )
+}
+
+fn send(engine: &mut Engine, queue: &str, bodies: impl IntoIterator<Item = String>) {
+    for body in bodies {
+        engine.send(queue, NewMessage::new(body)).unwrap();
+    }
+}
+
+/// Bodies a restored engine hands out from `queue`.
+fn bodies(engine: &mut Engine, queue: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    loop {
+        let got = engine.receive(queue, &ReceiveRequest::up_to(10)).unwrap();
+        if got.is_empty() {
+            out.sort();
+            return out;
+        }
+        out.extend(got.into_iter().map(|d| d.body.to_string()));
+    }
+}
+
+fn restore(clock: &ManualClock, store: &mut dyn Store) -> Engine {
+    Engine::restore(
+        Arc::new(clock.clone()),
+        EngineConfig::default(),
+        load(store).unwrap(),
+    )
+}
+
+/// What the engine did to a store that applied only puts and deletes: as if the server had
+/// stopped before any background delete ran.
+fn before_any_sweep(changes: &[WriteBatch]) -> MemoryStore {
+    let mut store = MemoryStore::default();
+    store.write(changes, true).unwrap();
+    store
+}
+
+#[test]
+fn a_restart_before_the_background_deletes_skips_purged_messages_and_finishes_the_job() {
+    let clock = ManualClock::new(1_000_000);
+    let mut e = engine(&clock);
+    e.create_queue("kept", &[], &[]).unwrap();
+    e.create_queue("gone", &[], &[]).unwrap();
+    send(&mut e, "kept", (0..50).map(|i| format!("old{i}")));
+    send(&mut e, "gone", (0..20).map(|i| format!("g{i}")));
+    let mut batches = vec![codec::encode(&e.take_changes())];
+    e.purge("kept").unwrap();
+    e.delete_queue("gone").unwrap();
+    send(&mut e, "kept", ["new".to_string()]);
+    batches.push(codec::encode(&e.take_changes()));
+
+    let mut store = before_any_sweep(&batches);
+    let stale = store.data.len();
+    let mut restored = restore(&clock, &mut store);
+    assert_eq!(bodies(&mut restored, "kept"), ["new"]);
+    assert!(restored.queue_exists("gone").is_err());
+
+    let leftovers = codec::leftovers(&load(&mut store).unwrap());
+    assert!(!leftovers.is_empty());
+    for op in &leftovers.ops {
+        let Op::DeleteRange(range) = op else {
+            panic!("leftovers are range deletes only")
+        };
+        while store.delete_some(range, 7).unwrap() == 7 {}
+    }
+    assert!(store.data.len() < stale);
+    assert!(codec::leftovers(&load(&mut store).unwrap()).is_empty());
+    let mut again = restore(&clock, &mut store);
+    assert_eq!(bodies(&mut again, "kept"), ["new"]);
+}
+
+/// A store the test can look into while the committer owns it.
+#[derive(Clone, Default)]
+struct Shared {
+    inner: Arc<Mutex<MemoryStore>>,
+    steps: Arc<Mutex<usize>>,
+}
+
+impl Store for Shared {
+    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
+        self.inner.lock().unwrap().scan(visit)
+    }
+    fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError> {
+        self.inner.lock().unwrap().write(batches, sync)
+    }
+    fn delete_some(&mut self, range: &RangeDelete, limit: usize) -> Result<usize, StoreError> {
+        *self.steps.lock().unwrap() += 1;
+        self.inner.lock().unwrap().delete_some(range, limit)
+    }
+    fn sync(&mut self) -> Result<(), StoreError> {
+        self.inner.lock().unwrap().sync()
+    }
+    fn describe(&self) -> String {
+        "(shared)".into()
+    }
+}
+
+#[tokio::test]
+async fn the_committer_deletes_a_purged_queue_in_steps_and_keeps_later_sends() {
+    let clock = ManualClock::new(1_000_000);
+    let mut e = engine(&clock);
+    e.create_queue("big", &[], &[]).unwrap();
+    send(&mut e, "big", (0..5_000).map(|i| format!("m{i}")));
+    let shared = Shared::default();
+    let committer = Committer::start(Box::new(shared.clone()), Durability::Always);
+    committer
+        .submit(codec::encode(&e.take_changes()))
+        .await
+        .unwrap();
+    e.purge("big").unwrap();
+    send(&mut e, "big", ["after".to_string()]);
+    committer
+        .submit(codec::encode(&e.take_changes()))
+        .await
+        .unwrap();
+    let records =
+        |s: &Shared| -> BTreeMap<Vec<u8>, Vec<u8>> { s.inner.lock().unwrap().data.clone() };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while records(&shared).len() > 3 {
+        assert!(Instant::now() < deadline, "the purge was never swept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    committer.close();
+    // A step deletes at most a few thousand records: more than one step for 5,000.
+    assert!(*shared.steps.lock().unwrap() >= 3);
+    let mut restored = restore(&clock, &mut shared.clone());
+    assert_eq!(bodies(&mut restored, "big"), ["after"]);
+}
