@@ -2,6 +2,9 @@
 //! JSON, and `GET /metrics` in the Prometheus text format.
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -277,27 +280,62 @@ impl Collector for QueueReports {
     }
 }
 
+/// Queues whose reports are taken under one hold of the engine's lock: with 100,000 queues a
+/// scrape takes the lock a hundred times briefly rather than once for long.
+const REPORTS_PER_LOCK: usize = 1_000;
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let reports = {
-        let mut engine = state.engine();
-        engine
-            .queue_names()
-            .into_iter()
-            .filter_map(|name| engine.lease_report(&name).ok().map(|r| (name, r)))
-            .collect::<Vec<_>>()
+    let arrived = Instant::now();
+    // One scrape builds at a time. A scraper that waited for it takes its answer when that
+    // build began after the scraper arrived, so the answer is never older than the request.
+    let mut last = state.last_scrape.lock().await;
+    let text = match &*last {
+        Some((began, text)) if *began >= arrived => text.clone(),
+        _ => {
+            let began = Instant::now();
+            let reports = collect_reports(&state).await;
+            // Encoding every queue's lines is long work: off the async workers.
+            let encoded = tokio::task::spawn_blocking(move || encode(reports)).await;
+            let Ok(Ok(text)) = encoded else {
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            };
+            let text = Bytes::from(text);
+            *last = Some((began, text.clone()));
+            text
+        }
     };
+    drop(last);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Every queue's lease report, taken `REPORTS_PER_LOCK` queues per hold of the lock.
+async fn collect_reports(state: &AppState) -> Vec<(String, LeaseReport)> {
+    let names = state.engine().queue_names();
+    let mut reports = Vec::with_capacity(names.len());
+    for chunk in names.chunks(REPORTS_PER_LOCK) {
+        {
+            let mut engine = state.engine();
+            reports.extend(
+                chunk
+                    .iter()
+                    .filter_map(|name| engine.lease_report(name).ok().map(|r| (name.clone(), r))),
+            );
+        }
+        tokio::task::yield_now().await;
+    }
+    reports
+}
+
+fn encode(reports: Vec<(String, LeaseReport)>) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(QueueReports(reports)));
     let mut text = String::new();
-    match prometheus_client::encoding::text::encode(&mut text, &registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
 }

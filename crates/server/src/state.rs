@@ -68,6 +68,8 @@ pub struct AppState {
     in_progress: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
     shutting_down: AtomicBool,
+    /// The last `/metrics` answer and when it was built (`leases::metrics`).
+    pub(crate) last_scrape: tokio::sync::Mutex<Option<(std::time::Instant, axum::body::Bytes)>>,
 }
 
 impl AppState {
@@ -122,6 +124,7 @@ impl AppState {
             waiters: Mutex::new(HashMap::new()),
             committer,
             shutting_down: AtomicBool::new(false),
+            last_scrape: tokio::sync::Mutex::new(None),
         }
     }
 
