@@ -5,6 +5,8 @@
 //! `interval-ms=N` at most what was acknowledged in the last N ms; `never` may lose anything
 //! not yet written back, but the data file must still open.
 //!
+//! And a full disk: sends refused for want of space are never counted or delivered.
+//!
 //! Needs root (mount, losetup) and `mkfs.ext4`, as CI has.
 
 mod common;
@@ -21,7 +23,7 @@ use common::{free_port, Server};
 const EXT4_IOC_SHUTDOWN: libc::c_ulong = 0x8004_587d;
 const EXT4_GOING_FLAGS_NOLOGFLUSH: u32 = 2;
 
-/// A 64 MiB ext4 file system in a file, mounted on a loop device for the test's life.
+/// An ext4 file system in a file, mounted on a loop device for the test's life.
 struct Disk {
     _dir: tempfile::TempDir,
     image: PathBuf,
@@ -43,6 +45,10 @@ fn run(program: &str, args: &[&str]) {
 
 impl Disk {
     fn new() -> Disk {
+        Disk::of_size(64 << 20)
+    }
+
+    fn of_size(bytes: u64) -> Disk {
         assert_eq!(
             unsafe { libc::geteuid() },
             0,
@@ -54,7 +60,7 @@ impl Disk {
         std::fs::create_dir(&mount).unwrap();
         std::fs::File::create(&image)
             .unwrap()
-            .set_len(64 << 20)
+            .set_len(bytes)
             .unwrap();
         run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
         let mut disk = Disk {
@@ -243,4 +249,51 @@ async fn fsync_never_may_lose_work_but_the_data_file_still_opens_after_a_power_c
         found.iter().all(|b| sent.contains(b)),
         "a message nobody sent"
     );
+}
+
+#[tokio::test]
+async fn on_a_full_disk_refused_sends_are_never_counted_or_delivered() {
+    let disk = Disk::of_size(24 << 20);
+    let server = Server::start_on(free_port(), &[], Some(&disk.data()));
+    let sqs = server.client();
+    let url = sqs
+        .create_queue()
+        .queue_name("full")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let body = "x".repeat(256 * 1024);
+    let (mut acked, mut refused) = (0, 0);
+    while refused < 5 && acked < 1_000 {
+        let sent = sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(&body)
+            .send()
+            .await;
+        match sent {
+            Ok(_) if refused == 0 => acked += 1,
+            Ok(_) => panic!("a send was acknowledged after the disk had failed"),
+            Err(_) => refused += 1,
+        }
+    }
+    assert_eq!(refused, 5, "the disk never filled ({acked} sends)");
+    let counted = common::stored(&sqs, &url).await;
+    println!("full disk: {acked} sends acknowledged, {counted} counted");
+    assert_eq!(counted, acked as u64);
+    server.kill();
+    // After a restart (here on the same full disk), the same messages and no others.
+    let restarted = Server::start_on(free_port(), &[], Some(&disk.data()));
+    let again = restarted.client();
+    let url = again
+        .get_queue_url()
+        .queue_name("full")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    assert_eq!(common::stored(&again, &url).await, acked as u64);
 }

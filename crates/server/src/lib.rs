@@ -95,7 +95,10 @@ async fn run_move_tasks(state: Arc<AppState>) {
     loop {
         interval.tick().await;
         let woken = {
-            let mut engine = state.engine();
+            // Nothing moves once the store has failed.
+            let Ok(mut engine) = state.engine_to_change() else {
+                continue;
+            };
             let woken = engine.run_move_tasks();
             state.persist_detached(&mut engine);
             woken

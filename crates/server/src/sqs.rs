@@ -16,6 +16,7 @@ use leasehold_protocol::{
     receive, receive_wait_seconds, take_messages, wire_code, xml_error, xml_response, Context,
     Prepared, ProtocolError, Request, JSON_CONTENT_TYPE, TARGET_PREFIX, XML_CONTENT_TYPE,
 };
+use leasehold_store::StoreError;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -278,7 +279,11 @@ async fn run(
     // A send's conversions and checksums are taken before the lock, not under it.
     let prepared = Prepared::of(request);
     let (value, commit, woken, removed) = {
-        let mut engine = state.engine();
+        let mut engine = if request.is_read_only() {
+            state.engine_to_read()?
+        } else {
+            state.engine_to_change()?
+        };
         let value = execute_prepared(&mut engine, ctx, request, prepared);
         // Which queue to wake, found under the same lock.
         let woken = request
@@ -301,9 +306,7 @@ async fn run(
         tokio::task::spawn_blocking(move || drop(removed));
     }
     if let Some(commit) = commit {
-        commit
-            .await
-            .map_err(|e| ProtocolError::Internal(e.to_string()))?;
+        committed(state, commit.await).await?;
     }
     let value = value?;
     if let Some(name) = woken {
@@ -331,7 +334,7 @@ async fn long_poll(
     };
     // Let the receive itself report a bad request, in AWS's order of checks.
     let (Ok(queue), Ok(wait_s)) = (queue, wait_s) else {
-        return receive(&mut state.engine(), input).map(Answer::Received);
+        return receive(&mut *state.engine_to_change()?, input).map(Answer::Received);
     };
     let deadline = Instant::now() + Duration::from_secs(u64::from(wait_s));
     let notify = state.waiter(&queue);
@@ -342,7 +345,7 @@ async fn long_poll(
         notified.as_mut().enable();
         // Only the engine's half runs under its lock; the answer is shaped after.
         let (taken, more, next_due, now_ms, commit) = {
-            let mut engine = state.engine();
+            let mut engine = state.engine_to_change()?;
             let taken = take_messages(&mut engine, input);
             let commit = state.persist(&mut engine);
             let more = engine.counts(&queue).is_ok_and(|c| c.visible > 0);
@@ -355,9 +358,7 @@ async fn long_poll(
             )
         };
         if let Some(commit) = commit {
-            commit
-                .await
-                .map_err(|e| ProtocolError::Internal(e.to_string()))?;
+            committed(state, commit.await).await?;
         }
         let taken = taken?;
         if !taken.is_empty() && more {
@@ -379,6 +380,15 @@ async fn long_poll(
             _ = tokio::time::sleep_until(wake_at) => {}
         }
     }
+}
+
+/// A commit's outcome as the request's: a failed write is an internal failure to its client,
+/// and puts the server back to what the store holds.
+async fn committed(state: &AppState, outcome: Result<(), StoreError>) -> Result<(), ProtocolError> {
+    if let Err(error) = &outcome {
+        state.store_failed(error).await;
+    }
+    outcome.map_err(|e| ProtocolError::Internal(e.to_string()))
 }
 
 /// What a receive holds: a work slot while it works, a waiting slot once it waits.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use leasehold_engine::{Engine, EngineConfig, LeaseMode};
@@ -11,6 +11,7 @@ use leasehold_store::{codec, load, Committer, Durability, Store, StoreError};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::WallClock;
+use leasehold_protocol::ProtocolError;
 
 /// How the server is set up; the binary fills it from the command line.
 #[derive(Clone, Debug)]
@@ -68,6 +69,11 @@ pub struct AppState {
     in_progress: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
     shutting_down: AtomicBool,
+    /// `HEALTHY`, `RECOVERING` or `READ_ONLY`: after a failed write the engine is put back
+    /// to what the store holds, and the server then answers reads only.
+    health: AtomicU8,
+    /// Why the store failed, once it has.
+    failure: Mutex<Option<String>>,
     /// The last `/metrics` answer and when it was built (`leases::metrics`).
     pub(crate) last_scrape: tokio::sync::Mutex<Option<(std::time::Instant, axum::body::Bytes)>>,
 }
@@ -124,6 +130,8 @@ impl AppState {
             waiters: Mutex::new(HashMap::new()),
             committer,
             shutting_down: AtomicBool::new(false),
+            health: AtomicU8::new(HEALTHY),
+            failure: Mutex::new(None),
             last_scrape: tokio::sync::Mutex::new(None),
         }
     }
@@ -156,6 +164,71 @@ impl AppState {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The engine, locked, for a command that changes it; refused once the store has failed,
+    /// since nothing more can be made durable. Checked under the lock, so no command
+    /// changes the engine after it was put back to what the store holds.
+    pub fn engine_to_change(&self) -> Result<MutexGuard<'_, Engine>, ProtocolError> {
+        let engine = self.engine();
+        match self.health.load(Ordering::SeqCst) {
+            HEALTHY => Ok(engine),
+            _ => Err(ProtocolError::Internal(self.failure_reason())),
+        }
+    }
+
+    /// The engine, locked, for a command that only reads it: refused only while it is being
+    /// put back to what the store holds.
+    pub fn engine_to_read(&self) -> Result<MutexGuard<'_, Engine>, ProtocolError> {
+        let engine = self.engine();
+        match self.health.load(Ordering::SeqCst) {
+            RECOVERING => Err(ProtocolError::ServiceUnavailable(self.failure_reason())),
+            _ => Ok(engine),
+        }
+    }
+
+    fn failure_reason(&self) -> String {
+        let failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        format!(
+            "the store failed and takes no more writes until the server is restarted: {}",
+            failure.as_deref().unwrap_or("unknown")
+        )
+    }
+
+    /// A write failed: memory now holds changes the disk does not, some of them refused to
+    /// their clients. Stops every change, puts the engine back to exactly what the store
+    /// holds, and from then on serves reads only, so nothing refused is ever visible.
+    pub async fn store_failed(&self, error: &StoreError) {
+        {
+            let _engine = self.engine();
+            if self
+                .health
+                .compare_exchange(HEALTHY, RECOVERING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                return;
+            }
+            *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+        }
+        tracing::error!(%error, "a write failed: going back to what the store holds, read-only until a restart");
+        let Some(committer) = &self.committer else {
+            return;
+        };
+        match committer.load().await {
+            Ok(snapshot) => {
+                let restored = Engine::restore(
+                    self.clock.clone(),
+                    engine_config(&self.config, true),
+                    snapshot,
+                );
+                let old = std::mem::replace(&mut *self.engine(), restored);
+                self.health.store(READ_ONLY, Ordering::SeqCst);
+                drop(old);
+            }
+            // Nothing can be trusted: stay refusing everything.
+            Err(error) => tracing::error!(%error, "the store cannot be read back either"),
+        }
+        self.wake_all();
+    }
+
     /// Hands what the last command changed to the committer. Call it with the engine still
     /// locked, so changes reach the disk in the order they were made; await the answer
     /// before acknowledging. None when there is nothing to wait for.
@@ -165,14 +238,16 @@ impl AppState {
     ) -> Option<impl Future<Output = Result<(), StoreError>>> {
         let committer = self.committer.as_ref()?;
         let changes = engine.take_changes();
-        (!changes.is_empty()).then(|| committer.submit(codec::encode(&changes)))
+        // A read-only server's reads may still tick (retention); nothing is written.
+        let healthy = self.health.load(Ordering::SeqCst) == HEALTHY;
+        (healthy && !changes.is_empty()).then(|| committer.submit(codec::encode(&changes)))
     }
 
     /// Like `persist`, for background work nobody waits on.
     pub fn persist_detached(&self, engine: &mut Engine) {
         if let Some(committer) = &self.committer {
             let changes = engine.take_changes();
-            if !changes.is_empty() {
+            if !changes.is_empty() && self.health.load(Ordering::SeqCst) == HEALTHY {
                 committer.submit_detached(codec::encode(&changes));
             }
         }
@@ -207,6 +282,10 @@ impl AppState {
         waiters.values().for_each(|n| n.notify_waiters());
     }
 }
+
+const HEALTHY: u8 = 0;
+const RECOVERING: u8 = 1;
+const READ_ONLY: u8 = 2;
 
 /// A request id in AWS's shape: unique per process and per start, cheap (no system call).
 pub fn request_id() -> String {

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 
 use crate::batch::{Op, RangeDelete, WriteBatch};
 use crate::{Store, StoreError};
+use leasehold_engine::Snapshot;
 
 /// At most this many requests share one commit, bounding its latency.
 const MAX_GROUP: usize = 4096;
@@ -54,6 +55,8 @@ impl FromStr for Durability {
 struct Job {
     batch: WriteBatch,
     done: Option<oneshot::Sender<Result<(), StoreError>>>,
+    /// Instead of writing: read back everything the store holds, after every earlier write.
+    load: Option<oneshot::Sender<Result<Snapshot, StoreError>>>,
 }
 
 pub struct Committer {
@@ -84,6 +87,7 @@ impl Committer {
         let queued = self.send(Job {
             batch,
             done: Some(done),
+            load: None,
         });
         async move {
             queued?;
@@ -94,7 +98,27 @@ impl Committer {
 
     /// Queues a batch nobody waits for (background work such as message move tasks).
     pub fn submit_detached(&self, batch: WriteBatch) {
-        let _ = self.send(Job { batch, done: None });
+        let _ = self.send(Job {
+            batch,
+            done: None,
+            load: None,
+        });
+    }
+
+    /// What the store holds once every batch submitted before is written (or refused): the
+    /// state to go back to when a write failed and memory holds changes the disk does not.
+    pub fn load(&self) -> impl std::future::Future<Output = Result<Snapshot, StoreError>> {
+        let (done, wait) = oneshot::channel();
+        let queued = self.send(Job {
+            batch: WriteBatch::default(),
+            done: None,
+            load: Some(done),
+        });
+        async move {
+            queued?;
+            wait.await
+                .unwrap_or_else(|_| Err(StoreError::Failed("the commit thread stopped".into())))
+        }
     }
 
     fn send(&self, job: Job) -> Result<(), StoreError> {
@@ -160,9 +184,20 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
                 Err(mpsc::TryRecvError::Disconnected) => break,
             }
         };
+        if let Some(reply) = first.load {
+            let _ = reply.send(crate::load(&mut *store));
+            continue;
+        }
         let mut jobs = vec![first];
+        let mut load_after = None;
         while jobs.len() < MAX_GROUP {
             match rx.try_recv() {
+                Ok(Job {
+                    load: Some(reply), ..
+                }) => {
+                    load_after = Some(reply);
+                    break;
+                }
                 Ok(job) => jobs.push(job),
                 Err(_) => break,
             }
@@ -185,6 +220,9 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
         }
         for waiter in waiters.into_iter().flatten() {
             let _ = waiter.send(result.clone());
+        }
+        if let Some(reply) = load_after {
+            let _ = reply.send(crate::load(&mut *store));
         }
         if let Durability::Interval(period) = durability {
             let since = *unsynced_since.get_or_insert_with(Instant::now);

@@ -161,3 +161,58 @@ async fn a_failed_write_answers_an_error_and_acknowledges_nothing_after_it() {
     }
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failed_write_nothing_refused_is_visible_and_reads_still_work() {
+    let mut store = FaultyStore::new(MemoryStore::default());
+    store.fail_write = Some(7);
+    let s = TestServer::start_state(
+        AppState::durable(config(), Box::new(store), Durability::Always).unwrap(),
+    )
+    .await;
+    let url = s.queue("q", &[]).await;
+    let mut acked = 0;
+    for i in 0..12 {
+        let sent = s
+            .sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(format!("m{i}"))
+            .send()
+            .await;
+        acked += usize::from(sent.is_ok());
+    }
+    assert!((1..12).contains(&acked), "{acked} of 12 acknowledged");
+    // Counts are what the store holds: the acknowledged sends, not the refused ones.
+    assert_eq!(
+        s.attribute(&url, "ApproximateNumberOfMessages").await,
+        acked.to_string()
+    );
+    // Reads are served; anything that would change state is refused.
+    s.sqs.list_queues().send().await.unwrap();
+    s.sqs.get_queue_url().queue_name("q").send().await.unwrap();
+    let err = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InternalFailure");
+    let err = s
+        .sqs
+        .create_queue()
+        .queue_name("new")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InternalFailure");
+    assert!(s
+        .sqs
+        .get_queue_url()
+        .queue_name("new")
+        .send()
+        .await
+        .is_err());
+    s.stop().await;
+}
