@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 /// How long shutdown lets open requests finish before it closes their connections.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1_500);
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// File descriptors kept free of connections: the data file, its log, the listener, logs.
 const RESERVED_DESCRIPTORS: u64 = 64;
 /// Never more connections than this, however many descriptors the process may open.
