@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::scenario::{create_queue, preload, receive_delete, summarize_latency, Bodies, Tally};
+use crate::scenario::{create_queue, one_client_report, preload, receive_delete, Bodies, Tally};
 use crate::{BenchConfig, BenchError, Report, SqsClient};
 
 pub async fn run(
@@ -51,18 +51,9 @@ pub async fn run(
         t.merge(big);
     }
     let _ = sqs.call("DeleteQueue", &json!({"QueueUrl": probe})).await;
-    let seconds = started.elapsed().as_secs_f64();
-    Ok(Report {
-        scenario: "big-ops".into(),
-        clients: 1,
-        seconds,
-        messages_per_second: t.deleted as f64 / seconds,
-        messages: t.deleted,
-        sent_per_second: t.sent as f64 / seconds,
-        deleted_per_second: t.deleted as f64 / seconds,
-        errors: t.errors,
-        latency: summarize_latency(&t),
-        server_cpu_percent: None,
-        server_rss_mib: None,
-    })
+    Ok(one_client_report(
+        "big-ops",
+        &t,
+        started.elapsed().as_secs_f64(),
+    ))
 }

@@ -308,9 +308,10 @@ async fn long_poll(sqs: &SqsClient, url: &str, config: &BenchConfig) -> Result<R
         // Let the receive arrive and start waiting.
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         let sent_at = Instant::now();
-        let _ = t
+        let sent = t
             .call_as::<serde::de::IgnoredAny>(sqs, "SendMessage", send.clone())
             .await;
+        t.sent += u64::from(sent.is_some());
         match waiter.await {
             Ok((Ok((answer, _)), returned)) if !answer.messages.is_empty() => {
                 t.record(
@@ -333,20 +334,26 @@ async fn long_poll(sqs: &SqsClient, url: &str, config: &BenchConfig) -> Result<R
         }
     }
     let _ = sqs.call("DeleteQueue", &json!({"QueueUrl": url})).await;
-    let seconds = started.elapsed().as_secs_f64();
-    Ok(Report {
-        scenario: "long-poll".into(),
+    let mut report = one_client_report("long-poll", &t, started.elapsed().as_secs_f64());
+    report.server_rss_mib = config.server_pid.and_then(peak_rss_mib);
+    Ok(report)
+}
+
+/// The report of a scenario one client runs: messages are those it deleted.
+pub(crate) fn one_client_report(scenario: &str, t: &Tally, seconds: f64) -> Report {
+    Report {
+        scenario: scenario.into(),
         clients: 1,
         seconds,
         messages_per_second: t.deleted as f64 / seconds,
         messages: t.deleted,
-        sent_per_second: t.deleted as f64 / seconds,
+        sent_per_second: t.sent as f64 / seconds,
         deleted_per_second: t.deleted as f64 / seconds,
         errors: t.errors,
-        latency: summarize_latency(&t),
+        latency: summarize_latency(t),
         server_cpu_percent: None,
-        server_rss_mib: config.server_pid.and_then(peak_rss_mib),
-    })
+        server_rss_mib: None,
+    }
 }
 
 pub(crate) fn summarize_latency(t: &Tally) -> BTreeMap<&'static str, Latency> {

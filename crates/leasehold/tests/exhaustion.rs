@@ -47,11 +47,7 @@ async fn idle_and_slowloris_connections_past_the_descriptor_limit_do_not_stop_ot
     limit_descriptors(&mut command);
     let mut child = command.spawn().unwrap();
     let address = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(&address).is_err() {
-        assert!(Instant::now() < deadline, "the server did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_until_listening(port);
 
     let mut idle = Vec::new();
     for _ in 0..IDLE {
@@ -87,12 +83,7 @@ async fn idle_and_slowloris_connections_past_the_descriptor_limit_do_not_stop_ot
     );
     let url = created.unwrap().queue_url.unwrap();
     for i in 0..20 {
-        sqs.send_message()
-            .queue_url(&url)
-            .message_body(format!("m{i}"))
-            .send()
-            .await
-            .unwrap();
+        common::send(&sqs, &url, &format!("m{i}")).await;
     }
 
     assert!(child.try_wait().unwrap().is_none(), "the server died");

@@ -180,14 +180,7 @@ async fn power_cut(fsync: &str) -> (Vec<(String, Instant)>, Instant, HashSet<Str
     let mut disk = Disk::new();
     let server = Server::start_on(free_port(), &["--fsync", fsync], Some(&disk.data()));
     let sqs = server.client();
-    let url = sqs
-        .create_queue()
-        .queue_name("powered")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = common::create_queue(&sqs, "powered").await;
     let acked = send_for(&sqs, &url, 2.0).await;
     disk.cut_power();
     let cut = Instant::now();
@@ -256,14 +249,7 @@ async fn on_a_full_disk_refused_sends_are_never_counted_or_delivered() {
     let disk = Disk::of_size(24 << 20);
     let server = Server::start_on(free_port(), &[], Some(&disk.data()));
     let sqs = server.client();
-    let url = sqs
-        .create_queue()
-        .queue_name("full")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = common::create_queue(&sqs, "full").await;
     let body = "x".repeat(256 * 1024);
     let (mut acked, mut refused) = (0, 0);
     while refused < 5 && acked < 1_000 {
@@ -287,13 +273,6 @@ async fn on_a_full_disk_refused_sends_are_never_counted_or_delivered() {
     // After a restart (here on the same full disk), the same messages and no others.
     let restarted = Server::start_on(free_port(), &[], Some(&disk.data()));
     let again = restarted.client();
-    let url = again
-        .get_queue_url()
-        .queue_name("full")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = common::queue_url(&again, "full").await;
     assert_eq!(common::stored(&again, &url).await, acked as u64);
 }

@@ -21,20 +21,9 @@ async fn sigterm_ends_the_server_within_two_seconds_answering_waiting_receives_e
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the server did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_until_listening(port);
     let sqs = client(port);
-    let url = sqs
-        .create_queue()
-        .queue_name("closing")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = common::create_queue(&sqs, "closing").await;
     let polls: Vec<_> = (0..3)
         .map(|_| {
             let (sqs, url) = (sqs.clone(), url.clone());

@@ -18,6 +18,18 @@ pub struct Server {
     pub port: u16,
 }
 
+/// Waits (at most 20 s) until something listens on `port`.
+pub fn wait_until_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server did not listen within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -42,14 +54,7 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("the leasehold binary starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "server did not listen within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until_listening(port);
         Server { child, port }
     }
 
@@ -112,4 +117,36 @@ pub async fn stored(sqs: &Client, url: &str) -> u64 {
     .iter()
     .map(|a| attrs[a].parse::<u64>().unwrap())
     .sum()
+}
+
+/// Creates a queue with default attributes and returns its URL.
+pub async fn create_queue(sqs: &Client, name: &str) -> String {
+    sqs.create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
+/// The URL of an existing queue.
+pub async fn queue_url(sqs: &Client, name: &str) -> String {
+    sqs.get_queue_url()
+        .queue_name(name)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
+/// Sends one message, which must be acknowledged.
+pub async fn send(sqs: &Client, url: &str, body: &str) {
+    sqs.send_message()
+        .queue_url(url)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
 }

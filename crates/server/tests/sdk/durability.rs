@@ -127,16 +127,21 @@ async fn queues_messages_leases_and_metadata_survive_a_restart() {
     s.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_write_answers_an_error_and_acknowledges_nothing_after_it() {
+/// A durable server whose store fails its `n`th write and every one after it.
+async fn failing_at_write(n: u64) -> TestServer {
     let mut store = FaultyStore::new(MemoryStore::default());
-    // The seventh write fails. Group commit may merge the first writes (the new receipt key,
-    // the queue), so the test counts how many sends got through before the fault.
-    store.fail_write = Some(7);
-    let s = TestServer::start_state(
+    store.fail_write = Some(n);
+    TestServer::start_state(
         AppState::durable(config(), Box::new(store), Durability::Always).unwrap(),
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_answers_an_error_and_acknowledges_nothing_after_it() {
+    // The seventh write fails. Group commit may merge the first writes (the new receipt key,
+    // the queue), so the test counts how many sends got through before the fault.
+    let s = failing_at_write(7).await;
     let url = s.queue("q", &[]).await;
     let mut outcomes = Vec::new();
     for i in 0..8 {
@@ -164,12 +169,7 @@ async fn a_failed_write_answers_an_error_and_acknowledges_nothing_after_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_failed_write_nothing_refused_is_visible_and_reads_still_work() {
-    let mut store = FaultyStore::new(MemoryStore::default());
-    store.fail_write = Some(7);
-    let s = TestServer::start_state(
-        AppState::durable(config(), Box::new(store), Durability::Always).unwrap(),
-    )
-    .await;
+    let s = failing_at_write(7).await;
     let url = s.queue("q", &[]).await;
     let mut acked = 0;
     for i in 0..12 {
