@@ -74,6 +74,10 @@ pub struct WorkArgs {
     /// Put failed messages back at once instead of after a backoff.
     #[arg(long)]
     fail_fast: bool,
+    /// Seconds between SIGTERM and SIGKILL when a command's process group is stopped (its
+    /// lease was lost, or the shutdown grace ran out).
+    #[arg(long, default_value = "5")]
+    kill_grace: f64,
     /// The command to run per message: body on stdin, metadata in LEASEHOLD_* variables.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -91,10 +95,16 @@ fn string_attributes(attrs: &HashMap<String, MessageAttributeValue>) -> String {
     serde_json::Value::Object(map).to_string()
 }
 
-/// Runs the command for one message; kills it if the message's token is cancelled.
+/// Runs the command for one message, in a process group of its own: the terminal's Ctrl-C
+/// reaches the worker (which drains), not the command. If the message's token is cancelled
+/// (the lease was lost, or the shutdown grace ran out) the whole group gets SIGTERM, then
+/// SIGKILL after `kill_grace`: a `sh -c` wrapper's children die with it. Whatever the command
+/// left running in its group when it exits is killed too, so no stray copy of the work
+/// goes on.
 async fn run_command(
     command: Arc<Vec<String>>,
     queue_url: Arc<String>,
+    kill_grace: Duration,
     m: Message,
 ) -> Result<(), leasehold_worker::HandlerError> {
     let mut child = tokio::process::Command::new(&command[0])
@@ -107,8 +117,10 @@ async fn run_command(
             string_attributes(&m.message_attributes),
         )
         .stdin(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()?;
+    let group = child.id().map(ProcessGroup);
     if let Some(mut stdin) = child.stdin.take() {
         // A command that does not read its input must not fail the message.
         let _ = stdin.write_all(m.body.as_bytes()).await;
@@ -119,9 +131,49 @@ async fn run_command(
             if status.success() { Ok(()) } else { Err(format!("command exited with {status}").into()) }
         }
         _ = m.cancel.cancelled() => {
-            let _ = child.kill().await;
-            Err("the lease was lost or the worker stopped: command killed".into())
+            if let Some(group) = &group {
+                group.stop(&mut child, kill_grace).await;
+            }
+            Err("the lease was lost or the worker stopped: command and its children killed".into())
         }
+    }
+}
+
+/// The process group a command runs in (its id is the command's pid). Dropping it kills
+/// whatever is still in it.
+struct ProcessGroup(u32);
+
+impl ProcessGroup {
+    fn signal(&self, signal: libc::c_int) -> bool {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is shared.
+        unsafe { libc::kill(-(self.0 as libc::pid_t), signal) == 0 }
+    }
+
+    /// Whether any process is left in the group (a zombie the worker has not reaped counts).
+    fn is_alive(&self) -> bool {
+        self.signal(0)
+    }
+
+    /// SIGTERM to the group, then SIGKILL to whatever is left after `grace`.
+    async fn stop(&self, child: &mut tokio::process::Child, grace: Duration) {
+        self.signal(libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < deadline {
+            // Reap the command itself, so the group empties once its children are gone.
+            let _ = child.try_wait();
+            if !self.is_alive() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.signal(libc::SIGKILL);
+        let _ = child.wait().await;
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
     }
 }
 
@@ -130,6 +182,8 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let command = Arc::new(args.command.clone());
     let queue_url = Arc::new(args.queue_url.clone());
+    let kill_grace = Duration::try_from_secs_f64(args.kill_grace)
+        .map_err(|_| anyhow::anyhow!("--kill-grace must be a number of seconds >= 0"))?;
     let mut builder = Worker::builder(client, args.queue_url.clone())
         .concurrency(args.concurrency)
         .lease(Duration::from_secs(args.lease))
@@ -139,7 +193,7 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
         })
         .fail_fast(args.fail_fast)
         .shutdown(shutdown.clone())
-        .handler(move |m| run_command(command.clone(), queue_url.clone(), m));
+        .handler(move |m| run_command(command.clone(), queue_url.clone(), kill_grace, m));
     if let Some(h) = args.heartbeat {
         builder = builder.heartbeat(Duration::from_secs_f64(h));
     }
