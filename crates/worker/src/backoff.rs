@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+/// The shortest backoff, in seconds.
+pub const MIN_DELAY_S: u64 = 1;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
     pub base: Duration,
@@ -21,7 +24,8 @@ impl Default for Backoff {
 
 impl Backoff {
     /// The delay before the `receive_count`-th delivery is retried, in whole seconds:
-    /// base x 2^(n-1), capped, then jittered into its upper half.
+    /// base x 2^(n-1), capped, then jittered into its upper half; never under one second,
+    /// which would redeliver at once (`fail_fast` is the way to ask for that).
     pub fn delay(&self, receive_count: u32) -> Duration {
         let exponent = receive_count.saturating_sub(1).min(20);
         let full = self
@@ -31,7 +35,7 @@ impl Backoff {
             .as_secs()
             .max(1);
         let half = full / 2;
-        Duration::from_secs(half + rand::random_range(0..=full - half))
+        Duration::from_secs((half + rand::random_range(0..=full - half)).max(MIN_DELAY_S))
     }
 }
 
@@ -50,6 +54,17 @@ mod tests {
             assert!((4..=8).contains(&b.delay(2).as_secs()));
             assert!((30..=60).contains(&b.delay(10).as_secs()));
             assert!((30..=60).contains(&b.delay(u32::MAX).as_secs()));
+        }
+    }
+
+    #[test]
+    fn a_jittered_delay_is_never_under_one_second() {
+        for base in [0, 1] {
+            let b = Backoff {
+                base: Duration::from_secs(base),
+                cap: Duration::from_secs(1),
+            };
+            assert!((0..1_000).all(|_| b.delay(1) == Duration::from_secs(1)));
         }
     }
 }
