@@ -5,9 +5,11 @@
 //! retention) and allocated only when a queue has something to record. They are measurements,
 //! not state: a restart starts them afresh.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use hdrhistogram::Histogram;
+
+use crate::message::MsgKey;
 
 /// The sliding window the recent figures cover.
 pub const WINDOW_MS: u64 = 15 * 60 * 1000;
@@ -91,9 +93,43 @@ impl Windowed {
     }
 }
 
+/// The receive whose handle deleted each recently deleted message, so a delete of a message
+/// already gone can tell an SDK retry (the same receive's handle: nothing new happened) from
+/// another copy of the work finishing (a different receive's handle: a repeat delete).
+/// Bounded by count and age: retries come within seconds.
+#[derive(Default)]
+pub(crate) struct RecentDeletes {
+    order: VecDeque<(u64, MsgKey)>,
+    by_key: HashMap<MsgKey, u32>,
+}
+
+/// How many deletes a queue remembers, and for how long.
+const RECENT_DELETES: usize = 65_536;
+const RECENT_DELETES_MS: u64 = 15 * 60 * 1000;
+
+impl RecentDeletes {
+    pub fn remember(&mut self, now: u64, key: MsgKey, receive_no: u32) {
+        while self.order.front().is_some_and(|(at, _)| {
+            self.order.len() >= RECENT_DELETES || at + RECENT_DELETES_MS <= now
+        }) {
+            if let Some((_, old)) = self.order.pop_front() {
+                self.by_key.remove(&old);
+            }
+        }
+        self.order.push_back((now, key));
+        self.by_key.insert(key, receive_no);
+    }
+
+    /// The receive number whose handle deleted `key`, if it was deleted recently.
+    pub fn deleted_by(&self, key: MsgKey) -> Option<u32> {
+        self.by_key.get(&key).copied()
+    }
+}
+
 /// Per-queue lease measurements that are not part of the queue's durable state.
 #[derive(Default)]
 pub(crate) struct LeaseMetrics {
+    pub recent_deletes: RecentDeletes,
     /// From the receive that returned a message to the delete that removed it.
     pub hold: Windowed,
     /// From a send to the message's first receive.

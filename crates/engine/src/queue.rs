@@ -617,13 +617,22 @@ impl Queue {
         handle: &str,
         mode: LeaseMode,
     ) -> Result<DeleteOutcome> {
-        // Whatever became of the message, its consumer held it this long: processing time.
-        self.metrics
-            .hold
-            .record(now, now.saturating_sub(receipt.received_ms));
+        let gone = self.messages.get(&receipt.key).is_none();
+        let retried =
+            gone && self.metrics.recent_deletes.deleted_by(receipt.key) == Some(receipt.receive_no);
+        if !retried {
+            // Whatever became of the message, its consumer held it this long: processing
+            // time. A retry of the delete that removed it held nothing more.
+            self.metrics
+                .hold
+                .record(now, now.saturating_sub(receipt.received_ms));
+        }
         let Some(message) = self.messages.get_mut(&receipt.key) else {
-            // Deleting twice, or after retention dropped it, succeeds as on AWS.
-            self.stats.repeat_deletes += 1;
+            // Deleting twice, or after retention dropped it, succeeds as on AWS. Only another
+            // receive's copy of the work finishing is a repeat delete, not an SDK retry.
+            if !retried {
+                self.stats.repeat_deletes += 1;
+            }
             return Ok(DeleteOutcome {
                 removed: false,
                 late: false,
@@ -650,6 +659,9 @@ impl Queue {
                 .entry(u32::from(extensions))
                 .or_default() += 1;
             self.remove(receipt.key);
+            self.metrics
+                .recent_deletes
+                .remember(now, receipt.key, receipt.receive_no);
             self.stats.deleted += 1;
         } else {
             self.mark(receipt.key);
@@ -686,7 +698,9 @@ impl Queue {
             ));
         }
         let live = Self::holds_live_lease(message, receipt);
-        if timeout_s == 0 {
+        let until = now + u64::from(timeout_s) * 1000;
+        // A lease brought to an end sooner (a backoff put-back) is a release, not a heartbeat.
+        if timeout_s == 0 || (live && until < message.until_ms) {
             self.stats.released_early += 1;
         } else if live {
             self.stats.extensions += 1;
@@ -697,7 +711,6 @@ impl Queue {
         if timeout_s == 0 {
             self.set_state(receipt.key, State::Ready, 0);
         } else {
-            let until = now + u64::from(timeout_s) * 1000;
             self.set_state(receipt.key, State::InFlight, until);
         }
         self.mark(receipt.key);

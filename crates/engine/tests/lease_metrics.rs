@@ -106,3 +106,55 @@ fn successful_work_reaching_the_dlq_is_counted_as_the_dlq_mirage() {
         "#]],
     );
 }
+
+#[test]
+fn a_retried_delete_through_the_same_handle_is_neither_a_hold_nor_a_repeat() {
+    check(
+        "
+        create q VisibilityTimeout=30
+        send q a
+        recv q
+        advance 5
+        del q h1
+        del q h1
+        del q h1
+        report q
+        stats q
+        ",
+        expect![[r#"
+            create q VisibilityTimeout=30 -> ok
+            send q a                     -> ok
+            recv q                       -> a rc=1 h1
+            advance 5                    -> t+5s
+            del q h1                     -> removed
+            del q h1                     -> already gone
+            del q h1                     -> already gone
+            report q                     -> hold n=1 p50=5008ms p99=5008ms max=5008ms; within=1 late=0 expired=0 released=0 extensions=0 dlq=0 dlq_after_late=0; receives {1: 1}; extensions/message {0: 1}; oldest Nonems
+            stats q                      -> QueueStats { sent: 1, received: 1, deleted: 1, empty_receives: 0, leases_expired: 0, late_deletes: 0, dead_lettered: 0, dead_lettered_after_late_delete: 0, deleted_within_lease: 1, released_early: 0, extensions: 0, repeat_deletes: 0 }
+        "#]],
+    );
+}
+
+#[test]
+fn a_visibility_change_that_ends_the_lease_sooner_is_a_release_not_a_heartbeat() {
+    check(
+        "
+        create q VisibilityTimeout=60
+        send q a
+        recv q
+        advance 5
+        vis q h1 10
+        vis q h1 120
+        report q
+        ",
+        expect![[r#"
+            create q VisibilityTimeout=60 -> ok
+            send q a                     -> ok
+            recv q                       -> a rc=1 h1
+            advance 5                    -> t+5s
+            vis q h1 10                  -> ok
+            vis q h1 120                 -> ok
+            report q                     -> hold none; within=0 late=0 expired=0 released=1 extensions=1 dlq=0 dlq_after_late=0; receives {}; extensions/message {}; oldest Some(5000)ms
+        "#]],
+    );
+}
