@@ -138,13 +138,31 @@ async fn run() -> anyhow::Result<()> {
         // Logs go to stderr; stdout is for what a command prints (reports, JSON).
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    if matches!(
+        command,
+        Command::Advise(_) | Command::Simulate(_) | Command::Bench(_) | Command::Redrive(_)
+    ) {
+        print_until_the_reader_goes();
+    }
+    match command {
         Command::Serve(args) => serve(args).await,
         Command::Bench(args) => bench(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Work(args) => consume::work(args).await,
         Command::Redrive(args) => consume::redrive(args).await,
         Command::Simulate(args) => simulate::simulate(args),
+    }
+}
+
+/// For commands whose output is read by a pipe (`| head`): when the reader goes, end quietly
+/// as Unix tools do, instead of panicking on the failed write. Not for `serve` and `work`,
+/// which must outlive a client or a command that stops reading (their sockets are written
+/// with MSG_NOSIGNAL, pipes to commands are not).
+fn print_until_the_reader_goes() {
+    // SAFETY: restores the default disposition of one signal before any thread writes.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -144,3 +144,22 @@ async fn advice_from_a_live_queue_reads_its_measurements_and_settings() {
         "the queue's own setting is judged"
     );
 }
+
+#[test]
+fn printing_to_a_closed_pipe_ends_quietly_not_with_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("durations.csv");
+    let rows: String = (1..=200).map(|i| format!("{i}\n")).collect();
+    std::fs::write(&file, format!("seconds\n{rows}")).unwrap();
+    // `leasehold advise ... | head -0`: the reader is gone before anything is written.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["advise", "--durations", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}
