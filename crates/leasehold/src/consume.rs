@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use aws_sdk_sqs::Client;
+use leasehold_worker::idempotency::with_causes;
 use leasehold_worker::{
     idempotency, Backoff, IdempotencyStore, Message, Worker, IDEMPOTENCY_KEY_ATTRIBUTE,
 };
@@ -26,9 +27,69 @@ pub struct SqsArgs {
     region: Option<String>,
 }
 
-pub async fn sqs_client(args: &SqsArgs) -> Client {
+/// A mistake in how a command was called, found by the checks at start: exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    UsageError(message.into()).into()
+}
+
+/// The endpoint a queue URL names, unless it is AWS's own (`*.amazonaws.com`), whose
+/// endpoint the SDK works out from the region.
+fn endpoint_of(queue_url: &str) -> Option<String> {
+    let (scheme, rest) = queue_url.split_once("://")?;
+    let authority = rest.split('/').next()?;
+    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+    let aws = host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn");
+    (!aws && !authority.is_empty()).then(|| format!("{scheme}://{authority}"))
+}
+
+/// Whether any AWS credentials are configured where the SDK looks without a network call:
+/// the environment and the shared files.
+fn credentials_configured() -> bool {
+    let env = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    let home_file = |file: &str| {
+        std::env::var_os("HOME")
+            .map(|home| std::path::Path::new(&home).join(".aws").join(file).exists())
+            .unwrap_or(false)
+    };
+    [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+    ]
+    .iter()
+    .any(|name| env(name))
+        || home_file("credentials")
+        || home_file("config")
+}
+
+/// An SQS client for `queue_url`. The endpoint is `--endpoint-url`, else `AWS_ENDPOINT_URL`,
+/// else the queue URL's own scheme, host and port when that is not AWS. Against an endpoint
+/// that is not AWS with no credentials configured, placeholder credentials are used (a local
+/// server takes any); against AWS, missing credentials are an error at start.
+pub async fn sqs_client(args: &SqsArgs, queue_url: &str) -> anyhow::Result<Client> {
+    let endpoint = args
+        .endpoint_url
+        .clone()
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL_SQS").ok())
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+        .or_else(|| endpoint_of(queue_url));
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if let Some(endpoint) = &args.endpoint_url {
+    if let Some(endpoint) = &endpoint {
         loader = loader.endpoint_url(endpoint);
     }
     let region = args
@@ -37,7 +98,82 @@ pub async fn sqs_client(args: &SqsArgs) -> Client {
         .or_else(|| std::env::var("AWS_REGION").ok())
         .unwrap_or_else(|| "us-east-1".into());
     loader = loader.region(aws_config::Region::new(region));
-    Client::new(&loader.load().await)
+    let local = endpoint
+        .as_deref()
+        .is_some_and(|e| endpoint_of(e).is_some());
+    if local && !credentials_configured() {
+        tracing::info!(
+            endpoint = endpoint.as_deref().unwrap_or_default(),
+            "no AWS credentials configured: using placeholder credentials for this endpoint"
+        );
+        loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "leasehold",
+            "leasehold",
+            None,
+            None,
+            "placeholder",
+        ));
+    }
+    let config = loader.load().await;
+    if !local {
+        use aws_sdk_sqs::config::ProvideCredentials;
+        let provider = config
+            .credentials_provider()
+            .ok_or_else(|| usage(format!("no AWS credentials found for {queue_url}")))?;
+        if let Err(error) = provider.provide_credentials().await {
+            return Err(usage(format!(
+                "no AWS credentials found for {queue_url}: {}",
+                with_causes(&error)
+            )));
+        }
+    }
+    Ok(Client::new(&config))
+}
+
+/// Fails at start, with the server's own words, when the queue cannot be used.
+async fn check_queue(client: &Client, queue_url: &str) -> anyhow::Result<()> {
+    client
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|error| {
+            usage(format!(
+                "cannot use the queue {queue_url}: {}",
+                with_causes(&error)
+            ))
+        })
+}
+
+/// Fails at start when the command to run per message is not there to run.
+fn check_command(program: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |path: &std::path::Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let found = if program.contains('/') {
+        runnable(std::path::Path::new(program))
+    } else {
+        std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path).any(|dir| runnable(&dir.join(program)))
+        })
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(usage(format!(
+            "the command {program:?} was not found or cannot be run"
+        )))
+    }
+}
+
+/// Opens the idempotency store at start; one that does not answer is a mistake to fix.
+async fn open_store(url: &str) -> anyhow::Result<Box<dyn IdempotencyStore>> {
+    idempotency::connect(url)
+        .await
+        .map_err(|error| usage(format!("cannot use the idempotency store: {error}")))
 }
 
 #[derive(clap::Args)]
@@ -48,10 +184,10 @@ pub struct WorkArgs {
     #[arg(long)]
     queue_url: String,
     /// Messages processed at once.
-    #[arg(long, default_value = "4")]
-    concurrency: usize,
+    #[arg(long, default_value = "4", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    concurrency: u64,
     /// Lease in seconds: asked for at each receive and renewed by each heartbeat.
-    #[arg(long, default_value = "30")]
+    #[arg(long, default_value = "30", value_parser = clap::value_parser!(u64).range(1..=43_200))]
     lease: u64,
     /// Heartbeat period in seconds (default: a third of the lease).
     #[arg(long)]
@@ -178,14 +314,20 @@ impl Drop for ProcessGroup {
 }
 
 pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
-    let client = sqs_client(&args.sqs).await;
+    check_command(&args.command[0])?;
+    let client = sqs_client(&args.sqs, &args.queue_url).await?;
+    check_queue(&client, &args.queue_url).await?;
+    let store = match &args.idempotency {
+        Some(url) => Some(Arc::<dyn IdempotencyStore>::from(open_store(url).await?)),
+        None => None,
+    };
     let shutdown = CancellationToken::new();
     let command = Arc::new(args.command.clone());
     let queue_url = Arc::new(args.queue_url.clone());
     let kill_grace = Duration::try_from_secs_f64(args.kill_grace)
         .map_err(|_| anyhow::anyhow!("--kill-grace must be a number of seconds >= 0"))?;
     let mut builder = Worker::builder(client, args.queue_url.clone())
-        .concurrency(args.concurrency)
+        .concurrency(args.concurrency as usize)
         .lease(Duration::from_secs(args.lease))
         .backoff(Backoff {
             base: Duration::from_secs(args.backoff),
@@ -203,8 +345,7 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
     if let Some(g) = args.grace {
         builder = builder.grace(Duration::from_secs(g));
     }
-    if let Some(url) = &args.idempotency {
-        let store: Arc<dyn IdempotencyStore> = Arc::from(idempotency::connect(url).await?);
+    if let Some(store) = store {
         builder = builder.idempotency(store);
     }
     let worker = builder.build();
@@ -243,8 +384,8 @@ pub struct RedriveArgs {
 }
 
 pub async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
-    let client = sqs_client(&args.sqs).await;
-    let store = idempotency::connect(&args.idempotency).await?;
+    let client = sqs_client(&args.sqs, &args.from).await?;
+    let store = open_store(&args.idempotency).await?;
     let (mut moved, mut skipped, mut failed) = (0u64, 0u64, 0u64);
     let mut held = Vec::new();
     let mut empty_polls = 0;
@@ -361,4 +502,26 @@ pub async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
         println!("{verb} {moved}, skipped as already done {skipped}, failed {failed}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint_of;
+
+    #[test]
+    fn a_queue_urls_endpoint_is_its_own_unless_it_is_aws() {
+        assert_eq!(
+            endpoint_of("http://127.0.0.1:9324/000000000000/jobs").as_deref(),
+            Some("http://127.0.0.1:9324")
+        );
+        assert_eq!(
+            endpoint_of("https://queues.internal/1/jobs").as_deref(),
+            Some("https://queues.internal")
+        );
+        assert_eq!(
+            endpoint_of("https://sqs.eu-west-1.amazonaws.com/123456789012/jobs"),
+            None
+        );
+        assert_eq!(endpoint_of("jobs"), None);
+    }
 }

@@ -24,6 +24,15 @@ use leasehold_server::{AppState, Durability, Limits, ServerConfig, SqliteStore};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How logs (on stderr) are written: text, or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -122,23 +131,22 @@ async fn main() -> std::process::ExitCode {
     match run().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            // One readable line with its causes, whatever RUST_BACKTRACE says.
+            // One readable line with its causes, whatever RUST_BACKTRACE says; a mistake in
+            // how the command was called exits 2, as clap's own usage errors do.
             eprintln!("leasehold: {error:#}");
-            std::process::ExitCode::FAILURE
+            if error.is::<consume::UsageError>() {
+                std::process::ExitCode::from(2)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }
 
 async fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "leasehold=info,leasehold_server=info".into()),
-        )
-        // Logs go to stderr; stdout is for what a command prints (reports, JSON).
-        .with_writer(std::io::stderr)
-        .init();
-    let command = Cli::parse().command;
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    let command = cli.command;
     if matches!(
         command,
         Command::Advise(_) | Command::Simulate(_) | Command::Bench(_) | Command::Redrive(_)
@@ -152,6 +160,24 @@ async fn run() -> anyhow::Result<()> {
         Command::Work(args) => consume::work(args).await,
         Command::Redrive(args) => consume::redrive(args).await,
         Command::Simulate(args) => simulate::simulate(args),
+    }
+}
+
+/// Logs go to stderr (stdout is for what a command prints), filtered by `RUST_LOG`; colour
+/// only on a terminal and never with `NO_COLOR` set.
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "leasehold=info,leasehold_server=info,leasehold_worker=info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            logs.with_ansi(colour).init()
+        }
     }
 }
 

@@ -78,6 +78,25 @@ pub trait IdempotencyStore: Send + Sync {
     async fn is_completed(&self, key: &str) -> Result<bool, IdempotencyError>;
 }
 
+/// How long opening a store may take before it is reported unavailable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// An error and its sources, `outer: inner: innermost`, skipping repeats: one readable line,
+/// where SDK and driver errors say little at the top ("service error", "db error").
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// Opens a store from a URL: `postgres://...`, `redis://...`, or `memory`.
 pub async fn connect(url: &str) -> Result<Box<dyn IdempotencyStore>, IdempotencyError> {
     if url == "memory" {

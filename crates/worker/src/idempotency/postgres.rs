@@ -20,8 +20,10 @@ pub struct PostgresStore {
     client: Client,
 }
 
+/// The error with its causes: tokio-postgres says only "db error" and keeps the server's
+/// words (`database "x" does not exist`) in its source.
 fn unavailable(e: tokio_postgres::Error) -> IdempotencyError {
-    IdempotencyError::Unavailable(format!("postgres: {e}"))
+    IdempotencyError::Unavailable(format!("postgres: {}", super::with_causes(&e)))
 }
 
 fn millis(d: Duration) -> f64 {
@@ -30,9 +32,11 @@ fn millis(d: Duration) -> f64 {
 
 impl PostgresStore {
     pub async fn connect(url: &str) -> Result<PostgresStore, IdempotencyError> {
-        let (client, connection) = tokio_postgres::connect(url, NoTls)
-            .await
-            .map_err(unavailable)?;
+        let mut config: tokio_postgres::Config = url.parse().map_err(unavailable)?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(super::CONNECT_TIMEOUT);
+        }
+        let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::warn!(%error, "postgres connection closed");

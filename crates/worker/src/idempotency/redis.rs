@@ -15,7 +15,7 @@ pub struct RedisStore {
 }
 
 fn unavailable(e: redis::RedisError) -> IdempotencyError {
-    IdempotencyError::Unavailable(format!("redis: {e}"))
+    IdempotencyError::Unavailable(format!("redis: {}", super::with_causes(&e)))
 }
 
 /// Sets the key to ARGV[2] with expiry ARGV[3] ms, only if it holds ARGV[1].
@@ -36,7 +36,16 @@ return 0"#;
 impl RedisStore {
     pub async fn connect(url: &str) -> Result<RedisStore, IdempotencyError> {
         let client = redis::Client::open(url).map_err(unavailable)?;
-        let connection = ConnectionManager::new(client).await.map_err(unavailable)?;
+        let connecting = ConnectionManager::new(client);
+        let connection = tokio::time::timeout(super::CONNECT_TIMEOUT, connecting)
+            .await
+            .map_err(|_| {
+                IdempotencyError::Unavailable(format!(
+                    "redis: no answer within {} s",
+                    super::CONNECT_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(unavailable)?;
         Ok(RedisStore { connection })
     }
 
