@@ -1,18 +1,15 @@
-//! `leasehold work` and `leasehold redrive`: the consumer runtime as commands, for any
-//! language and any SQS.
+//! `leasehold work`: the consumer runtime as a command, for any language and any SQS; and
+//! what it shares with `leasehold redrive` (the SQS client, the checks at start).
 
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
+use aws_sdk_sqs::types::MessageAttributeValue;
 use aws_sdk_sqs::Client;
 use leasehold_worker::idempotency::with_causes;
-use leasehold_worker::{
-    idempotency, Backoff, IdempotencyStore, Message, Worker, IDEMPOTENCY_KEY_ATTRIBUTE,
-};
+use leasehold_worker::{idempotency, Backoff, IdempotencyStore, Message, Worker};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
@@ -39,7 +36,7 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-fn usage(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
 }
 
@@ -170,7 +167,7 @@ fn check_command(program: &str) -> anyhow::Result<()> {
 }
 
 /// Opens the idempotency store at start; one that does not answer is a mistake to fix.
-async fn open_store(url: &str) -> anyhow::Result<Box<dyn IdempotencyStore>> {
+pub(crate) async fn open_store(url: &str) -> anyhow::Result<Box<dyn IdempotencyStore>> {
     idempotency::connect(url)
         .await
         .map_err(|error| usage(format!("cannot use the idempotency store: {error}")))
@@ -359,148 +356,6 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
     tracing::info!(queue = %args.queue_url, "worker started");
     let stats = worker.run().await;
     tracing::info!(?stats, "worker stopped");
-    Ok(())
-}
-
-#[derive(clap::Args)]
-pub struct RedriveArgs {
-    #[command(flatten)]
-    sqs: SqsArgs,
-    /// The dead-letter queue to empty.
-    #[arg(long)]
-    from: String,
-    /// The queue to send messages back to.
-    #[arg(long)]
-    to: String,
-    /// postgres://..., redis://... or memory: where workers record completed work.
-    #[arg(long)]
-    idempotency: String,
-    /// Report what would happen; move and delete nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-pub async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
-    let client = sqs_client(&args.sqs, &args.from).await?;
-    let store = open_store(&args.idempotency).await?;
-    let (mut moved, mut skipped, mut failed) = (0u64, 0u64, 0u64);
-    let mut held = Vec::new();
-    let mut empty_polls = 0;
-    while empty_polls < 2 {
-        let out = client
-            .receive_message()
-            .queue_url(&args.from)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(300)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .with_context(|| format!("cannot receive from {}", args.from))?;
-        let messages = out.messages.unwrap_or_default();
-        if messages.is_empty() {
-            empty_polls += 1;
-            continue;
-        }
-        empty_polls = 0;
-        for m in messages {
-            let (Some(id), Some(handle)) = (m.message_id.clone(), m.receipt_handle.clone()) else {
-                continue;
-            };
-            let attributes = m.message_attributes.clone().unwrap_or_default();
-            let key = attributes
-                .get(IDEMPOTENCY_KEY_ATTRIBUTE)
-                .and_then(|a| a.string_value.clone())
-                .unwrap_or(id);
-            let done = match store.is_completed(&key).await {
-                Ok(done) => done,
-                Err(error) => {
-                    tracing::warn!(%error, %key, "cannot check the idempotency store; leaving the message");
-                    failed += 1;
-                    held.push(handle);
-                    continue;
-                }
-            };
-            if args.dry_run {
-                if done {
-                    skipped += 1
-                } else {
-                    moved += 1
-                }
-                held.push(handle);
-                continue;
-            }
-            if done {
-                // Already done: replaying it would do it again. It leaves the DLQ.
-                skipped += 1;
-                if client
-                    .delete_message()
-                    .queue_url(&args.from)
-                    .receipt_handle(&handle)
-                    .send()
-                    .await
-                    .is_err()
-                {
-                    failed += 1;
-                }
-                continue;
-            }
-            let mut send = client
-                .send_message()
-                .queue_url(&args.to)
-                .message_body(m.body.clone().unwrap_or_default());
-            let mut attributes = attributes;
-            attributes.insert(
-                IDEMPOTENCY_KEY_ATTRIBUTE.to_string(),
-                MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(&key)
-                    .build()?,
-            );
-            for (name, value) in attributes {
-                send = send.message_attributes(name, value);
-            }
-            let sent = send.send().await;
-            let deleted = match sent {
-                Ok(_) => client
-                    .delete_message()
-                    .queue_url(&args.from)
-                    .receipt_handle(&handle)
-                    .send()
-                    .await
-                    .is_ok(),
-                Err(_) => false,
-            };
-            if deleted {
-                moved += 1;
-            } else {
-                failed += 1;
-                held.push(handle);
-            }
-        }
-    }
-    for handle in held {
-        let _ = client
-            .change_message_visibility()
-            .queue_url(&args.from)
-            .receipt_handle(handle)
-            .visibility_timeout(0)
-            .send()
-            .await;
-    }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"moved": moved, "skipped_already_done": skipped, "failed": failed, "dry_run": args.dry_run})
-        );
-    } else {
-        let verb = if args.dry_run { "would move" } else { "moved" };
-        println!("{verb} {moved}, skipped as already done {skipped}, failed {failed}");
-    }
     Ok(())
 }
 

@@ -6,6 +6,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod advise;
 mod consume;
+mod redrive;
 mod simulate;
 
 use std::net::SocketAddr;
@@ -46,7 +47,7 @@ enum Command {
     /// Consume a queue, running a command per message under heartbeats and an idempotency gate.
     Work(consume::WorkArgs),
     /// Move a dead-letter queue's messages back, skipping work already recorded as done.
-    Redrive(consume::RedriveArgs),
+    Redrive(redrive::RedriveArgs),
     /// Run a death-spiral scenario on the real engine under a virtual clock.
     Simulate(simulate::SimulateArgs),
 }
@@ -158,7 +159,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Bench(args) => bench(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Work(args) => consume::work(args).await,
-        Command::Redrive(args) => consume::redrive(args).await,
+        Command::Redrive(args) => redrive::redrive(args).await,
         Command::Simulate(args) => simulate::simulate(args),
     }
 }

@@ -464,6 +464,15 @@ async fn postgres_redrive_moves_only_work_not_recorded_as_done() {
     let sqs = server.client();
     let dlq = queue(&sqs, "redrive-dlq", 30).await;
     let source = queue(&sqs, "redrive-source", 30).await;
+    sqs.set_queue_attributes()
+        .queue_url(&source)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy,
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:redrive-dlq","maxReceiveCount":3}"#,
+        )
+        .send()
+        .await
+        .unwrap();
     let store = connect(POSTGRES_URL).await.unwrap();
     let keys: Vec<String> = (0..3)
         .map(|i| format!("redrive-{i}-{:016x}", rand::random::<u64>()))
