@@ -5,24 +5,32 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use leasehold_advisor::{advise, Advice, Distribution, Evaluation, Inputs};
+use leasehold_worker::idempotency::with_causes;
 use serde_json::{json, Value};
+
+use crate::consume::usage;
 
 #[derive(clap::Args)]
 pub struct AdviseArgs {
     /// A file of processing times: one per line, or CSV with a header (see --column).
-    #[arg(long, conflicts_with_all = ["endpoint", "queue"])]
+    #[arg(long, conflicts_with_all = ["endpoint_url", "queue", "queue_url"])]
     durations: Option<PathBuf>,
-    /// The CSV column that holds the durations (default: the first numeric column).
+    /// The CSV column that holds the durations (default: the one column named like a
+    /// duration, or the only numeric one).
     #[arg(long, requires = "durations")]
     column: Option<String>,
     /// The unit of the durations in the file: s or ms.
     #[arg(long, default_value = "s", requires = "durations")]
     unit: String,
-    /// A Leasehold server whose measurements to read, e.g. http://127.0.0.1:9324.
-    #[arg(long, requires = "queue")]
-    endpoint: Option<String>,
-    /// The queue whose measurements to read.
-    #[arg(long, requires = "endpoint")]
+    /// A Leasehold server whose measurements to read, e.g. http://127.0.0.1:9324 (else
+    /// AWS_ENDPOINT_URL, else the --queue-url's own).
+    #[arg(long, alias = "endpoint")]
+    endpoint_url: Option<String>,
+    /// The queue whose measurements to read, by URL.
+    #[arg(long, conflicts_with = "queue")]
+    queue_url: Option<String>,
+    /// The queue whose measurements to read, by name.
+    #[arg(long)]
     queue: Option<String>,
     /// The queue's maxReceiveCount, to check.
     #[arg(long)]
@@ -50,14 +58,34 @@ pub struct AdviseArgs {
     json: bool,
 }
 
-/// Reads durations: plain numbers one per line, or CSV with a header row.
-pub fn read_durations(text: &str, column: Option<&str>, unit_ms: bool) -> anyhow::Result<Vec<f64>> {
-    let lines: Vec<&str> = text
+/// Durations read from a file, and where they came from.
+#[derive(Debug)]
+pub struct Durations {
+    pub values: Vec<f64>,
+    /// The CSV column used, when the file has a header.
+    pub column: Option<String>,
+}
+
+/// Header names that say a column holds durations.
+const DURATION_WORDS: &[&str] = &[
+    "duration", "seconds", "secs", "elapsed", "latency", "time", "ms", "took",
+];
+
+/// Reads durations: plain numbers one per line, or CSV with a header row. With several
+/// numeric columns the column must be named (`--column`) unless exactly one header reads
+/// like a duration. A value that is not a number, or is negative, is an error with its line.
+pub fn read_durations(
+    text: &str,
+    column: Option<&str>,
+    unit_ms: bool,
+) -> anyhow::Result<Durations> {
+    let lines: Vec<(usize, &str)> = text
         .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .enumerate()
+        .map(|(n, l)| (n + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
         .collect();
-    let Some(first) = lines.first() else {
+    let Some((_, first)) = lines.first() else {
         bail!("the file holds no durations")
     };
     let cells = |line: &str| {
@@ -67,36 +95,78 @@ pub fn read_durations(text: &str, column: Option<&str>, unit_ms: bool) -> anyhow
     };
     let header = cells(first);
     let has_header = header.iter().any(|c| c.parse::<f64>().is_err());
-    let index = match (has_header, column) {
-        (true, Some(name)) => header
-            .iter()
-            .position(|c| c == name)
-            .with_context(|| format!("no column named {name:?} in {header:?}"))?,
-        (true, None) => {
-            let sample = lines.get(1).map(|l| cells(l)).unwrap_or_default();
-            sample
-                .iter()
-                .position(|c| c.parse::<f64>().is_ok())
-                .context("no numeric column")?
-        }
-        (false, Some(_)) => bail!("--column needs a header row"),
-        (false, None) => 0,
+    let index = if has_header {
+        Some(pick_column(
+            &header,
+            lines.get(1).map(|(_, l)| cells(l)),
+            column,
+        )?)
+    } else if column.is_some() {
+        bail!("--column needs a header row")
+    } else if header.len() > 1 {
+        bail!("the file has {} columns and no header: name them in a header row and pick one with --column", header.len())
+    } else {
+        None
     };
     let scale = if unit_ms { 0.001 } else { 1.0 };
-    lines
+    let values = lines
         .iter()
         .skip(usize::from(has_header))
-        .enumerate()
         .map(|(n, line)| {
-            let cell = cells(line).get(index).cloned().unwrap_or_default();
-            cell.parse::<f64>().map(|v| v * scale).with_context(|| {
-                format!(
-                    "line {}: {cell:?} is not a number",
-                    n + 1 + usize::from(has_header)
-                )
-            })
+            let cell = cells(line)
+                .get(index.unwrap_or(0))
+                .cloned()
+                .unwrap_or_default();
+            match cell.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
+                Ok(_) => bail!("line {n}: {cell:?} is not a duration (negative or not finite)"),
+                Err(_) => bail!("line {n}: {cell:?} is not a number"),
+            }
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<f64>>>()?;
+    Ok(Durations {
+        values,
+        column: index.map(|i| header[i].clone()),
+    })
+}
+
+/// The column named by `--column`; else the only numeric one; else the only numeric one
+/// whose header reads like a duration.
+fn pick_column(
+    header: &[String],
+    sample: Option<Vec<String>>,
+    column: Option<&str>,
+) -> anyhow::Result<usize> {
+    if let Some(name) = column {
+        return header
+            .iter()
+            .position(|c| c == name)
+            .with_context(|| format!("no column named {name:?} in {header:?}"));
+    }
+    let sample = sample.unwrap_or_default();
+    let numeric: Vec<usize> = (0..header.len())
+        .filter(|&i| sample.get(i).is_some_and(|c| c.parse::<f64>().is_ok()))
+        .collect();
+    let durations: Vec<usize> = numeric
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let name = header[i].to_ascii_lowercase();
+            DURATION_WORDS.iter().any(|w| name.contains(w))
+        })
+        .collect();
+    match (numeric.as_slice(), durations.as_slice()) {
+        ([], _) => bail!("no numeric column in {header:?}"),
+        ([only], _) | (_, [only]) => Ok(*only),
+        _ => bail!(
+            "several numeric columns ({}): pick the durations with --column",
+            numeric
+                .iter()
+                .map(|&i| header[i].as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 fn evaluation_json(e: &Evaluation) -> Value {
@@ -180,33 +250,46 @@ pub async fn run(args: AdviseArgs) -> anyhow::Result<()> {
         safety_factor: args.safety_factor,
         max_crash_recovery_s: args.max_crash_recovery,
     };
-    let distribution = match (&args.durations, &args.endpoint, &args.queue) {
-        (Some(path), _, _) => {
+    let mut queue_url = None;
+    // Whether the queue has a dead-letter queue, when a live queue says.
+    let mut has_dlq = None;
+    let distribution = match &args.durations {
+        Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
             let unit_ms = match args.unit.as_str() {
                 "s" => false,
                 "ms" => true,
-                other => bail!("--unit is s or ms, not {other:?}"),
+                other => return Err(usage(format!("--unit is s or ms, not {other:?}"))),
             };
-            let durations = read_durations(&text, args.column.as_deref(), unit_ms)?;
-            Distribution::from_durations(&durations).context("no usable durations")?
-        }
-        (None, Some(endpoint), Some(queue)) => {
-            let url = format!(
-                "{}/_leasehold/queues/{queue}/leases",
-                endpoint.trim_end_matches('/')
-            );
-            let response = reqwest::get(&url)
-                .await
-                .with_context(|| format!("cannot reach {url}"))?;
-            if !response.status().is_success() {
-                bail!("{url} answered {}", response.status());
+            let durations = read_durations(&text, args.column.as_deref(), unit_ms)
+                .map_err(|e| usage(format!("{}: {e:#}", path.display())))?;
+            if let Some(column) = &durations.column {
+                eprintln!(
+                    "leasehold: durations from column {column:?} of {}",
+                    path.display()
+                );
             }
-            let report: Value = response
-                .json()
-                .await
-                .context("the leases report is not JSON")?;
+            let n = durations.values.len();
+            if n < 100 {
+                eprintln!(
+                    "leasehold: only {n} durations: a p99 needs at least 100 to mean anything"
+                );
+            } else if n < 1_000 {
+                eprintln!(
+                    "leasehold: {n} durations: the p99.9 needs at least 1,000 to mean anything"
+                );
+            }
+            Distribution::from_durations(&durations.values).context("no usable durations")?
+        }
+        None => {
+            let (endpoint, name) = live_queue(&args)?;
+            queue_url = Some(
+                args.queue_url
+                    .clone()
+                    .unwrap_or_else(|| format!("{endpoint}/000000000000/{name}")),
+            );
+            let report = leases_report(&endpoint, &name).await?;
             let settings = &report["settings"];
             inputs.current_visibility_s = inputs
                 .current_visibility_s
@@ -215,34 +298,110 @@ pub async fn run(args: AdviseArgs) -> anyhow::Result<()> {
                 .max_receive_count
                 .or(settings["max_receive_count"].as_u64().map(|n| n as u32));
             inputs.retention_s = inputs.retention_s.or(settings["retention_s"].as_f64());
-            // Prefer the last 15 minutes when they hold enough to say something.
-            let recent = &report["lease_hold_ms_last_15m"];
-            let summary = if recent["count"].as_u64().unwrap_or(0) >= 100 {
-                recent
-            } else {
-                &report["lease_hold_ms"]
-            };
-            let ms = |k: &str| summary[k].as_f64().map(|v| v / 1000.0);
-            match (ms("p50"), ms("p90"), ms("p99"), ms("p999"), ms("max")) {
-                (Some(p50), Some(p90), Some(p99), Some(p999), Some(max)) => {
-                    Distribution::from_quantiles(p50, p90, p99, p999, max)
-                        .with_count(summary["count"].as_u64().unwrap_or(0))
-                }
-                _ => bail!("queue {queue} has no measured deletes yet: run consumers first"),
-            }
+            has_dlq = Some(settings["max_receive_count"].is_u64());
+            measured(&report, &name)?
         }
-        _ => bail!("give --durations FILE, or --endpoint URL and --queue NAME"),
     };
     let advice = advise(&distribution, &inputs);
+    let apply = apply_commands(&advice, queue_url.as_deref(), has_dlq);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&advice_json(&distribution, &advice))?
-        );
+        let mut value = advice_json(&distribution, &advice);
+        value["apply"] = json!(apply);
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_human(&distribution, &advice);
+        println!("\nTo apply it:");
+        for line in &apply {
+            println!("  {line}");
+        }
     }
     Ok(())
+}
+
+/// The server and queue name to read from: `--queue-url`, or `--queue` with
+/// `--endpoint-url` (or `AWS_ENDPOINT_URL`).
+fn live_queue(args: &AdviseArgs) -> anyhow::Result<(String, String)> {
+    let endpoint = args
+        .endpoint_url
+        .clone()
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+        .or_else(|| {
+            args.queue_url
+                .as_deref()
+                .and_then(crate::consume::endpoint_of)
+        });
+    let name = args.queue.clone().or_else(|| {
+        args.queue_url
+            .as_deref()
+            .and_then(|u| u.rsplit('/').next())
+            .map(str::to_string)
+    });
+    match (endpoint, name) {
+        (Some(endpoint), Some(name)) => Ok((endpoint.trim_end_matches('/').to_string(), name)),
+        _ => Err(usage(
+            "give --durations FILE, or --queue-url URL (or --queue NAME with --endpoint-url URL)",
+        )),
+    }
+}
+
+async fn leases_report(endpoint: &str, name: &str) -> anyhow::Result<Value> {
+    let url = format!("{endpoint}/_leasehold/queues/{name}/leases");
+    let response = reqwest::get(&url)
+        .await
+        .map_err(|e| usage(format!("cannot reach {endpoint}: {}", with_causes(&e))))?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Err(usage(format!("there is no queue {name:?} on {endpoint}")));
+    }
+    if !response.status().is_success() {
+        bail!("{url} answered {}", response.status());
+    }
+    response
+        .json()
+        .await
+        .context("the leases report is not JSON")
+}
+
+/// The measured hold times: the last 15 minutes when they hold enough to say something.
+fn measured(report: &Value, name: &str) -> anyhow::Result<Distribution> {
+    let recent = &report["lease_hold_ms_last_15m"];
+    let summary = if recent["count"].as_u64().unwrap_or(0) >= 100 {
+        recent
+    } else {
+        &report["lease_hold_ms"]
+    };
+    let ms = |k: &str| summary[k].as_f64().map(|v| v / 1000.0);
+    match (ms("p50"), ms("p90"), ms("p99"), ms("p999"), ms("max")) {
+        (Some(p50), Some(p90), Some(p99), Some(p999), Some(max)) => {
+            Ok(Distribution::from_quantiles(p50, p90, p99, p999, max)
+                .with_count(summary["count"].as_u64().unwrap_or(0)))
+        }
+        _ => bail!("queue {name} has no measured deletes yet: run consumers first"),
+    }
+}
+
+/// The commands that put the advice in place.
+fn apply_commands(advice: &Advice, queue_url: Option<&str>, has_dlq: Option<bool>) -> Vec<String> {
+    let url = queue_url.unwrap_or("QUEUE_URL");
+    let lease = advice.visibility_timeout_s;
+    let mut lines = vec![format!(
+        "aws sqs set-queue-attributes --queue-url {url} --attributes VisibilityTimeout={lease:.0}"
+    )];
+    let receives = advice.max_receive_count;
+    lines.push(match has_dlq {
+        Some(false) => format!(
+            "  (the queue has no dead-letter queue: give it a RedrivePolicy with maxReceiveCount {receives})"
+        ),
+        _ => format!("  (and maxReceiveCount {receives} in the queue's RedrivePolicy)"),
+    });
+    let heartbeat = advice
+        .heartbeat_interval_s
+        .map(|h| format!(" --heartbeat {h:.0}"))
+        .unwrap_or_default();
+    lines.push(format!(
+        "leasehold work --queue-url {url} --lease {lease:.0}{heartbeat} --grace {:.0} -- YOUR_COMMAND",
+        advice.shutdown_grace_s
+    ));
+    lines
 }
 
 #[cfg(test)]
@@ -251,17 +410,38 @@ mod tests {
 
     #[test]
     fn plain_lines_and_csv_columns_are_read() {
+        let values = |text, column, ms| read_durations(text, column, ms).map(|d| d.values);
         assert_eq!(
-            read_durations("1\n2.5\n\n# note\n3\n", None, false).unwrap(),
+            values("1\n2.5\n\n# note\n3\n", None, false).unwrap(),
             [1.0, 2.5, 3.0]
         );
         let csv = "id,duration_ms,ok\na,1500,true\nb,2500,true\n";
+        assert_eq!(values(csv, Some("duration_ms"), true).unwrap(), [1.5, 2.5]);
+        assert_eq!(values(csv, None, true).unwrap(), [1.5, 2.5]);
+        assert!(values("1\nx\n", None, false).is_err());
+        assert!(values(csv, Some("missing"), false).is_err());
+    }
+
+    #[test]
+    fn several_numeric_columns_need_a_name_unless_one_reads_like_a_duration() {
+        let two = "job_id,seconds\n17,2.5\n18,3.5\n";
+        let read = read_durations(two, None, false).unwrap();
         assert_eq!(
-            read_durations(csv, Some("duration_ms"), true).unwrap(),
-            [1.5, 2.5]
+            (read.values, read.column.as_deref()),
+            (vec![2.5, 3.5], Some("seconds"))
         );
-        assert_eq!(read_durations(csv, None, true).unwrap(), [1.5, 2.5]);
-        assert!(read_durations("1\nx\n", None, false).is_err());
-        assert!(read_durations(csv, Some("missing"), false).is_err());
+        let ambiguous = "job_id,attempts\n17,2\n18,3\n";
+        let err = read_durations(ambiguous, None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--column"), "{err}");
+        let err = read_durations("1\n-2\n", None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
+        let err = read_durations("seconds\n1\nlots\n", None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3"), "{err}");
     }
 }

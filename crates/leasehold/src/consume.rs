@@ -42,7 +42,7 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 
 /// The endpoint a queue URL names, unless it is AWS's own (`*.amazonaws.com`), whose
 /// endpoint the SDK works out from the region.
-fn endpoint_of(queue_url: &str) -> Option<String> {
+pub(crate) fn endpoint_of(queue_url: &str) -> Option<String> {
     let (scheme, rest) = queue_url.split_once("://")?;
     let authority = rest.split('/').next()?;
     let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);

@@ -54,9 +54,14 @@ enum Command {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// The endpoint to load, e.g. http://127.0.0.1:9324.
-    #[arg(long, default_value = "http://127.0.0.1:9324")]
-    endpoint: String,
+    /// The endpoint to load, e.g. http://127.0.0.1:9324 (else AWS_ENDPOINT_URL, else that).
+    #[arg(
+        long,
+        alias = "endpoint",
+        env = "AWS_ENDPOINT_URL",
+        default_value = "http://127.0.0.1:9324"
+    )]
+    endpoint_url: String,
     /// send, send-batch, receive-delete, full-cycle, many-queues, long-poll or big-ops.
     scenario: leasehold_bench::Scenario,
     /// How long to run, in seconds.
@@ -247,7 +252,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         other => other,
     };
     let report = leasehold_bench::run(leasehold_bench::BenchConfig {
-        endpoint: args.endpoint,
+        endpoint: args.endpoint_url,
         scenario,
         duration: std::time::Duration::from_secs(args.seconds),
         clients: args.clients.max(1),

@@ -119,14 +119,7 @@ async fn advice_from_a_live_queue_reads_its_measurements_and_settings() {
             .await
             .unwrap();
     }
-    let (ok, out, err) = leasehold(&[
-        "advise",
-        "--endpoint",
-        &server.endpoint(),
-        "--queue",
-        "live",
-        "--json",
-    ]);
+    let (ok, out, err) = leasehold(&["advise", "--queue-url", &url, "--json"]);
     assert!(ok, "{err}");
     let advice: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(advice["measured"]["count"], 20);
@@ -143,6 +136,69 @@ async fn advice_from_a_live_queue_reads_its_measurements_and_settings() {
         advice["evaluations"][0]["visibility_timeout_s"], 20.0,
         "the queue's own setting is judged"
     );
+    let apply: Vec<&str> = advice["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(apply[0].starts_with(&format!(
+        "aws sqs set-queue-attributes --queue-url {url} --attributes VisibilityTimeout="
+    )));
+    assert!(apply[1].contains("no dead-letter queue"), "{apply:?}");
+    assert!(apply[2].starts_with(&format!("leasehold work --queue-url {url} --lease ")));
+    // The same through --endpoint-url and a name; an unknown queue is a clear mistake.
+    let (ok, _, err) = leasehold(&[
+        "advise",
+        "--endpoint-url",
+        &server.endpoint(),
+        "--queue",
+        "live",
+    ]);
+    assert!(ok, "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "advise",
+            "--endpoint-url",
+            &server.endpoint(),
+            "--queue",
+            "nope",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("there is no queue \"nope\""), "{err}");
+}
+
+#[test]
+fn a_durations_file_names_its_column_and_its_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jobs.csv");
+    std::fs::write(&file, "job_id,seconds\n1001,2.0\n1002,3.0\n1003,4.0\n").unwrap();
+    let (ok, out, err) = leasehold(&["advise", "--durations", file.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("durations from column \"seconds\""), "{err}");
+    assert!(err.contains("only 3 durations"), "{err}");
+    let advice: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        advice["measured"]["max_s"], 4.0,
+        "not the job ids: {advice}"
+    );
+    std::fs::write(&file, "job_id,attempts\n1001,2\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["advise", "--durations", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--column"));
+    std::fs::write(&file, "seconds\n1\n-3\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["advise", "--durations", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 3"));
 }
 
 #[test]
