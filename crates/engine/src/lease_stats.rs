@@ -11,6 +11,21 @@ use hdrhistogram::Histogram;
 
 use crate::message::MsgKey;
 
+/// The upper bounds, in milliseconds, of the lease-hold histogram's buckets: from a tenth of
+/// a second to the 12-hour ceiling.
+pub const HOLD_BUCKETS_MS: &[u64] = &[
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000,
+    1_800_000, 3_600_000, 7_200_000, 21_600_000, 43_200_000,
+];
+
+/// A histogram in fixed buckets (`Windowed::buckets`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buckets {
+    /// Per bucket of `HOLD_BUCKETS_MS`, then the values above the last bound.
+    pub counts: Vec<u64>,
+    pub sum_ms: u64,
+}
+
 /// The sliding window the recent figures cover.
 pub const WINDOW_MS: u64 = 15 * 60 * 1000;
 const BUCKET_MS: u64 = 3 * 60 * 1000;
@@ -79,6 +94,25 @@ impl Windowed {
 
     pub fn total(&self) -> Option<Summary> {
         self.total.as_ref().and_then(Summary::of)
+    }
+
+    /// Everything recorded since start, counted into `HOLD_BUCKETS_MS` (each bucket holds
+    /// the values above the previous bound up to its own; one more for the values above the
+    /// last), with the sum of the values: a histogram that several servers can add up.
+    pub fn buckets(&self) -> Option<Buckets> {
+        let h = self.total.as_ref().filter(|h| !h.is_empty())?;
+        let mut counts = Vec::with_capacity(HOLD_BUCKETS_MS.len() + 1);
+        let mut below = 0;
+        for &bound in HOLD_BUCKETS_MS {
+            let upto = h.count_between(0, bound);
+            counts.push(upto - below);
+            below = upto;
+        }
+        counts.push(h.len() - below);
+        Some(Buckets {
+            counts,
+            sum_ms: (h.mean() * h.len() as f64).round() as u64,
+        })
     }
 
     /// The last 15 minutes (to bucket precision).

@@ -24,7 +24,9 @@ pub use engine::{
 pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use error::{EngineError, Result};
 pub use fifo::{DedupKey, Original};
-pub use lease_stats::{Summary as DurationSummary, WINDOW_MS as LEASE_WINDOW_MS};
+pub use lease_stats::{
+    Buckets, Summary as DurationSummary, HOLD_BUCKETS_MS, WINDOW_MS as LEASE_WINDOW_MS,
+};
 pub use message::{
     is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute, MessageAttributes, MsgKey,
     NewMessage, State as MessageState, StoredMessage, MAX_MESSAGE_ATTRIBUTES,

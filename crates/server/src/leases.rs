@@ -7,14 +7,15 @@ use std::time::Instant;
 use axum::body::Bytes;
 
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use leasehold_engine::{DurationSummary, LeaseReport, LEASE_WINDOW_MS};
+use leasehold_engine::{DurationSummary, LeaseReport, HOLD_BUCKETS_MS, LEASE_WINDOW_MS};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
@@ -121,6 +122,40 @@ fn counter(
     Ok(())
 }
 
+/// Receive-to-delete time since start as a Prometheus histogram: fixed buckets, so the
+/// histograms of several servers add up (quantiles do not).
+fn hold_histogram(
+    encoder: &mut DescriptorEncoder,
+    reports: &[(String, LeaseReport)],
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "leasehold_lease_hold_seconds",
+        "Receive-to-delete time since start.",
+        None,
+        MetricType::Histogram,
+    )?;
+    for (name, report) in reports {
+        let Some(buckets) = &report.hold_buckets else {
+            continue;
+        };
+        let bounds = HOLD_BUCKETS_MS
+            .iter()
+            .map(|ms| *ms as f64 / 1000.0)
+            .chain([f64::MAX]);
+        let counted: Vec<(f64, u64)> = bounds.zip(buckets.counts.iter().copied()).collect();
+        let total = buckets.counts.iter().sum();
+        family
+            .encode_family(&vec![("queue", name.clone())])?
+            .encode_histogram::<NoLabelSet>(
+                buckets.sum_ms as f64 / 1000.0,
+                total,
+                &counted,
+                None,
+            )?;
+    }
+    Ok(())
+}
+
 impl Collector for QueueReports {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let q = |name: &str| vec![("queue", name.to_string())];
@@ -182,6 +217,7 @@ impl Collector for QueueReports {
         )?;
         // What SQS does not tell.
         let mut hold = Vec::new();
+        let mut hold_max = Vec::new();
         for (name, r) in &self.0 {
             if let Some(s) = r.hold_recent {
                 for (quantile, ms) in [
@@ -189,27 +225,28 @@ impl Collector for QueueReports {
                     ("0.9", s.p90),
                     ("0.99", s.p99),
                     ("0.999", s.p999),
-                    ("1", s.max),
                 ] {
                     hold.push((
                         vec![("queue", name.clone()), ("quantile", quantile.to_string())],
                         ms as f64 / 1000.0,
                     ));
                 }
+                hold_max.push((q(name), s.max as f64 / 1000.0));
             }
         }
         gauge(
             &mut encoder,
-            "leasehold_lease_hold_seconds",
+            "leasehold_lease_hold_recent_seconds",
             "Receive-to-delete time over the last 15 minutes, by quantile.",
             &hold,
         )?;
-        counter(
+        gauge(
             &mut encoder,
-            "leasehold_lease_holds",
-            "Deletes measured for lease-hold time since start.",
-            &per_queue_counter(&|r| r.hold_total.map_or(0, |s| s.count)),
+            "leasehold_lease_hold_recent_max_seconds",
+            "The longest receive-to-delete time over the last 15 minutes.",
+            &hold_max,
         )?;
+        hold_histogram(&mut encoder, &self.0)?;
         counter(
             &mut encoder,
             "leasehold_deleted_within_lease",
@@ -237,7 +274,7 @@ impl Collector for QueueReports {
         counter(
             &mut encoder,
             "leasehold_released_early",
-            "ChangeMessageVisibility to 0.",
+            "Leases given back early: visibility set to 0, or to end sooner (a backoff).",
             &per_queue_counter(&|r| r.stats.released_early),
         )?;
         counter(
@@ -283,35 +320,58 @@ impl Collector for QueueReports {
 /// Queues whose reports are taken under one hold of the engine's lock: with 100,000 queues a
 /// scrape takes the lock a hundred times briefly rather than once for long.
 const REPORTS_PER_LOCK: usize = 1_000;
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+/// The two exposition formats: OpenMetrics (what the encoder writes, and what Prometheus
+/// asks for first) and the older text format 0.0.4 (for everything that does not ask).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    Text004,
+}
+
+impl Format {
+    fn of(headers: &HeaderMap) -> Format {
+        let accept = headers
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok())
+            .unwrap_or_default();
+        if accept.contains("application/openmetrics-text") {
+            Format::OpenMetrics
+        } else {
+            Format::Text004
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text004 => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let arrived = Instant::now();
+    let format = Format::of(&headers);
     // One scrape builds at a time. A scraper that waited for it takes its answer when that
     // build began after the scraper arrived, so the answer is never older than the request.
     let mut last = state.last_scrape.lock().await;
     let text = match &*last {
-        Some((began, text)) if *began >= arrived => text.clone(),
+        Some((began, built, text)) if *began >= arrived && *built == format => text.clone(),
         _ => {
             let began = Instant::now();
             let reports = collect_reports(&state).await;
             // Encoding every queue's lines is long work: off the async workers.
-            let encoded = tokio::task::spawn_blocking(move || encode(reports)).await;
+            let encoded = tokio::task::spawn_blocking(move || encode(reports, format)).await;
             let Ok(Ok(text)) = encoded else {
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             };
             let text = Bytes::from(text);
-            *last = Some((began, text.clone()));
+            *last = Some((began, format, text.clone()));
             text
         }
     };
     drop(last);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, format.content_type())], text).into_response()
 }
 
 /// Every queue's lease report, taken `REPORTS_PER_LOCK` queues per hold of the lock.
@@ -332,10 +392,39 @@ async fn collect_reports(state: &AppState) -> Vec<(String, LeaseReport)> {
     reports
 }
 
-fn encode(reports: Vec<(String, LeaseReport)>) -> Result<String, std::fmt::Error> {
+fn encode(reports: Vec<(String, LeaseReport)>, format: Format) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(QueueReports(reports)));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    Ok(text)
+    Ok(match format {
+        Format::OpenMetrics => text,
+        Format::Text004 => openmetrics_to_text_004(&text),
+    })
+}
+
+/// The text format 0.0.4 of an OpenMetrics exposition: a counter family is named by its
+/// sample (`x_total`) in HELP and TYPE, and there are no UNIT lines and no `# EOF`.
+pub fn openmetrics_to_text_004(text: &str) -> String {
+    let counters: std::collections::HashSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
 }

@@ -75,7 +75,8 @@ pub struct AppState {
     /// Why the store failed, once it has.
     failure: Mutex<Option<String>>,
     /// The last `/metrics` answer and when it was built (`leases::metrics`).
-    pub(crate) last_scrape: tokio::sync::Mutex<Option<(std::time::Instant, axum::body::Bytes)>>,
+    pub(crate) last_scrape:
+        tokio::sync::Mutex<Option<(std::time::Instant, crate::leases::Format, axum::body::Bytes)>>,
 }
 
 impl AppState {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::Engine;
 use crate::error::Result;
-use crate::lease_stats::Summary;
+use crate::lease_stats::{Buckets, Summary};
 use crate::queue::{QueueCounts, QueueStats};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,6 +13,8 @@ pub struct LeaseReport {
     /// Lease-hold time (receive to delete), since start and over the last 15 minutes.
     pub hold_total: Option<Summary>,
     pub hold_recent: Option<Summary>,
+    /// Lease-hold time since start in the fixed buckets of `HOLD_BUCKETS_MS`.
+    pub hold_buckets: Option<Buckets>,
     /// Send to first receive, since start and over the last 15 minutes.
     pub first_receive_total: Option<Summary>,
     pub first_receive_recent: Option<Summary>,
@@ -35,6 +37,7 @@ impl Engine {
         Ok(LeaseReport {
             hold_total: m.hold.total(),
             hold_recent: m.hold.recent(now),
+            hold_buckets: m.hold.buckets(),
             first_receive_total: m.first_receive.total(),
             first_receive_recent: m.first_receive.recent(now),
             stats: queue.stats.clone(),
