@@ -2,8 +2,9 @@
 //! messages, over the last 15 minutes and since start, and how messages end.
 //!
 //! Histograms are HDR (two significant figures, values in milliseconds up to the longest
-//! retention) and allocated only when a queue has something to record. They are measurements,
-//! not state: a restart starts them afresh.
+//! retention) and allocated only when a queue has something to record. They are kept across
+//! restarts: `LeaseMetrics::record` is what a store writes (at most once a second per queue,
+//! and at shutdown), `LeaseMetrics::from_record` what it reads back.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -70,7 +71,61 @@ pub(crate) struct Windowed {
     buckets: VecDeque<(u64, Histogram<u32>)>,
 }
 
+/// Non-empty HDR buckets as (highest value in the bucket, count): re-recording the values
+/// lands every count in its bucket again.
+pub type Counts = Vec<(u64, u64)>;
+
+fn counts(h: &Histogram<u32>) -> Counts {
+    h.iter_recorded()
+        .map(|v| (v.value_iterated_to(), u64::from(v.count_at_value())))
+        .collect()
+}
+
+fn from_counts(counts: &Counts) -> Histogram<u32> {
+    let mut h = histogram();
+    for &(value, count) in counts {
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        h.saturating_record_n(value.clamp(1, MAX_VALUE_MS), count);
+    }
+    h
+}
+
+/// A `Windowed` as plain data, for a store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WindowedRecord {
+    pub total: Counts,
+    /// The recent window's time buckets: (start, counts).
+    pub recent: Vec<(u64, Counts)>,
+}
+
+/// A queue's lease measurements as plain data, for a store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsRecord {
+    pub hold: WindowedRecord,
+    pub first_receive: WindowedRecord,
+    pub receive_counts: BTreeMap<u32, u64>,
+    pub extensions_per_message: BTreeMap<u32, u64>,
+}
+
 impl Windowed {
+    fn to_record(&self) -> WindowedRecord {
+        WindowedRecord {
+            total: self.total.as_ref().map(counts).unwrap_or_default(),
+            recent: self.buckets.iter().map(|(s, h)| (*s, counts(h))).collect(),
+        }
+    }
+
+    fn from_record(record: &WindowedRecord) -> Windowed {
+        Windowed {
+            total: (!record.total.is_empty()).then(|| from_counts(&record.total)),
+            buckets: record
+                .recent
+                .iter()
+                .map(|(start, c)| (*start, from_counts(c)))
+                .collect(),
+        }
+    }
+
     pub fn record(&mut self, now: u64, value_ms: u64) {
         let value = value_ms.clamp(1, MAX_VALUE_MS);
         self.total
@@ -160,10 +215,18 @@ impl RecentDeletes {
     }
 }
 
-/// Per-queue lease measurements that are not part of the queue's durable state.
+/// How often a queue's changed measurements are handed to a store, at most.
+pub const METRICS_EVERY_MS: u64 = 1_000;
+
+/// Per-queue lease measurements.
 #[derive(Default)]
 pub(crate) struct LeaseMetrics {
+    /// Not kept across restarts: it covers the seconds in which an SDK retries.
     pub recent_deletes: RecentDeletes,
+    /// Something changed since the measurements were last handed to a store.
+    pub changed: bool,
+    /// When they were last handed to a store.
+    pub written_ms: u64,
     /// From the receive that returned a message to the delete that removed it.
     pub hold: Windowed,
     /// From a send to the message's first receive.
@@ -172,4 +235,54 @@ pub(crate) struct LeaseMetrics {
     pub receive_counts: BTreeMap<u32, u64>,
     /// How many times deleted messages' final leases had been extended.
     pub extensions_per_message: BTreeMap<u32, u64>,
+}
+
+impl LeaseMetrics {
+    pub fn record_hold(&mut self, now: u64, value_ms: u64) {
+        self.hold.record(now, value_ms);
+        self.changed = true;
+    }
+
+    pub fn record_first_receive(&mut self, now: u64, value_ms: u64) {
+        self.first_receive.record(now, value_ms);
+        self.changed = true;
+    }
+
+    /// A message finished (deleted, or dead-lettered with no extensions to count).
+    pub fn finished(&mut self, receives: u32, extensions: Option<u16>) {
+        *self.receive_counts.entry(receives).or_default() += 1;
+        if let Some(extensions) = extensions {
+            *self
+                .extensions_per_message
+                .entry(u32::from(extensions))
+                .or_default() += 1;
+        }
+        self.changed = true;
+    }
+
+    /// The measurements to write, when they changed and were not written in the last
+    /// `METRICS_EVERY_MS` (or `force`, at shutdown).
+    pub fn take_record(&mut self, now: u64, force: bool) -> Option<MetricsRecord> {
+        let due = force || now >= self.written_ms + METRICS_EVERY_MS;
+        (self.changed && due).then(|| {
+            self.changed = false;
+            self.written_ms = now;
+            MetricsRecord {
+                hold: self.hold.to_record(),
+                first_receive: self.first_receive.to_record(),
+                receive_counts: self.receive_counts.clone(),
+                extensions_per_message: self.extensions_per_message.clone(),
+            }
+        })
+    }
+
+    pub fn from_record(record: &MetricsRecord) -> LeaseMetrics {
+        LeaseMetrics {
+            hold: Windowed::from_record(&record.hold),
+            first_receive: Windowed::from_record(&record.first_receive),
+            receive_counts: record.receive_counts.clone(),
+            extensions_per_message: record.extensions_per_message.clone(),
+            ..LeaseMetrics::default()
+        }
+    }
 }

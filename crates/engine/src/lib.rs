@@ -25,7 +25,8 @@ pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use error::{EngineError, Result};
 pub use fifo::{DedupKey, Original};
 pub use lease_stats::{
-    Buckets, Summary as DurationSummary, HOLD_BUCKETS_MS, WINDOW_MS as LEASE_WINDOW_MS,
+    Buckets, Counts, MetricsRecord, Summary as DurationSummary, WindowedRecord, HOLD_BUCKETS_MS,
+    METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
 };
 pub use message::{
     is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute, MessageAttributes, MsgKey,

@@ -520,11 +520,7 @@ impl Queue {
             .is_some_and(|max| message.receive_count >= max)
         {
             self.stats.dead_lettered_after_late_delete += u64::from(message.late_deleted);
-            *self
-                .metrics
-                .receive_counts
-                .entry(message.receive_count)
-                .or_default() += 1;
+            self.metrics.finished(message.receive_count, None);
             batch
                 .dead
                 .push((key, self.take_message(key).expect("stored")));
@@ -536,8 +532,7 @@ impl Queue {
         if message.receive_count == 1 {
             message.first_receive_ms = lease.now;
             self.metrics
-                .first_receive
-                .record(lease.now, lease.now.saturating_sub(key.sent_ms));
+                .record_first_receive(lease.now, lease.now.saturating_sub(key.sent_ms));
         }
         let receive_no = message.receive_count;
         self.set_state(key, State::InFlight, lease.until);
@@ -624,8 +619,7 @@ impl Queue {
             // Whatever became of the message, its consumer held it this long: processing
             // time. A retry of the delete that removed it held nothing more.
             self.metrics
-                .hold
-                .record(now, now.saturating_sub(receipt.received_ms));
+                .record_hold(now, now.saturating_sub(receipt.received_ms));
         }
         let Some(message) = self.messages.get_mut(&receipt.key) else {
             // Deleting twice, or after retention dropped it, succeeds as on AWS. Only another
@@ -652,12 +646,7 @@ impl Queue {
         let removed = !late || mode == LeaseMode::Aws;
         if removed {
             let (receives, extensions) = (message.receive_count, message.extensions);
-            *self.metrics.receive_counts.entry(receives).or_default() += 1;
-            *self
-                .metrics
-                .extensions_per_message
-                .entry(u32::from(extensions))
-                .or_default() += 1;
+            self.metrics.finished(receives, Some(extensions));
             self.remove(receipt.key);
             self.metrics
                 .recent_deletes

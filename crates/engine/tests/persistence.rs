@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use leasehold_engine::{
-    Change, DedupKey, Engine, EngineConfig, EngineRecord, LeaseMode, ManualClock, MsgKey,
-    NewMessage, Original, QueueRecord, ReceiveRequest, Snapshot, StoredMessage,
+    Change, DedupKey, Engine, EngineConfig, EngineRecord, LeaseMode, ManualClock, MetricsRecord,
+    MsgKey, NewMessage, Original, QueueRecord, ReceiveRequest, Snapshot, StoredMessage,
 };
 use proptest::prelude::*;
 
@@ -17,6 +17,7 @@ struct MapStore {
     queues: BTreeMap<u64, QueueRecord>,
     messages: BTreeMap<(u64, MsgKey), ([u8; 16], StoredMessage)>,
     dedup: BTreeMap<(u64, DedupKey), Original>,
+    metrics: BTreeMap<u64, MetricsRecord>,
 }
 
 impl MapStore {
@@ -29,10 +30,14 @@ impl MapStore {
                 }
                 Change::QueueDeleted { queue_id } => {
                     self.queues.remove(&queue_id);
+                    self.metrics.remove(&queue_id);
                     self.messages.retain(|(q, _), _| *q != queue_id);
                     self.dedup.retain(|(q, _), _| *q != queue_id);
                 }
                 Change::Purged { queue_id, .. } => self.messages.retain(|(q, _), _| *q != queue_id),
+                Change::Metrics { queue_id, record } => {
+                    self.metrics.insert(queue_id, *record);
+                }
                 Change::Message {
                     queue_id,
                     key,
@@ -75,6 +80,7 @@ impl MapStore {
                 .iter()
                 .map(|((q, k), o)| (*q, k.clone(), *o))
                 .collect(),
+            metrics: self.metrics.iter().map(|(q, r)| (*q, r.clone())).collect(),
         }
     }
 }

@@ -86,6 +86,7 @@ pub async fn serve(
     ticker.abort();
     // Wait until the ticker has let go of the state, so the store is closed on return.
     let _ = ticker.await;
+    state.flush_metrics();
     served
 }
 

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use leasehold_engine::{
-    AttributeData, Change, DedupKey, EngineRecord, Extras, MessageAttribute, MessageAttributes,
-    MessageState, MoveTask, MoveTaskStatus, MsgKey, Original, QueueRecord, QueueSettings,
-    QueueStats, RedriveAllowPolicy, RedrivePolicy, Snapshot, StoredMessage,
+    AttributeData, Change, Counts, DedupKey, EngineRecord, Extras, MessageAttribute,
+    MessageAttributes, MessageState, MetricsRecord, MoveTask, MoveTaskStatus, MsgKey, Original,
+    QueueRecord, QueueSettings, QueueStats, RedriveAllowPolicy, RedrivePolicy, Snapshot,
+    StoredMessage, WindowedRecord,
 };
 
 use crate::batch::{RangeDelete, WriteBatch};
@@ -19,6 +20,7 @@ pub const ENGINE_KEY: &[u8] = b"E";
 const QUEUE: u8 = b'Q';
 const MESSAGE: u8 = b'M';
 const DEDUP: u8 = b'D';
+const METRICS: u8 = b'H';
 
 fn prefixed(kind: u8, queue_id: u64) -> Vec<u8> {
     let mut key = Vec::with_capacity(25);
@@ -112,6 +114,7 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
                 // Without its record the queue's messages are skipped at restart, so the
                 // ranges may be deleted in the background.
                 batch.delete(prefixed(QUEUE, *queue_id));
+                batch.delete(prefixed(METRICS, *queue_id));
                 batch.delete_range(all_of(MESSAGE, *queue_id));
                 batch.delete_range(all_of(DEDUP, *queue_id));
             }
@@ -119,6 +122,9 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
                 queue_id,
                 below_seq,
             } => batch.delete_range(purged(*queue_id, *below_seq)),
+            Change::Metrics { queue_id, record } => {
+                batch.put(prefixed(METRICS, *queue_id), metrics_value(record))
+            }
             Change::Message {
                 queue_id,
                 key,
@@ -166,6 +172,10 @@ pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<
                 .messages
                 .push(read_message(&mut r).map(|(id, m)| (queue_id, key, id, m))?);
         }
+        METRICS => {
+            let queue_id = k.u64()?;
+            snapshot.metrics.push((queue_id, read_metrics(&mut r)?));
+        }
         DEDUP => {
             let queue_id = k.u64()?;
             let group = k.opt(|k| k.arc_str())?;
@@ -180,6 +190,56 @@ pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<
 }
 
 // ---- values ----
+
+fn metrics_value(m: &MetricsRecord) -> Vec<u8> {
+    let mut w = Writer::new();
+    for windowed in [&m.hold, &m.first_receive] {
+        write_counts(&mut w, &windowed.total);
+        w.list(&windowed.recent, |w, (start, counts)| {
+            w.u64(*start);
+            write_counts(w, counts);
+        });
+    }
+    for map in [&m.receive_counts, &m.extensions_per_message] {
+        w.list(&map.iter().collect::<Vec<_>>(), |w, (k, v)| {
+            w.u32(**k);
+            w.u64(**v);
+        });
+    }
+    w.0
+}
+
+fn write_counts(w: &mut Writer, counts: &Counts) {
+    w.list(counts, |w, (value, count)| {
+        w.u64(*value);
+        w.u64(*count);
+    });
+}
+
+fn read_counts(r: &mut Reader) -> Result<Counts, String> {
+    r.list(|r| Ok((r.u64()?, r.u64()?)))
+}
+
+fn read_windowed(r: &mut Reader) -> Result<WindowedRecord, String> {
+    Ok(WindowedRecord {
+        total: read_counts(r)?,
+        recent: r.list(|r| Ok((r.u64()?, read_counts(r)?)))?,
+    })
+}
+
+fn read_metrics(r: &mut Reader) -> Result<MetricsRecord, String> {
+    let hold = read_windowed(r)?;
+    let first_receive = read_windowed(r)?;
+    let mut map = || -> Result<BTreeMap<u32, u64>, String> {
+        Ok(r.list(|r| Ok((r.u32()?, r.u64()?)))?.into_iter().collect())
+    };
+    Ok(MetricsRecord {
+        hold,
+        first_receive,
+        receive_counts: map()?,
+        extensions_per_message: map()?,
+    })
+}
 
 fn engine_value(e: &EngineRecord) -> Vec<u8> {
     let mut w = Writer::new();

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::{Engine, EngineConfig, MoveTask};
 use crate::clock::Clock;
 use crate::fifo::{DedupKey, Original};
+use crate::lease_stats::{LeaseMetrics, MetricsRecord};
 use crate::message::{MsgKey, StoredMessage};
 use crate::queue::{Queue, QueueStats};
 use crate::receipt::ReceiptSealer;
@@ -63,6 +64,11 @@ pub enum Change {
         key: MsgKey,
         message: Option<([u8; 16], StoredMessage)>,
     },
+    /// A queue's lease measurements now stand so.
+    Metrics {
+        queue_id: u64,
+        record: Box<MetricsRecord>,
+    },
     /// A FIFO deduplication id is remembered so, or (None) forgotten.
     Dedup {
         queue_id: u64,
@@ -79,6 +85,8 @@ pub struct Snapshot {
     /// Queue id, key, message id, message.
     pub messages: Vec<(u64, MsgKey, [u8; 16], StoredMessage)>,
     pub dedup: Vec<(u64, DedupKey, Original)>,
+    /// Queue id and its lease measurements.
+    pub metrics: Vec<(u64, MetricsRecord)>,
 }
 
 impl Queue {
@@ -97,10 +105,11 @@ impl Queue {
         }
     }
 
-    fn drain_changes(&mut self, name: &str, out: &mut Vec<Change>) {
+    fn drain_changes(&mut self, name: &str, now: u64, out: &mut Vec<Change>) {
         if std::mem::take(&mut self.changes.meta) {
             out.push(Change::Queue(Box::new(self.record(name))));
         }
+        self.drain_metrics(now, false, out);
         let mut keys = std::mem::take(&mut self.changes.messages);
         keys.sort_unstable();
         keys.dedup();
@@ -125,7 +134,33 @@ impl Queue {
     }
 }
 
+impl Queue {
+    /// The measurements, when they changed and are due (or `force`d).
+    fn drain_metrics(&mut self, now: u64, force: bool, out: &mut Vec<Change>) {
+        if !self.changes.enabled {
+            return;
+        }
+        if let Some(record) = self.metrics.take_record(now, force) {
+            out.push(Change::Metrics {
+                queue_id: self.id,
+                record: Box::new(record),
+            });
+        }
+    }
+}
+
 impl Engine {
+    /// Every queue's measurements not yet handed to a store, whether due or not: for a
+    /// server about to stop.
+    pub fn take_all_metrics(&mut self) -> Vec<Change> {
+        let now = self.clock.now_ms();
+        let mut out = Vec::new();
+        for queue in self.queues.values_mut() {
+            queue.drain_metrics(now, true, &mut out);
+        }
+        out
+    }
+
     /// Everything that changed since the last call, in the order a store must apply it.
     /// Empty unless the engine was configured with `track_changes`.
     pub fn take_changes(&mut self) -> Vec<Change> {
@@ -133,9 +168,10 @@ impl Engine {
         if std::mem::take(&mut self.engine_dirty) {
             out.push(Change::Engine(self.engine_record()));
         }
+        let now = self.clock.now_ms();
         for name in std::mem::take(&mut self.dirty_queues) {
             if let Some(queue) = self.queues.get_mut(&name) {
-                queue.drain_changes(&name, &mut out);
+                queue.drain_changes(&name, now, &mut out);
             }
         }
         out
@@ -206,6 +242,11 @@ impl Engine {
         for (queue_id, key, id, message) in snapshot.messages {
             if let Some(queue) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
                 queue.restore_message(key, id, message);
+            }
+        }
+        for (queue_id, record) in &snapshot.metrics {
+            if let Some(queue) = by_id.get(queue_id).and_then(|n| engine.queues.get_mut(n)) {
+                queue.metrics = LeaseMetrics::from_record(record);
             }
         }
         let mut dedup = snapshot.dedup;

@@ -216,3 +216,42 @@ async fn after_a_failed_write_nothing_refused_is_visible_and_reads_still_work() 
         .is_err());
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_measurements_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = durable(dir.path()).await;
+    let url = s.queue("measured", &[]).await;
+    for i in 0..20 {
+        s.send(&url, &format!("m{i}")).await;
+        let got = s.receive(&url, 1).await.remove(0);
+        s.advance(2).await;
+        s.delete(&url, got.receipt_handle.unwrap()).await;
+    }
+    let before: serde_json::Value =
+        reqwest::get(format!("{}/_leasehold/queues/measured/leases", s.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    s.stop().await;
+    let s = durable(dir.path()).await;
+    let after: serde_json::Value =
+        reqwest::get(format!("{}/_leasehold/queues/measured/leases", s.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(after["lease_hold_ms"]["count"], 20, "{after}");
+    for field in [
+        "lease_hold_ms",
+        "send_to_first_receive_ms",
+        "receive_count_histogram",
+        "extensions_per_message",
+    ] {
+        assert_eq!(after[field], before[field], "{field}");
+    }
+    s.stop().await;
+}
