@@ -499,7 +499,11 @@ impl Queue {
             dead,
             leased,
         } = batch;
-        if let (Some(id), true) = (params.attempt_id, self.settings.fifo) {
+        // Only a receive that leased something is replayed: an empty answer pinned to its
+        // attempt id would keep a long poll (which asks again with the same id) empty for
+        // its whole wait.
+        if let (Some(id), true, false) = (params.attempt_id, self.settings.fifo, leased.is_empty())
+        {
             self.fifo.record_attempt(now, id, leased);
         }
         self.stats.received += deliveries.len() as u64;

@@ -228,6 +228,26 @@ fn a_retried_receive_attempt_returns_the_same_messages_and_restarts_the_lease() 
 }
 
 #[test]
+fn an_empty_receive_attempt_is_not_replayed_so_a_long_poll_asking_again_gets_what_arrived() {
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true
+        recv q.fifo attempt=poll-1
+        send q.fifo a group=g
+        recv q.fifo attempt=poll-1
+        recv q.fifo attempt=poll-1
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true -> ok
+            recv q.fifo attempt=poll-1   -> (empty)
+            send q.fifo a group=g        -> seq=1
+            recv q.fifo attempt=poll-1   -> a rc=1 h1
+            recv q.fifo attempt=poll-1   -> a rc=1 h1
+        "#]],
+    );
+}
+
+#[test]
 fn an_expired_handle_is_refused_on_a_fifo_queue_in_either_mode() {
     check(
         "

@@ -168,11 +168,21 @@ impl Request {
     pub fn receivers_to_wake(&self) -> usize {
         match self {
             Request::SendMessageBatch(input) => input.entries.as_ref().map_or(0, Vec::len),
-            Request::ChangeMessageVisibilityBatch(input) => {
+            Request::ChangeMessageVisibilityBatch(input) | Request::DeleteMessageBatch(input) => {
                 input.entries.as_ref().map_or(0, Vec::len)
             }
+            Request::DeleteMessage(_) => 1,
             _ => usize::from(self.may_wake_receivers()),
         }
+    }
+
+    /// Whether the action may make messages receivable on a FIFO queue only: a delete lets
+    /// its group's next message be delivered.
+    pub fn may_wake_fifo_receivers(&self) -> bool {
+        matches!(
+            self,
+            Request::DeleteMessage(_) | Request::DeleteMessageBatch(_)
+        )
     }
 
     /// Whether the action only reads: safe to answer to a plain GET, and from a server whose

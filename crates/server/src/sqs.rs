@@ -286,14 +286,14 @@ async fn run(
         };
         let value = execute_prepared(&mut engine, ctx, request, prepared);
         // Which queue to wake, found under the same lock.
-        let woken = request
-            .may_wake_receivers()
+        let woken = (request.may_wake_receivers() || request.may_wake_fifo_receivers())
             .then(|| {
                 request
                     .queue_url()
                     .and_then(|url| queue_name(&engine, url).ok())
             })
-            .flatten();
+            .flatten()
+            .filter(|name| request.may_wake_receivers() || name.ends_with(".fifo"));
         (
             value,
             state.persist(&mut engine),

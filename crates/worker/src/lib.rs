@@ -9,6 +9,7 @@
 mod backoff;
 mod deleter;
 mod errors;
+mod fifo;
 pub mod idempotency;
 mod lease;
 mod runtime;

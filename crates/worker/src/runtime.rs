@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::deleter::Deleter;
+use crate::fifo::{Groups, Turn};
 use crate::idempotency::{Begin, IdempotencyStore};
 use crate::lease::{ClaimRenewal, LeaseKeeper, LeaseSpec};
 use crate::MAX_TOTAL_LEASE;
@@ -216,6 +217,7 @@ impl WorkerBuilder {
         if heartbeat >= self.lease {
             tracing::warn!(?heartbeat, lease = ?self.lease, "heartbeat is not shorter than the lease: leases will lapse between beats");
         }
+        let fifo = self.queue_url.trim_end_matches('/').ends_with(".fifo");
         let limiter = self
             .rate_per_second
             .map(|r| Arc::new(RateLimiter::direct(Quota::per_second(r))));
@@ -238,6 +240,7 @@ impl WorkerBuilder {
                 wait_time_s: self.wait_time_s,
                 counters: Arc::new(Counters::default()),
                 hard_stop: CancellationToken::new(),
+                fifo,
             }),
             shutdown: self.shutdown,
         }
@@ -263,6 +266,8 @@ struct Inner {
     counters: Arc<Counters>,
     /// Cancelled when the grace period is over: handlers still running are stopped.
     hard_stop: CancellationToken,
+    /// A FIFO queue (its name ends in `.fifo`): groups run in turn (`fifo.rs`).
+    fifo: bool,
 }
 
 pub struct Worker {
@@ -313,6 +318,10 @@ impl Worker {
         let slots = Arc::new(Semaphore::new(inner.concurrency));
         let (deleter, deleter_task) = Deleter::spawn(inner.client.clone(), inner.queue_url.clone());
         let mut tasks = JoinSet::new();
+        let mut groups = Groups::default();
+        // A FIFO receive retried after an error reuses its attempt id, so SQS answers it
+        // with the same messages instead of leasing others.
+        let mut attempt_id: Option<String> = None;
         while !self.shutdown.is_cancelled() {
             let first = tokio::select! {
                 permit = slots.clone().acquire_owned() => permit.expect("never closed"),
@@ -333,6 +342,9 @@ impl Worker {
                     _ = self.shutdown.cancelled() => break,
                 }
             }
+            if inner.fifo && attempt_id.is_none() {
+                attempt_id = Some(format!("{:032x}", rand::random::<u128>()));
+            }
             let receive = inner
                 .client
                 .receive_message()
@@ -342,6 +354,7 @@ impl Worker {
                 .visibility_timeout(whole_seconds(inner.lease))
                 .message_system_attribute_names(MessageSystemAttributeName::All)
                 .message_attribute_names("All")
+                .set_receive_request_attempt_id(attempt_id.clone())
                 .send();
             let answer = tokio::select! {
                 answer = receive => answer,
@@ -349,7 +362,10 @@ impl Worker {
             };
             let received_at = Instant::now();
             let messages = match answer {
-                Ok(out) => out.messages.unwrap_or_default(),
+                Ok(out) => {
+                    attempt_id = None;
+                    out.messages.unwrap_or_default()
+                }
                 Err(error) => {
                     tracing::warn!(error = ?error, "receive failed; retrying in a second");
                     tokio::select! {
@@ -391,12 +407,18 @@ impl Worker {
                     cancel: inner.hard_stop.child_token(),
                     lease_ceiling: CancellationToken::new(),
                 };
+                let turn = inner
+                    .fifo
+                    .then(|| message.attributes.get("MessageGroupId").cloned())
+                    .flatten()
+                    .map(|group| groups.next(&group));
                 tasks.spawn(process(
                     inner.clone(),
                     deleter.clone(),
                     message,
                     handle,
                     permit,
+                    turn,
                 ));
             }
         }
@@ -463,13 +485,66 @@ enum Outcome {
     Stopped(Option<Result<(), HandlerError>>),
 }
 
+/// Waits for the message before it in its FIFO group, keeping its own lease meanwhile:
+/// true when that one succeeded and this one may run.
+async fn wait_turn(inner: &Inner, turn: &mut Turn, message: &Message, handle: &str) -> bool {
+    let keeper = LeaseKeeper::start(
+        lease_spec(inner, handle, message.received_at),
+        None,
+        inner.counters.clone(),
+    );
+    let go = tokio::select! {
+        go = turn.wait() => go,
+        _ = keeper.lost.cancelled() => false,
+    };
+    keeper.stop().await;
+    go
+}
+
+fn lease_spec(inner: &Inner, handle: &str, received_at: Instant) -> LeaseSpec {
+    LeaseSpec {
+        client: inner.client.clone(),
+        queue_url: inner.queue_url.clone(),
+        receipt_handle: handle.to_string(),
+        received_at,
+        lease: inner.lease,
+        period: inner.heartbeat,
+        max_total: MAX_TOTAL_LEASE,
+    }
+}
+
 async fn process(
     inner: Arc<Inner>,
     deleter: Deleter,
     message: Message,
     handle: String,
     _slot: OwnedSemaphorePermit,
+    turn: Option<Turn>,
 ) {
+    let mut turn = turn;
+    if let Some(turn) = turn.as_mut() {
+        if !wait_turn(&inner, turn, &message, &handle).await {
+            // An earlier message of its group did not succeed: this one must not overtake
+            // it. Given back at once; the group's order is the queue's again.
+            change_visibility(&inner, &handle, 0).await;
+            return;
+        }
+    }
+    let succeeded = run_message(&inner, &deleter, message, handle).await;
+    if let Some(turn) = turn {
+        turn.finish(succeeded);
+    }
+}
+
+/// Runs one message through the gate, the lease keeper and the handler; true when it
+/// succeeded (or was already done) and was deleted.
+async fn run_message(
+    inner: &Arc<Inner>,
+    deleter: &Deleter,
+    message: Message,
+    handle: String,
+) -> bool {
+    let inner = inner.clone();
     let counters = inner.counters.clone();
     let started = Instant::now();
     let key = (inner.key)(&message);
@@ -485,7 +560,7 @@ async fn process(
                 if deleter.delete(handle).await.is_err() {
                     counters.delete_failures.fetch_add(1, Ordering::Relaxed);
                 }
-                return;
+                return true;
             }
             Ok(Begin::InProgressElsewhere) => {
                 // Another worker is on it and may still crash: keep the message, try later.
@@ -493,25 +568,17 @@ async fn process(
                     .put_back_in_progress
                     .fetch_add(1, Ordering::Relaxed);
                 put_back(&inner, &handle, message.receive_count, message.received_at).await;
-                return;
+                return false;
             }
             Err(error) => {
                 tracing::warn!(%error, "idempotency store unavailable; not running unguarded");
                 counters.failed.fetch_add(1, Ordering::Relaxed);
                 put_back(&inner, &handle, message.receive_count, message.received_at).await;
-                return;
+                return false;
             }
         },
     };
-    let spec = LeaseSpec {
-        client: inner.client.clone(),
-        queue_url: inner.queue_url.clone(),
-        receipt_handle: handle.clone(),
-        received_at: message.received_at,
-        lease: inner.lease,
-        period: inner.heartbeat,
-        max_total: MAX_TOTAL_LEASE,
-    };
+    let spec = lease_spec(&inner, &handle, message.received_at);
     let renewal = claim.as_ref().map(|(store, claim)| ClaimRenewal {
         store: store.clone(),
         key: key.clone(),
@@ -546,9 +613,11 @@ async fn process(
             }
             keeper.stop().await;
             counters.succeeded.fetch_add(1, Ordering::Relaxed);
-            if deleter.delete(handle).await.is_err() {
+            let deleted = deleter.delete(handle).await.is_ok();
+            if !deleted {
                 counters.delete_failures.fetch_add(1, Ordering::Relaxed);
             }
+            deleted
         }
         Outcome::Done(Err(error)) => {
             tracing::info!(%error, receive_count, "handler failed; backing off");
@@ -559,6 +628,7 @@ async fn process(
             counters.failed.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("leasehold_worker_retries_total").increment(1);
             put_back(&inner, &handle, receive_count, received_at).await;
+            false
         }
         Outcome::LeaseLost(result) => {
             // Someone else owns the message now: neither delete nor change it. Work that
@@ -571,6 +641,7 @@ async fn process(
                 }
             }
             keeper.stop().await;
+            false
         }
         Outcome::Stopped(_) => {
             if let Some((store, claim)) = &claim {
@@ -578,6 +649,7 @@ async fn process(
             }
             keeper.stop().await;
             release(&inner, &handle).await;
+            false
         }
     }
 }

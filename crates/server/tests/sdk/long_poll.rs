@@ -159,3 +159,43 @@ async fn wait_time_out_of_range_is_refused() {
         .unwrap_err();
     assert_eq!(crate::harness::code(&err), "InvalidParameterValue");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_long_poll_wakes_when_a_delete_frees_the_groups_next_message() {
+    let s = TestServer::start().await;
+    let url = s
+        .queue(
+            "g.fifo",
+            &[("FifoQueue", "true"), ("ContentBasedDeduplication", "true")],
+        )
+        .await;
+    for body in ["first", "second"] {
+        s.sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .message_group_id("g")
+            .send()
+            .await
+            .unwrap();
+    }
+    let first = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap()
+        .remove(0);
+    let waiting = tokio::spawn(long_poll(&s, &url, 10));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.delete(&url, first.receipt_handle.unwrap()).await;
+    let (got, waited) = waiting.await.unwrap();
+    assert_eq!(got[0].body.as_deref(), Some("second"));
+    assert!(
+        waited < Duration::from_secs(2),
+        "woken by the delete, not after {waited:?}"
+    );
+}
