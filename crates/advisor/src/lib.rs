@@ -117,6 +117,88 @@ fn percent(fraction: f64) -> String {
     }
 }
 
+/// With Lambda: no heartbeat (a function cannot extend its batch's lease), and at least 6 x
+/// the function timeout, AWS's guidance, so Lambda's own retries fit in one lease.
+fn lambda_lease(
+    d: &Distribution,
+    lambda: f64,
+    reasons: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> (f64, Option<f64>) {
+    let lease = nice_ceil(6.0 * lambda);
+    reasons.push(format!(
+        "Visibility timeout {} = 6 x the Lambda function timeout ({}): AWS's guidance, so the service's retries of a batch fit in one lease. A Lambda function cannot heartbeat, so none is advised.",
+        minutes(lease),
+        minutes(lambda)
+    ));
+    if d.p99 > lambda {
+        warnings.push(format!(
+            "p99 ({}) is longer than the Lambda timeout ({}): those invocations time out and are retried.",
+            minutes(d.p99),
+            minutes(lambda)
+        ));
+    }
+    (lease, None)
+}
+
+/// A base lease with heartbeats, for a long tail or a constant that recovers too slowly.
+fn heartbeat_lease(
+    d: &Distribution,
+    inputs: &Inputs,
+    constant: f64,
+    long_tail: bool,
+    slow_recovery: bool,
+    reasons: &mut Vec<String>,
+) -> (f64, Option<f64>) {
+    let covering = nice_ceil(d.p90 * 1.25);
+    let lease = covering.max(MIN_HEARTBEAT_LEASE_S);
+    let beat = (lease / 3.0).floor();
+    if long_tail {
+        reasons.push(format!(
+            "p99.9 ({}) is {:.1} x p99 ({}): a long tail. A bigger constant would make crash recovery as slow as the tail, so heartbeat instead.",
+            minutes(d.p999),
+            d.p999 / d.p99.max(f64::MIN_POSITIVE),
+            minutes(d.p99)
+        ));
+    }
+    if slow_recovery {
+        reasons.push(format!(
+            "A constant lease of {} x p99 = {} would freeze a crashed consumer's messages for longer than the {} recovery budget, so heartbeat instead.",
+            inputs.safety_factor,
+            minutes(constant),
+            minutes(inputs.max_crash_recovery_s)
+        ));
+    }
+    reasons.push(if d.p90 * 1.25 > TWELVE_HOURS_S {
+        format!(
+            "Base lease {}, the 12-hour ceiling: p90 ({}) is beyond any lease, so such work needs a job record (see the warnings).",
+            minutes(lease),
+            minutes(d.p90)
+        )
+    } else if lease > covering {
+        format!(
+            "Base lease {}: p90 ({}) would allow {}, but a shorter lease with heartbeats every few seconds is fragile (one slow call loses it) and chatty; {} of messages finish without a single extension.",
+            minutes(lease),
+            minutes(d.p90),
+            minutes(covering),
+            percent(1.0 - d.fraction_above(lease))
+        )
+    } else {
+        format!(
+            "Base lease {}: covers p90 ({}) with 25% headroom, so {} of messages finish without a single extension.",
+            minutes(lease),
+            minutes(d.p90),
+            percent(1.0 - d.fraction_above(lease))
+        )
+    });
+    reasons.push(format!(
+        "Heartbeat every {} (lease / 3), renewing the lease by {} each time: two missed beats are survivable.",
+        minutes(beat),
+        minutes(lease)
+    ));
+    (lease, Some(beat))
+}
+
 /// How a lease fares: overruns (duplicates), crash recovery, time to the DLQ.
 pub fn evaluate(
     d: &Distribution,
@@ -172,64 +254,39 @@ pub fn evaluate(
     }
 }
 
+/// The shortest constant lease advised: shorter turns a GC pause or one slow network call into
+/// duplicate work.
+pub const MIN_LEASE_S: f64 = 10.0;
+/// The shortest base lease advised with heartbeats: shorter is fragile (one slow
+/// ChangeMessageVisibility loses the lease) and chatty (a call every few seconds per message).
+pub const MIN_HEARTBEAT_LEASE_S: f64 = 30.0;
+
 /// The advice for a distribution.
 pub fn advise(d: &Distribution, inputs: &Inputs) -> Advice {
     let mut reasons = Vec::new();
     let mut warnings = Vec::new();
-    let constant = nice_ceil(d.p99 * inputs.safety_factor);
+    let constant = nice_ceil(d.p99 * inputs.safety_factor).max(MIN_LEASE_S);
     let long_tail = d.p999 > 1.5 * d.p99;
     let slow_recovery = constant > inputs.max_crash_recovery_s;
-    let (mut visibility, heartbeat) = if long_tail || slow_recovery {
-        let lease = nice_ceil(d.p90 * 1.25);
-        let beat = (lease / 3.0).floor().max(1.0);
-        if long_tail {
-            reasons.push(format!(
-                "p99.9 ({}) is {:.1} x p99 ({}): a long tail. A bigger constant would make crash recovery as slow as the tail, so heartbeat instead.",
-                minutes(d.p999),
-                d.p999 / d.p99.max(f64::MIN_POSITIVE),
-                minutes(d.p99)
-            ));
-        }
-        if slow_recovery {
-            reasons.push(format!(
-                "A constant lease of {} x p99 = {} would freeze a crashed consumer's messages for longer than the {} recovery budget, so heartbeat instead.",
-                inputs.safety_factor,
-                minutes(constant),
-                minutes(inputs.max_crash_recovery_s)
-            ));
-        }
-        reasons.push(format!(
-            "Base lease {}: covers p90 ({}) with 25% headroom, so {} of messages finish without a single extension.",
-            minutes(lease),
-            minutes(d.p90),
-            percent(1.0 - d.fraction_above(lease))
-        ));
-        reasons.push(format!(
-            "Heartbeat every {} (lease / 3), renewing the lease by {} each time: two missed beats are survivable.",
-            minutes(beat),
-            minutes(lease)
-        ));
-        (lease, Some(beat))
+    let (visibility, heartbeat) = if let Some(lambda) = inputs.lambda_timeout_s {
+        lambda_lease(d, lambda, &mut reasons, &mut warnings)
+    } else if long_tail || slow_recovery {
+        heartbeat_lease(d, inputs, constant, long_tail, slow_recovery, &mut reasons)
     } else {
+        let floored = constant > nice_ceil(d.p99 * inputs.safety_factor);
         reasons.push(format!(
-            "Visibility timeout {} = p99 ({}) x {} safety factor, rounded up; the timer starts at the receive, so the measurement includes in-process queueing.",
+            "Visibility timeout {} = p99 ({}) x {} safety factor, rounded up{}; the timer starts at the receive, so the measurement includes in-process queueing.",
             minutes(constant),
             minutes(d.p99),
-            inputs.safety_factor
+            inputs.safety_factor,
+            if floored {
+                format!(", and no shorter than {}: a shorter lease turns a GC pause or one slow network call into duplicates", minutes(MIN_LEASE_S))
+            } else {
+                String::new()
+            }
         ));
         (constant, None)
     };
-    if let Some(lambda) = inputs.lambda_timeout_s {
-        let floor = nice_ceil(6.0 * lambda);
-        if visibility < floor {
-            reasons.push(format!(
-                "With Lambda, the visibility timeout must be at least 6 x the function timeout ({}): raised to {}.",
-                minutes(lambda),
-                minutes(floor)
-            ));
-            visibility = floor;
-        }
-    }
     let max_receive_count = 3;
     let time_to_dlq = max_receive_count as f64 * visibility;
     reasons.push(format!(
@@ -239,10 +296,17 @@ pub fn advise(d: &Distribution, inputs: &Inputs) -> Advice {
         minutes(visibility)
     ));
     let shutdown_grace = (visibility * 2.0 / 3.0).floor();
-    reasons.push(format!(
-        "Graceful shutdown within {}: draining past the lease is pointless, the message has been redelivered by then.",
-        minutes(shutdown_grace)
-    ));
+    reasons.push(if heartbeat.is_some() {
+        format!(
+            "Graceful shutdown within {}: heartbeats keep the leases alive while the consumer drains, so nothing is redelivered meanwhile; work still running then is stopped and released for another consumer.",
+            minutes(shutdown_grace)
+        )
+    } else {
+        format!(
+            "Graceful shutdown within {}: without heartbeats, draining past the lease is pointless, the message has been redelivered by then.",
+            minutes(shutdown_grace)
+        )
+    });
 
     if d.max > TWELVE_HOURS_S || d.p999 > TWELVE_HOURS_S {
         warnings.push(format!(
@@ -251,9 +315,15 @@ pub fn advise(d: &Distribution, inputs: &Inputs) -> Advice {
         ));
     }
     if let Some(retention) = inputs.retention_s {
-        if time_to_dlq * 10.0 > retention {
+        if time_to_dlq >= retention {
             warnings.push(format!(
-                "Time to DLQ ({}) is not far below the retention period ({}): messages may expire before they reach the DLQ, losing the message and the evidence.",
+                "Time to DLQ ({}) is longer than the retention period ({}): messages expire before they reach the DLQ, losing the message and the evidence.",
+                minutes(time_to_dlq),
+                minutes(retention)
+            ));
+        } else if time_to_dlq * 10.0 > retention {
+            warnings.push(format!(
+                "Time to DLQ ({}) is more than a tenth of the retention period ({}): a message that waited long before its first receive may expire before it reaches the DLQ.",
                 minutes(time_to_dlq),
                 minutes(retention)
             ));

@@ -135,3 +135,72 @@ fn raw_durations_give_exact_overrun_fractions() {
     assert_eq!(d.fraction_above(30.0), 0.25);
     assert_eq!(d.fraction_above(40.0), 0.0);
 }
+
+fn said(advice: &Advice) -> String {
+    [advice.reasons.clone(), advice.warnings.clone()]
+        .concat()
+        .join("\n")
+}
+
+#[test]
+fn lambda_gets_no_heartbeat_even_for_a_long_tail() {
+    let d = Distribution::from_quantiles(1.0, 2.0, 4.0, 20.0, 25.0);
+    let inputs = Inputs {
+        lambda_timeout_s: Some(30.0),
+        ..Inputs::default()
+    };
+    let advice = advise(&d, &inputs);
+    assert_eq!(advice.heartbeat_interval_s, None);
+    assert_eq!(advice.visibility_timeout_s, 180.0);
+    assert!(
+        !said(&advice).contains("Heartbeat every"),
+        "{}",
+        said(&advice)
+    );
+}
+
+#[test]
+fn a_short_heartbeat_lease_is_floored_with_its_reason() {
+    let d = Distribution::from_quantiles(1.1, 3.0, 19.0, 60.0, 70.0);
+    let advice = advise(&d, &Inputs::default());
+    assert_eq!(advice.visibility_timeout_s, MIN_HEARTBEAT_LEASE_S);
+    assert_eq!(advice.heartbeat_interval_s, Some(10.0));
+    assert!(said(&advice).contains("fragile"), "{}", said(&advice));
+    // Heartbeats run during the drain: the drain is not called pointless.
+    assert!(!said(&advice).contains("pointless"), "{}", said(&advice));
+}
+
+#[test]
+fn work_past_twelve_hours_is_not_said_to_be_covered_by_the_lease() {
+    let d = Distribution::from_quantiles(30_000.0, 50_000.0, 60_000.0, 90_000.0, 100_000.0);
+    let text = said(&advise(&d, &Inputs::default()));
+    assert!(!text.contains("covers p90"), "{text}");
+    assert!(text.contains("12-hour ceiling"), "{text}");
+}
+
+#[test]
+fn a_time_to_dlq_beyond_retention_is_said_the_right_way_round() {
+    let inputs = Inputs {
+        retention_s: Some(60.0),
+        ..Inputs::default()
+    };
+    let d = Distribution::from_quantiles(10.0, 20.0, 40.0, 45.0, 50.0);
+    let text = said(&advise(&d, &inputs));
+    assert!(
+        text.contains("is longer than the retention period (60 s)"),
+        "{text}"
+    );
+    assert!(!text.contains("not far below"), "{text}");
+}
+
+#[test]
+fn a_tiny_constant_lease_is_floored() {
+    let d = Distribution::from_quantiles(0.1, 0.2, 0.3, 0.35, 0.4);
+    let advice = advise(&d, &Inputs::default());
+    assert_eq!(advice.visibility_timeout_s, MIN_LEASE_S);
+    assert!(
+        said(&advice).contains("no shorter than"),
+        "{}",
+        said(&advice)
+    );
+}
