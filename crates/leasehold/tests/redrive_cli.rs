@@ -245,3 +245,61 @@ async fn a_dry_run_lists_each_message_and_leaves_it_visible() {
     assert_eq!(visible, "3", "released at once, not held for a lease");
     assert_eq!(common::stored(&sqs, &source).await, 0);
 }
+
+#[tokio::test]
+async fn a_message_that_cannot_be_moved_is_named_with_its_reason_released_and_fails_the_run() {
+    let server = Server::start(&[]);
+    let sqs = server.client();
+    let (source, dlq) = pair(&sqs, "small", false).await;
+    // The source takes nothing over 1 KiB: the big message cannot go back.
+    sqs.set_queue_attributes()
+        .queue_url(&source)
+        .attributes(A::MaximumMessageSize, "1024")
+        .send()
+        .await
+        .unwrap();
+    common::send(&sqs, &dlq, "fits").await;
+    common::send(&sqs, &dlq, &"x".repeat(2048)).await;
+    let (code, report, err) = redrive(
+        &server,
+        &[
+            "--from",
+            &dlq,
+            "--to",
+            &source,
+            "--idempotency",
+            "memory",
+            "--blind",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        (report["moved"].as_u64(), report["failed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let failed = report["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["verdict"] == "failed")
+        .unwrap();
+    assert!(
+        failed["reason"].as_str().unwrap().contains("send to"),
+        "{failed}"
+    );
+    assert!(err.contains("could not be moved"), "{err}");
+    let visible = sqs
+        .get_queue_attributes()
+        .queue_url(&dlq)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&A::ApproximateNumberOfMessages]
+        .clone();
+    assert_eq!(
+        visible, "1",
+        "the failed message is back in the DLQ at once"
+    );
+}
