@@ -232,17 +232,11 @@ async fn a_dry_run_lists_each_message_and_leaves_it_visible() {
     assert!(messages
         .iter()
         .all(|m| m["verdict"] == "would_move" && m["message_id"].is_string()));
-    let visible = sqs
-        .get_queue_attributes()
-        .queue_url(&dlq)
-        .attribute_names(A::ApproximateNumberOfMessages)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&A::ApproximateNumberOfMessages]
-        .clone();
-    assert_eq!(visible, "3", "released at once, not held for a lease");
+    assert_eq!(
+        common::visible(&sqs, &dlq).await,
+        3,
+        "released at once, not held for a lease"
+    );
     assert_eq!(common::stored(&sqs, &source).await, 0);
 }
 

@@ -7,9 +7,9 @@ mod common;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::Server;
+use common::{wait_for, Server};
 
 /// Whether a process is running (a zombie is not).
 fn running(pid: i32) -> bool {
@@ -46,14 +46,6 @@ fn work(server: &Server, url: &str, script: &str, dir: &Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]

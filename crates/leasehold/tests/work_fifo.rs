@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName as A;
 use aws_sdk_sqs::Client;
@@ -72,15 +72,9 @@ fn lines(log: &Path) -> Vec<String> {
 }
 
 async fn until_done(log: &Path, finished: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = lines(log);
-        if log.iter().filter(|l| l.starts_with("ok ")).count() >= finished {
-            return log;
-        }
-        assert!(Instant::now() < deadline, "not finished: {log:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let done = || lines(log).iter().filter(|l| l.starts_with("ok ")).count() >= finished;
+    common::wait_for("every message finished", Duration::from_secs(30), done).await;
+    lines(log)
 }
 
 #[tokio::test]

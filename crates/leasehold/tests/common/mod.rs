@@ -150,3 +150,27 @@ pub async fn send(sqs: &Client, url: &str, body: &str) {
         .await
         .unwrap();
 }
+
+/// Visible messages of a queue (not in flight, not delayed).
+pub async fn visible(sqs: &Client, url: &str) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&A::ApproximateNumberOfMessages]
+        .parse()
+        .unwrap()
+}
+
+/// Waits until `done` holds, failing the test after `limit`.
+pub async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -217,6 +217,11 @@ async fn after_a_failed_write_nothing_refused_is_visible_and_reads_still_work() 
     s.stop().await;
 }
 
+async fn leases(s: &TestServer, queue: &str) -> serde_json::Value {
+    let url = format!("{}/_leasehold/queues/{queue}/leases", s.base);
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_measurements_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -228,22 +233,10 @@ async fn lease_measurements_survive_a_restart() {
         s.advance(2).await;
         s.delete(&url, got.receipt_handle.unwrap()).await;
     }
-    let before: serde_json::Value =
-        reqwest::get(format!("{}/_leasehold/queues/measured/leases", s.base))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+    let before = leases(&s, "measured").await;
     s.stop().await;
     let s = durable(dir.path()).await;
-    let after: serde_json::Value =
-        reqwest::get(format!("{}/_leasehold/queues/measured/leases", s.base))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+    let after = leases(&s, "measured").await;
     assert_eq!(after["lease_hold_ms"]["count"], 20, "{after}");
     for field in [
         "lease_hold_ms",
