@@ -118,7 +118,7 @@ async fn check_queues(client: &Client, args: &RedriveArgs) -> anyhow::Result<Que
         &[A::QueueArn, A::ApproximateNumberOfMessages],
     )
     .await?;
-    let to = attributes(client, &args.to, &[A::RedrivePolicy, A::FifoQueue]).await?;
+    let to = attributes(client, &args.to, &[A::RedrivePolicy]).await?;
     let from_arn = from.get(&A::QueueArn).cloned().unwrap_or_default();
     let target = to
         .get(&A::RedrivePolicy)
@@ -132,7 +132,9 @@ async fn check_queues(client: &Client, args: &RedriveArgs) -> anyhow::Result<Que
         )));
     }
     Ok(Queues {
-        to_fifo: to.get(&A::FifoQueue).is_some_and(|v| v == "true"),
+        // By its name, as SQS requires of FIFO queues: AWS refuses to report FifoQueue for a
+        // standard queue.
+        to_fifo: args.to.trim_end_matches('/').ends_with(".fifo"),
         budget: from
             .get(&A::ApproximateNumberOfMessages)
             .and_then(|n| n.parse().ok())

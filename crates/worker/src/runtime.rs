@@ -485,20 +485,29 @@ enum Outcome {
     Stopped(Option<Result<(), HandlerError>>),
 }
 
-/// Waits for the message before it in its FIFO group, keeping its own lease meanwhile:
-/// true when that one succeeded and this one may run.
-async fn wait_turn(inner: &Inner, turn: &mut Turn, message: &Message, handle: &str) -> bool {
+/// What a FIFO message waiting for its turn in its group found.
+enum TurnOutcome {
+    /// The message before it succeeded: run.
+    Go,
+    /// The message before it did not succeed: give this one back rather than overtake it.
+    Behind,
+    /// This message's own lease was lost while it waited: leave it alone.
+    Lost,
+}
+
+/// Waits for the message before it in its FIFO group, keeping its own lease meanwhile.
+async fn wait_turn(inner: &Inner, turn: &mut Turn, message: &Message, handle: &str) -> TurnOutcome {
     let keeper = LeaseKeeper::start(
         lease_spec(inner, handle, message.received_at),
         None,
         inner.counters.clone(),
     );
-    let go = tokio::select! {
-        go = turn.wait() => go,
-        _ = keeper.lost.cancelled() => false,
+    let outcome = tokio::select! {
+        go = turn.wait() => if go { TurnOutcome::Go } else { TurnOutcome::Behind },
+        _ = keeper.lost.cancelled() => TurnOutcome::Lost,
     };
     keeper.stop().await;
-    go
+    outcome
 }
 
 fn lease_spec(inner: &Inner, handle: &str, received_at: Instant) -> LeaseSpec {
@@ -523,11 +532,16 @@ async fn process(
 ) {
     let mut turn = turn;
     if let Some(turn) = turn.as_mut() {
-        if !wait_turn(&inner, turn, &message, &handle).await {
+        match wait_turn(&inner, turn, &message, &handle).await {
+            TurnOutcome::Go => {}
             // An earlier message of its group did not succeed: this one must not overtake
             // it. Given back at once; the group's order is the queue's again.
-            change_visibility(&inner, &handle, 0).await;
-            return;
+            TurnOutcome::Behind => {
+                change_visibility(&inner, &handle, 0).await;
+                return;
+            }
+            // Someone else may own it now: neither run nor touch it.
+            TurnOutcome::Lost => return,
         }
     }
     let succeeded = run_message(&inner, &deleter, message, handle).await;
