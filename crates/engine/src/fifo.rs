@@ -135,6 +135,17 @@ impl FifoState {
         forgotten
     }
 
+    /// Forgets every deduplication id and receive attempt (a purge); returns the
+    /// deduplication keys it forgot, in order.
+    pub fn forget_all(&mut self) -> Vec<DedupKey> {
+        self.dedup_expiry.clear();
+        self.attempts.clear();
+        self.attempt_expiry.clear();
+        let mut forgotten: Vec<DedupKey> = self.dedup.drain().map(|(key, _)| key).collect();
+        forgotten.sort();
+        forgotten
+    }
+
     pub fn original(&self, key: &DedupKey) -> Option<Original> {
         self.dedup.get(key).copied()
     }

@@ -385,7 +385,11 @@ impl Queue {
                 self.changes.dedup.push(k);
             }
         }
-        let delay = message.delay_s.unwrap_or(self.settings.delay_s);
+        // FIFO queues have no per-message delay: the queue's applies, whatever the send says.
+        let delay = match message.delay_s {
+            Some(delay) if !self.settings.fifo => delay,
+            _ => self.settings.delay_s,
+        };
         let (state, until_ms) = if delay == 0 {
             (State::Ready, 0)
         } else {
@@ -720,6 +724,11 @@ impl Queue {
         self.delayed = 0;
         self.last_purge_ms = Some(now);
         self.purged_below_seq = self.next_seq;
+        // AWS forgets the deduplication window with the messages: a purged id may be sent again.
+        let forgotten = self.fifo.forget_all();
+        if self.changes.enabled {
+            self.changes.dedup.extend(forgotten);
+        }
         Removed::new((
             std::mem::take(&mut self.messages),
             std::mem::take(&mut self.ready),

@@ -99,6 +99,18 @@ fn parse_in_range(name: &str, value: &str, min: u32, max: u32) -> Result<u32> {
     }
 }
 
+/// A boolean attribute value: `true` or `false` in any case, as AWS reads them (Python's
+/// `str(True)` is `"True"`).
+pub fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    if value.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if value.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(EngineError::InvalidAttributeValue(name.to_string()))
+    }
+}
+
 impl QueueSettings {
     /// Whether `name` is an attribute that SetQueueAttributes / CreateQueue accept.
     pub fn is_settable(name: &str) -> bool {
@@ -130,7 +142,7 @@ impl QueueSettings {
             }
         };
         match name {
-            "ContentBasedDeduplication" => self.content_based_dedup = one_of(["false", "true"])?,
+            "ContentBasedDeduplication" => self.content_based_dedup = parse_bool(name, value)?,
             "DeduplicationScope" => self.dedup_per_group = one_of(["queue", "messageGroup"])?,
             "FifoThroughputLimit" => {
                 self.throughput_per_group = one_of(["perQueue", "perMessageGroupId"])?
@@ -166,14 +178,13 @@ impl QueueSettings {
                 self.kms_data_key_reuse_s = parse_in_range(name, value, 60, 86_400)?
             }
             "SqsManagedSseEnabled" => {
-                self.sqs_managed_sse = match value {
-                    // Reported only when it is done, and Leasehold does not encrypt at rest.
-                    "true" => return Err(EngineError::InvalidAttributeValueReason(
+                // Reported only when it is done, and Leasehold does not encrypt at rest.
+                if parse_bool(name, value)? {
+                    return Err(EngineError::InvalidAttributeValueReason(
                         "Invalid value for the parameter SqsManagedSseEnabled. Reason: Leasehold does not encrypt messages at rest (its data file is readable by its owner only), so it cannot honour true.".into(),
-                    )),
-                    "false" => false,
-                    _ => return Err(EngineError::InvalidAttributeValue(name.to_string())),
+                    ));
                 }
+                self.sqs_managed_sse = false;
             }
             "Policy" => {
                 self.policy = if value.is_empty() {

@@ -290,3 +290,29 @@ fn an_expired_handle_is_refused_on_a_fifo_queue_in_either_mode() {
         "#]],
     );
 }
+
+#[test]
+fn a_fifo_queue_has_no_per_message_delay_and_a_purge_forgets_deduplication_ids() {
+    check(
+        "
+        create q.fifo FifoQueue=True DelaySeconds=5
+        send q.fifo a group=g dedup=d1 delay=0
+        counts q.fifo
+        purge q.fifo
+        send q.fifo a group=g dedup=d1
+        counts q.fifo
+        set q.fifo FifoQueue=true
+        create plain FifoQueue=false
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=True DelaySeconds=5 -> ok
+            send q.fifo a group=g dedup=d1 delay=0 -> seq=1
+            counts q.fifo                -> visible=0 inflight=0 delayed=1
+            purge q.fifo                 -> ok
+            send q.fifo a group=g dedup=d1 -> seq=2
+            counts q.fifo                -> visible=0 inflight=0 delayed=1
+            set q.fifo FifoQueue=true    -> ok
+            create plain FifoQueue=false -> error InvalidAttributeName("FifoQueue")
+        "#]],
+    );
+}

@@ -73,6 +73,7 @@ pub fn to_wire(attribute: &MessageAttribute) -> MessageAttributeValue {
 pub fn attribute_selected(selectors: &[String], name: &str) -> bool {
     selectors.iter().any(|s| {
         s == "All"
+            || s == "*"
             || s == ".*"
             || s == name
             || s.strip_suffix(".*").is_some_and(|prefix| {

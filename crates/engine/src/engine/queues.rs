@@ -8,7 +8,7 @@ use super::Change;
 use super::{paginate, Engine, QueuePage};
 use crate::error::{EngineError, Result};
 use crate::queue::{Queue, QueueCounts, QueueStats, Removed};
-use crate::settings::QueueSettings;
+use crate::settings::{parse_bool, QueueSettings};
 
 /// A deleted queue's name cannot be reused for this long.
 const QUEUE_NAME_COOLDOWN_MS: u64 = 60_000;
@@ -52,12 +52,12 @@ impl Engine {
     ) -> Result<()> {
         validate_queue_name(name)?;
         let mut fifo = false;
+        let mut said_not_fifo = false;
         let mut requested = Vec::with_capacity(attributes.len());
         for (key, value) in attributes {
-            match (key.as_str(), value.as_str()) {
-                ("FifoQueue", "true") => fifo = true,
-                ("FifoQueue", "false") => {}
-                ("FifoQueue", _) => return Err(EngineError::InvalidAttributeValue(key.clone())),
+            match key.as_str() {
+                "FifoQueue" if parse_bool(key, value)? => fifo = true,
+                "FifoQueue" => said_not_fifo = true,
                 _ => requested.push((key.as_str(), value.as_str())),
             }
         }
@@ -66,6 +66,10 @@ impl Engine {
                 "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length."
                     .into(),
             ));
+        }
+        if said_not_fifo {
+            // A standard queue knows no FifoQueue attribute, not even "false".
+            return Err(EngineError::InvalidAttributeName("FifoQueue".into()));
         }
         let settings = QueueSettings::new(fifo).with_applied(requested.iter().copied())?;
         let now = self.clock.now_ms();
@@ -191,13 +195,17 @@ impl Engine {
     pub fn set_attributes(&mut self, name: &str, attributes: &[(String, String)]) -> Result<()> {
         let now = self.clock.now_ms();
         let queue = self.queue(name)?;
-        if let Some((key, _)) = attributes.iter().find(|(k, _)| k == "FifoQueue") {
-            // Fixed at creation.
-            return Err(EngineError::InvalidAttributeName(key.clone()));
+        let fifo = queue.settings.fifo;
+        let mut changed = Vec::with_capacity(attributes.len());
+        for (key, value) in attributes {
+            match key.as_str() {
+                // Fixed at creation: saying again what a FIFO queue is changes nothing.
+                "FifoQueue" if fifo && parse_bool(key, value)? => {}
+                "FifoQueue" => return Err(EngineError::InvalidAttributeName(key.clone())),
+                _ => changed.push((key.as_str(), value.as_str())),
+            }
         }
-        let settings = queue
-            .settings
-            .with_applied(attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        let settings = queue.settings.with_applied(changed)?;
         self.check_redrive(name, &settings)?;
         let (queue, _) = self.queue_mut(name)?;
         queue.settings = settings;

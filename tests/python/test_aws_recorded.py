@@ -1,0 +1,63 @@
+"""Behaviour recorded on real AWS (LocalStack's snapshots of it) that Leasehold matches,
+through boto3 over both protocols."""
+import uuid
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import error_code
+
+
+def fifo(server, **attributes):
+    name = f"f-{uuid.uuid4().hex[:12]}.fifo"
+    attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    attrs.update({k: str(v) for k, v in attributes.items()})
+    return server.sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+
+
+def test_boolean_attributes_are_read_in_any_case(server):
+    name = f"b-{uuid.uuid4().hex[:12]}.fifo"
+    # Python's str(True) is "True".
+    url = server.sqs.create_queue(
+        QueueName=name, Attributes={"FifoQueue": str(True), "ContentBasedDeduplication": "TRUE"}
+    )["QueueUrl"]
+    assert server.attribute(url, "ContentBasedDeduplication") == "true"
+
+
+def test_fifo_queue_attribute_is_fixed_but_may_be_said_again(server):
+    url = fifo(server)
+    server.sqs.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": "true"})
+    with pytest.raises(ClientError) as e:
+        server.sqs.create_queue(QueueName=f"s-{uuid.uuid4().hex[:12]}", Attributes={"FifoQueue": "false"})
+    assert error_code(e) == "InvalidAttributeName"
+
+
+def test_a_fifo_queue_has_no_per_message_delay(server):
+    url = fifo(server, DelaySeconds=5)
+    server.sqs.send_message(QueueUrl=url, MessageBody="m", MessageGroupId="g", DelaySeconds=0)
+    assert "Messages" not in server.sqs.receive_message(QueueUrl=url)
+    assert server.attribute(url, "ApproximateNumberOfMessagesDelayed") == "1"
+
+
+def test_a_purge_clears_the_deduplication_window(server):
+    url = fifo(server)
+    send = dict(QueueUrl=url, MessageBody="once", MessageGroupId="g", MessageDeduplicationId="d-1")
+    first = server.sqs.send_message(**send)
+    server.sqs.purge_queue(QueueUrl=url)
+    again = server.sqs.send_message(**send)
+    assert again["MessageId"] != first["MessageId"]
+    got = server.sqs.receive_message(QueueUrl=url)["Messages"]
+    assert [m["Body"] for m in got] == ["once"]
+
+
+def test_message_attribute_names_take_a_star_and_prefixes(server):
+    url = server.queue()
+    attributes = {
+        name: {"DataType": "String", "StringValue": name}
+        for name in ["Prefix.one", "Prefix.two", "Other"]
+    }
+    server.sqs.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=attributes)
+    got = server.sqs.receive_message(QueueUrl=url, MessageAttributeNames=["*"], VisibilityTimeout=0)
+    assert set(got["Messages"][0]["MessageAttributes"]) == {"Prefix.one", "Prefix.two", "Other"}
+    got = server.sqs.receive_message(QueueUrl=url, MessageAttributeNames=["Prefix.*"])
+    assert set(got["Messages"][0]["MessageAttributes"]) == {"Prefix.one", "Prefix.two"}
