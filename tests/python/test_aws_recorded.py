@@ -61,3 +61,15 @@ def test_message_attribute_names_take_a_star_and_prefixes(server):
     assert set(got["Messages"][0]["MessageAttributes"]) == {"Prefix.one", "Prefix.two", "Other"}
     got = server.sqs.receive_message(QueueUrl=url, MessageAttributeNames=["Prefix.*"])
     assert set(got["Messages"][0]["MessageAttributes"]) == {"Prefix.one", "Prefix.two"}
+
+
+@pytest.mark.parametrize("missing", ["MessageGroupId", "MessageDeduplicationId"])
+def test_a_fifo_batch_with_an_entry_missing_its_ids_is_refused_whole(server, missing):
+    url = fifo(server, ContentBasedDeduplication="false")
+    complete = {"Id": "ok", "MessageBody": "m", "MessageGroupId": "g", "MessageDeduplicationId": "d-1"}
+    lacking = {k: v for k, v in dict(complete, Id="bad", MessageDeduplicationId="d-2").items() if k != missing}
+    with pytest.raises(ClientError) as e:
+        server.sqs.send_message_batch(QueueUrl=url, Entries=[complete, lacking])
+    assert error_code(e) == "InvalidParameterValue"
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert server.attribute(url, "ApproximateNumberOfMessages") == "0"

@@ -230,6 +230,11 @@ impl NewMessage {
                 NOT_FOR_THIS_QUEUE_TYPE,
             ));
         }
+        self.check_fifo_ids(settings)
+    }
+
+    /// A FIFO message's group id, and a deduplication id unless the queue derives one.
+    pub(crate) fn check_fifo_ids(&self, settings: &QueueSettings) -> Result<()> {
         let Some(group) = &self.group_id else {
             return Err(EngineError::MissingParameter("MessageGroupId".into()));
         };

@@ -42,10 +42,23 @@ impl Engine {
         name: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent>>> {
-        let max_size = self.queue(name)?.settings.max_message_size as usize;
+        let settings = &self.queue(name)?.settings;
+        let max_size = settings.max_message_size as usize;
         let total: usize = messages.iter().map(NewMessage::size).sum();
         if total > max_size {
             return Err(EngineError::BatchRequestTooLong(max_size, total));
+        }
+        // On a FIFO queue an entry without its group (or without a deduplication id the
+        // queue cannot derive) fails the whole batch, as AWS does: nothing is sent.
+        if settings.fifo {
+            for message in &messages {
+                message.check_fifo_ids(settings).map_err(|e| match e {
+                    EngineError::MissingParameter(param) => EngineError::InvalidParameterValue(
+                        format!("The request must contain the parameter {param}."),
+                    ),
+                    other => other,
+                })?;
+            }
         }
         Ok(messages.into_iter().map(|m| self.send(name, m)).collect())
     }
