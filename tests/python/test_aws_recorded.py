@@ -73,3 +73,21 @@ def test_a_fifo_batch_with_an_entry_missing_its_ids_is_refused_whole(server, mis
     assert error_code(e) == "InvalidParameterValue"
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert server.attribute(url, "ApproximateNumberOfMessages") == "0"
+
+
+def test_attribute_names_may_have_letters_of_any_script(server):
+    url = server.queue()
+    name = "attr.1øßä"
+    server.sqs.send_message(
+        QueueUrl=url, MessageBody="m", MessageAttributes={name: {"DataType": "String", "StringValue": "v"}}
+    )
+    got = server.sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    assert got["MessageAttributes"][name]["StringValue"] == "v"
+
+
+@pytest.mark.parametrize("group", ["", "has space", "x" * 129])
+def test_a_standard_queue_checks_a_group_id_as_a_fifo_queue_does(server, group):
+    url = server.queue()
+    with pytest.raises(ClientError) as e:
+        server.sqs.send_message(QueueUrl=url, MessageBody="m", MessageGroupId=group)
+    assert error_code(e) == "InvalidParameterValue"

@@ -71,9 +71,10 @@ fn invalid(msg: String) -> EngineError {
 
 fn check_attribute_name(name: &str, kind: &str) -> Result<()> {
     let lower = name.to_ascii_lowercase();
+    // Letters and digits of any script, as AWS accepts (`attr.1øßä`).
     let valid_chars = name
         .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if name.is_empty()
         || name.len() > MAX_ATTRIBUTE_NAME_LEN
         || !valid_chars
@@ -211,6 +212,16 @@ impl NewMessage {
         }
         if settings.fifo {
             self.validate_fifo(settings)
+        } else if let Some(group) = &self.group_id {
+            // A standard queue takes a group id (fair queues) under the same rules.
+            check_fifo_id("MessageGroupId", group)?;
+            self.deduplication_id.as_ref().map_or(Ok(()), |id| {
+                Err(EngineError::out_of_range(
+                    "MessageDeduplicationId",
+                    id,
+                    NOT_FOR_THIS_QUEUE_TYPE,
+                ))
+            })
         } else if let Some(id) = &self.deduplication_id {
             Err(EngineError::out_of_range(
                 "MessageDeduplicationId",
