@@ -91,3 +91,22 @@ def test_a_standard_queue_checks_a_group_id_as_a_fifo_queue_does(server, group):
     with pytest.raises(ClientError) as e:
         server.sqs.send_message(QueueUrl=url, MessageBody="m", MessageGroupId=group)
     assert error_code(e) == "InvalidParameterValue"
+
+
+def test_a_trace_id_header_becomes_the_aws_trace_header(server):
+    import boto3
+
+    client = boto3.client(
+        "sqs", endpoint_url=server.endpoint, region_name="us-east-1",
+        aws_access_key_id="test", aws_secret_access_key="test",
+    )
+    trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+
+    def add_trace(request, **_):
+        request.headers["X-Amzn-Trace-Id"] = trace
+
+    client.meta.events.register("before-send.sqs.SendMessage", add_trace)
+    url = server.queue()
+    client.send_message(QueueUrl=url, MessageBody="traced")
+    got = server.sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"][0]
+    assert got["Attributes"]["AWSTraceHeader"] == trace

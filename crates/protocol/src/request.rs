@@ -185,6 +185,27 @@ impl Request {
         )
     }
 
+    /// An `X-Amzn-Trace-Id` request header becomes the sent messages' `AWSTraceHeader`
+    /// system attribute, as on AWS, unless a message names its own.
+    pub fn add_trace_header(&mut self, trace: &str) {
+        let entries: Vec<&mut crate::shapes::MessageEntry> = match self {
+            Request::SendMessage(input) => vec![&mut input.message],
+            Request::SendMessageBatch(input) => input.entries.iter_mut().flatten().collect(),
+            _ => return,
+        };
+        for entry in entries {
+            entry
+                .message_system_attributes
+                .get_or_insert_with(Default::default)
+                .entry("AWSTraceHeader".to_string())
+                .or_insert_with(|| crate::shapes::MessageAttributeValue {
+                    string_value: Some(trace.to_string()),
+                    data_type: Some("String".to_string()),
+                    ..Default::default()
+                });
+        }
+    }
+
     /// Whether the action only reads: safe to answer to a plain GET, and from a server whose
     /// store has failed.
     pub fn is_read_only(&self) -> bool {

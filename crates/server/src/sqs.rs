@@ -111,10 +111,13 @@ async fn answer(
     let ctx = Context {
         host: host(headers),
     };
-    let request = match headers.get("x-amz-target").and_then(|t| t.to_str().ok()) {
+    let mut request = match headers.get("x-amz-target").and_then(|t| t.to_str().ok()) {
         Some(target) => parse_json(target, &body)?,
         None => parse_form(&ctx, method, uri, &body)?,
     };
+    if let Some(trace) = headers.get("x-amzn-trace-id").and_then(|t| t.to_str().ok()) {
+        request.add_trace_header(trace);
+    }
     if method == Method::GET && !request.is_read_only() && !is_presigned(uri) {
         return Err(ProtocolError::AccessDenied(format!(
             "{} changes state and cannot be sent by an unsigned GET; send it by POST, or presign the URL.",
