@@ -163,26 +163,24 @@ impl Request {
     }
 
     /// Whether success may have made a message receivable, so waiting receives should look.
-    /// How many waiting receives this request may give a message to: one per message sent or
-    /// released. Waking more than that only makes the rest look and sleep again.
-    pub fn receivers_to_wake(&self) -> usize {
+    /// How many waiting receives on `queue` this request may give a message to: one per
+    /// message sent or released, and on a FIFO queue one per message deleted (a delete lets
+    /// its group's next message be delivered). Waking more than that only makes the rest look
+    /// and sleep again.
+    pub fn receivers_to_wake(&self, queue: &str) -> usize {
+        let fifo = queue.ends_with(".fifo");
         match self {
+            Request::SendMessage(_) | Request::ChangeMessageVisibility(_) => 1,
+            Request::DeleteMessage(_) if fifo => 1,
             Request::SendMessageBatch(input) => input.entries.as_ref().map_or(0, Vec::len),
-            Request::ChangeMessageVisibilityBatch(input) | Request::DeleteMessageBatch(input) => {
+            Request::ChangeMessageVisibilityBatch(input) => {
                 input.entries.as_ref().map_or(0, Vec::len)
             }
-            Request::DeleteMessage(_) => 1,
-            _ => usize::from(self.may_wake_receivers()),
+            Request::DeleteMessageBatch(input) if fifo => {
+                input.entries.as_ref().map_or(0, Vec::len)
+            }
+            _ => 0,
         }
-    }
-
-    /// Whether the action may make messages receivable on a FIFO queue only: a delete lets
-    /// its group's next message be delivered.
-    pub fn may_wake_fifo_receivers(&self) -> bool {
-        matches!(
-            self,
-            Request::DeleteMessage(_) | Request::DeleteMessageBatch(_)
-        )
     }
 
     /// An `X-Amzn-Trace-Id` request header becomes the sent messages' `AWSTraceHeader`
@@ -220,6 +218,8 @@ impl Request {
         )
     }
 
+    /// Whether the action can make messages receivable, so that the queue it names is worth
+    /// looking up for `receivers_to_wake`.
     pub fn may_wake_receivers(&self) -> bool {
         matches!(
             self,
@@ -227,6 +227,8 @@ impl Request {
                 | Request::SendMessageBatch(_)
                 | Request::ChangeMessageVisibility(_)
                 | Request::ChangeMessageVisibilityBatch(_)
+                | Request::DeleteMessage(_)
+                | Request::DeleteMessageBatch(_)
         )
     }
 }

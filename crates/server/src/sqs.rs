@@ -195,7 +195,6 @@ fn too_large(headers: &HeaderMap, uri: &Uri, start: &[u8], seen: usize) -> Proto
         .map(str::to_string)
         .or_else(|| from_form(uri.query().unwrap_or_default().as_bytes()))
         .or_else(|| from_form(&start[..start.len().min(256)]));
-    let limit = MAX_BODY_BYTES;
     match action.as_deref() {
         Some("SendMessageBatch") => ProtocolError::Engine(EngineError::BatchRequestTooLong(
             MAX_MESSAGE_SIZE as usize,
@@ -205,7 +204,7 @@ fn too_large(headers: &HeaderMap, uri: &Uri, start: &[u8], seen: usize) -> Proto
             "One or more parameters are invalid. Reason: Message must be shorter than {MAX_MESSAGE_SIZE} bytes."
         )),
         _ => ProtocolError::InvalidParameterValue(format!(
-            "The request body is larger than {limit} bytes."
+            "The request body is larger than {MAX_BODY_BYTES} bytes."
         )),
     }
 }
@@ -289,14 +288,14 @@ async fn run(
         };
         let value = execute_prepared(&mut engine, ctx, request, prepared);
         // Which queue to wake, found under the same lock.
-        let woken = (request.may_wake_receivers() || request.may_wake_fifo_receivers())
+        let woken = request
+            .may_wake_receivers()
             .then(|| {
                 request
                     .queue_url()
                     .and_then(|url| queue_name(&engine, url).ok())
             })
-            .flatten()
-            .filter(|name| request.may_wake_receivers() || name.ends_with(".fifo"));
+            .flatten();
         (
             value,
             state.persist(&mut engine),
@@ -313,7 +312,7 @@ async fn run(
     }
     let value = value?;
     if let Some(name) = woken {
-        state.wake_some(&name, request.receivers_to_wake());
+        state.wake_some(&name, request.receivers_to_wake(&name));
     }
     Ok(Answer::Document(value))
 }

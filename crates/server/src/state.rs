@@ -283,6 +283,9 @@ impl AppState {
     /// Wakes up to `count` long polls on `queue`, one per message that became receivable:
     /// a send to a queue with 2,000 waiters wakes one of them, not all.
     pub fn wake_some(&self, queue: &str, count: usize) {
+        if count == 0 {
+            return;
+        }
         let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(notify) = waiters.get(queue) {
             (0..count).for_each(|_| notify.notify_one());
