@@ -282,18 +282,9 @@ async fn a_message_that_cannot_be_moved_is_named_with_its_reason_released_and_fa
         "{failed}"
     );
     assert!(err.contains("could not be moved"), "{err}");
-    let visible = sqs
-        .get_queue_attributes()
-        .queue_url(&dlq)
-        .attribute_names(A::ApproximateNumberOfMessages)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&A::ApproximateNumberOfMessages]
-        .clone();
     assert_eq!(
-        visible, "1",
+        common::visible(&sqs, &dlq).await,
+        1,
         "the failed message is back in the DLQ at once"
     );
 }

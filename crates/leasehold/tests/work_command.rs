@@ -6,7 +6,7 @@ mod common;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use common::{wait_for, Server};
@@ -28,22 +28,11 @@ fn read_pid(path: &Path) -> Option<i32> {
 
 /// `leasehold work` in a process group of its own, as a shell runs a foreground job.
 fn work(server: &Server, url: &str, script: &str, dir: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    common::leasehold_work(server, url)
         .process_group(0)
-        .args([
-            "work",
-            "--endpoint-url",
-            &server.endpoint(),
-            "--queue-url",
-            url,
-        ])
         .args(["--lease", "3", "--heartbeat", "1", "--kill-grace", "1"])
         .args(["--", "sh", "-c", script])
         .env("PIDS", dir)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap()
 }

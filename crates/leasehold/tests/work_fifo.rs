@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName as A;
@@ -35,14 +35,7 @@ async fn send(sqs: &Client, url: &str, body: &str) {
 
 /// The worker runs `script` per message with the body in `$B` and the log at `$LOG`.
 fn work(server: &Server, url: &str, log: &Path, script: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args([
-            "work",
-            "--endpoint-url",
-            &server.endpoint(),
-            "--queue-url",
-            url,
-        ])
+    common::leasehold_work(server, url)
         .args([
             "--concurrency",
             "4",
@@ -55,10 +48,6 @@ fn work(server: &Server, url: &str, log: &Path, script: &str) -> Child {
         ])
         .args(["--", "sh", "-c", &format!("B=$(cat); {script}")])
         .env("LOG", log)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap()
 }

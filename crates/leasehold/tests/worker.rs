@@ -393,26 +393,10 @@ async fn postgres_a_worker_killed_mid_message_runs_the_work_once_more_at_most_on
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("runs.log");
     let spawn_worker = |script: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args([
-                "work",
-                "--endpoint-url",
-                &server.endpoint(),
-                "--queue-url",
-                &url,
-                "--lease",
-                "2",
-                "--backoff",
-                "1",
-                "--max-backoff",
-                "1",
-            ])
+        common::leasehold_work(&server, &url)
+            .args(["--lease", "2", "--backoff", "1", "--max-backoff", "1"])
             .args(["--idempotency", POSTGRES_URL, "--", "sh", "-c", script])
             .env("RUNS_LOG", &log)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap()
     };

@@ -18,6 +18,25 @@ pub struct Server {
     pub port: u16,
 }
 
+/// `leasehold work` against `server`'s `url`, with test credentials and quiet output: the
+/// caller adds its flags and `-- COMMAND`, then spawns it.
+pub fn leasehold_work(server: &Server, url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .args([
+            "work",
+            "--endpoint-url",
+            &server.endpoint(),
+            "--queue-url",
+            url,
+        ])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
 /// Waits (at most 20 s) until something listens on `port`.
 pub fn wait_until_listening(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
