@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use leasehold_engine::{Engine, EngineConfig, LeaseMode};
+use leasehold_engine::{Change, Engine, EngineConfig, LeaseMode};
 use leasehold_store::{codec, load, Committer, Durability, Store, StoreError};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -240,30 +240,33 @@ impl AppState {
         let committer = self.committer.as_ref()?;
         let changes = engine.take_changes();
         // A read-only server's reads may still tick (retention); nothing is written.
-        let healthy = self.health.load(Ordering::SeqCst) == HEALTHY;
-        (healthy && !changes.is_empty()).then(|| committer.submit(codec::encode(&changes)))
+        (self.is_healthy() && !changes.is_empty())
+            .then(|| committer.submit(codec::encode(&changes)))
     }
 
     /// Like `persist`, for background work nobody waits on.
     pub fn persist_detached(&self, engine: &mut Engine) {
-        if let Some(committer) = &self.committer {
-            let changes = engine.take_changes();
-            if !changes.is_empty() && self.health.load(Ordering::SeqCst) == HEALTHY {
-                committer.submit_detached(codec::encode(&changes));
-            }
-        }
+        self.write_detached(&engine.take_changes());
     }
 
     /// Hands every queue's measurements not yet written to the store: at shutdown, so the
     /// lease histograms a restart reads back miss nothing of the last second.
     pub fn flush_metrics(&self) {
         let mut engine = self.engine();
-        let changes = engine.take_all_metrics();
-        if let (Some(committer), false) = (&self.committer, changes.is_empty()) {
-            if self.health.load(Ordering::SeqCst) == HEALTHY {
-                committer.submit_detached(codec::encode(&changes));
+        // Still under the lock, so no newer record of the same queue is written before it.
+        self.write_detached(&engine.take_all_metrics());
+    }
+
+    fn write_detached(&self, changes: &[Change]) {
+        if let Some(committer) = &self.committer {
+            if !changes.is_empty() && self.is_healthy() {
+                committer.submit_detached(codec::encode(changes));
             }
         }
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.health.load(Ordering::SeqCst) == HEALTHY
     }
 
     /// The notifier that long polls on `queue` wait on.
