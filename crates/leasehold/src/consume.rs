@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_sqs::types::MessageAttributeValue;
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use aws_sdk_sqs::Client;
 use leasehold_worker::idempotency::with_causes;
 use leasehold_worker::{idempotency, Backoff, IdempotencyStore, Message, Worker};
@@ -127,21 +127,21 @@ pub async fn sqs_client(args: &SqsArgs, queue_url: &str) -> anyhow::Result<Clien
     Ok(Client::new(&config))
 }
 
-/// Fails at start, with the server's own words, when the queue cannot be used.
-async fn check_queue(client: &Client, queue_url: &str) -> anyhow::Result<()> {
-    client
+/// A queue's attributes, read at start: a queue that cannot be used is a mistake, said in
+/// the server's own words.
+pub(crate) async fn queue_attributes(
+    client: &Client,
+    url: &str,
+    names: &[QueueAttributeName],
+) -> anyhow::Result<HashMap<QueueAttributeName, String>> {
+    let out = client
         .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .queue_url(url)
+        .set_attribute_names(Some(names.to_vec()))
         .send()
         .await
-        .map(|_| ())
-        .map_err(|error| {
-            usage(format!(
-                "cannot use the queue {queue_url}: {}",
-                with_causes(&error)
-            ))
-        })
+        .map_err(|e| usage(format!("cannot use the queue {url}: {}", with_causes(&e))))?;
+    Ok(out.attributes.unwrap_or_default())
 }
 
 /// Fails at start when the command to run per message is not there to run.
@@ -313,7 +313,7 @@ impl Drop for ProcessGroup {
 pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
     check_command(&args.command[0])?;
     let client = sqs_client(&args.sqs, &args.queue_url).await?;
-    check_queue(&client, &args.queue_url).await?;
+    queue_attributes(&client, &args.queue_url, &[QueueAttributeName::QueueArn]).await?;
     let store = match &args.idempotency {
         Some(url) => Some(Arc::<dyn IdempotencyStore>::from(open_store(url).await?)),
         None => None,

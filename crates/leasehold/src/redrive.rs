@@ -3,7 +3,7 @@
 //! replaying. It checks at start that the move makes sense, considers each message once,
 //! keeps FIFO groups in order, and never holds a message longer than it needs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use aws_sdk_sqs::types::{
     Message as SqsMessage, MessageAttributeValue, MessageSystemAttributeName,
@@ -14,7 +14,7 @@ use leasehold_worker::idempotency::with_causes;
 use leasehold_worker::{IdempotencyStore, IDEMPOTENCY_KEY_ATTRIBUTE};
 use tokio_util::sync::CancellationToken;
 
-use crate::consume::{open_store, sqs_client, usage, SqsArgs};
+use crate::consume::{open_store, queue_attributes, sqs_client, usage, SqsArgs};
 
 #[derive(clap::Args)]
 pub struct RedriveArgs {
@@ -98,27 +98,16 @@ pub async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn attributes(client: &Client, url: &str, names: &[A]) -> anyhow::Result<HashMap<A, String>> {
-    let out = client
-        .get_queue_attributes()
-        .queue_url(url)
-        .set_attribute_names(Some(names.to_vec()))
-        .send()
-        .await
-        .map_err(|e| usage(format!("cannot use the queue {url}: {}", with_causes(&e))))?;
-    Ok(out.attributes.unwrap_or_default())
-}
-
 /// Both queues exist, `--from` is `--to`'s dead-letter queue (unless `--force`), and how
 /// many messages the dead-letter queue holds now.
 async fn check_queues(client: &Client, args: &RedriveArgs) -> anyhow::Result<Queues> {
-    let from = attributes(
+    let from = queue_attributes(
         client,
         &args.from,
         &[A::QueueArn, A::ApproximateNumberOfMessages],
     )
     .await?;
-    let to = attributes(client, &args.to, &[A::RedrivePolicy]).await?;
+    let to = queue_attributes(client, &args.to, &[A::RedrivePolicy]).await?;
     let from_arn = from.get(&A::QueueArn).cloned().unwrap_or_default();
     let target = to
         .get(&A::RedrivePolicy)
