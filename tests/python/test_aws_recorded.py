@@ -110,3 +110,44 @@ def test_a_trace_id_header_becomes_the_aws_trace_header(server):
     client.send_message(QueueUrl=url, MessageBody="traced")
     got = server.sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"][0]
     assert got["Attributes"]["AWSTraceHeader"] == trace
+
+
+def bodies(server, url, **receive):
+    got = server.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, **receive)
+    return [m["Body"] for m in got.get("Messages", [])], got.get("Messages", [])
+
+
+def test_a_released_head_is_delivered_while_the_rest_of_its_group_is_in_flight(server):
+    url = fifo(server, VisibilityTimeout=30)
+    for body, group in [("g1-m1", "g1"), ("g1-m2", "g1"), ("g2-m1", "g2")]:
+        server.sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group)
+    got = server.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2)["Messages"]
+    assert [m["Body"] for m in got] == ["g1-m1", "g1-m2"]
+    server.sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"], VisibilityTimeout=0
+    )
+    assert bodies(server, url)[0] == ["g2-m1", "g1-m1"]
+
+
+def test_groups_served_with_visibility_zero_come_after_groups_that_waited(server):
+    url = fifo(server)
+    sends = [("g1-m1", "g1"), ("g2-m1", "g2"), ("g2-m2", "g2"), ("g3-m1", "g3"), ("g1-m2", "g1")]
+    for body, group in sends:
+        server.sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group)
+    first = server.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3, VisibilityTimeout=0)
+    assert [m["Body"] for m in first["Messages"]] == ["g1-m1", "g1-m2", "g2-m1"]
+    assert bodies(server, url, VisibilityTimeout=0)[0] == ["g3-m1", "g1-m1", "g1-m2", "g2-m1", "g2-m2"]
+
+
+def test_an_expired_head_is_delivered_up_to_the_first_message_still_in_flight(server):
+    url = fifo(server, VisibilityTimeout=10)
+    for body in ["foo", "bar", "baz"]:
+        server.sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g")
+    _, got = bodies(server, url)
+    handles = {m["Body"]: m["ReceiptHandle"] for m in got}
+    server.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handles["bar"], VisibilityTimeout=4)
+    server.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handles["baz"], VisibilityTimeout=60)
+    server.advance(5)
+    assert bodies(server, url)[0] == []
+    server.advance(6)
+    assert bodies(server, url)[0] == ["foo", "bar"]

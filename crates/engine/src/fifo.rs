@@ -1,8 +1,11 @@
 //! FIFO queue state: message groups, the deduplication window and receive-attempt replay.
 //!
 //! Invariants:
-//! - a group is listed in `ready_groups` (under its head's key) exactly when none of its
-//!   messages is in flight and its head (oldest member) is Ready;
+//! - a group is listed in `ready_groups` exactly when its head (oldest member) is Ready, under
+//!   the head's ready rank and key. As on AWS, a receive hands out the group's messages from
+//!   the head up to the first one that is not Ready; messages in flight further back do not
+//!   hold the head. The rank orders groups by when their head last became Ready, so a group
+//!   served and released goes behind groups that waited, as AWS serves them;
 //! - `dedup` and `attempts` hold only entries younger than five minutes once `expire` ran.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -16,9 +19,11 @@ pub const FIFO_WINDOW_MS: u64 = 5 * 60 * 1000;
 #[derive(Default, Debug)]
 struct Group {
     members: BTreeSet<MsgKey>,
-    in_flight: u32,
-    listed: Option<MsgKey>,
+    listed: Option<Listing>,
 }
+
+/// Where a group stands in line: its head's ready rank, then the head's key.
+type Listing = (u64, MsgKey);
 
 /// A deduplication key: the group when DeduplicationScope is messageGroup, and the id.
 pub type DedupKey = (Option<Arc<str>>, Arc<str>);
@@ -35,7 +40,7 @@ pub struct Original {
 #[derive(Default, Debug)]
 pub(crate) struct FifoState {
     groups: HashMap<Arc<str>, Group>,
-    ready_groups: BTreeSet<(MsgKey, Arc<str>)>,
+    ready_groups: BTreeSet<(Listing, Arc<str>)>,
     dedup: HashMap<DedupKey, Original>,
     dedup_expiry: VecDeque<(u64, DedupKey)>,
     attempts: HashMap<String, Vec<(MsgKey, u32)>>,
@@ -57,22 +62,13 @@ impl FifoState {
         }
     }
 
-    pub fn add_in_flight(&mut self, group: &Arc<str>, delta: i32) {
-        if let Some(g) = self.groups.get_mut(group) {
-            g.in_flight = g.in_flight.saturating_add_signed(delta);
-        }
-    }
-
-    /// The group's oldest message, if the group may deliver now (nothing of it in flight).
-    pub fn deliverable_head(&self, group: &Arc<str>) -> Option<MsgKey> {
-        let g = self.groups.get(group)?;
-        (g.in_flight == 0)
-            .then(|| g.members.first().copied())
-            .flatten()
+    /// The group's oldest message.
+    pub fn head(&self, group: &Arc<str>) -> Option<MsgKey> {
+        self.groups.get(group)?.members.first().copied()
     }
 
     /// Lists the group under `head`, or unlists it when `head` is None; drops empty groups.
-    pub fn list(&mut self, group: &Arc<str>, head: Option<MsgKey>) {
+    pub fn list(&mut self, group: &Arc<str>, head: Option<Listing>) {
         let Some(g) = self.groups.get_mut(group) else {
             return;
         };
@@ -86,12 +82,12 @@ impl FifoState {
             self.ready_groups.insert((new, group.clone()));
             g.listed = Some(new);
         }
-        if g.members.is_empty() && g.in_flight == 0 {
+        if g.members.is_empty() {
             self.groups.remove(group);
         }
     }
 
-    /// The deliverable group with the oldest head, unlisted.
+    /// The deliverable group whose head has been Ready longest, unlisted.
     pub fn pop_ready_group(&mut self) -> Option<Arc<str>> {
         let (_, group) = self.ready_groups.pop_first()?;
         if let Some(g) = self.groups.get_mut(&group) {

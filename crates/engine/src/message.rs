@@ -327,7 +327,9 @@ pub struct StoredMessage {
     pub first_receive_ms: u64,
     /// When the current (or latest) lease started: the 12-hour ceiling counts from here.
     pub lease_start_ms: u64,
-    /// When a Delayed or InFlight state ends; unused while Ready.
+    /// When a Delayed or InFlight state ends. While Ready: its ready rank, a per-queue count
+    /// that grows each time a message becomes Ready, which orders FIFO groups by how long
+    /// their heads have waited (stores do not keep it).
     pub until_ms: u64,
     pub receive_count: u32,
     /// Heartbeats (visibility extensions) during the current lease, up to 65,535.

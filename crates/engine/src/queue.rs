@@ -155,6 +155,8 @@ pub(crate) struct Queue {
     timers: BTreeSet<(u64, MsgKey)>,
     fifo: FifoState,
     next_seq: u64,
+    /// The last ready rank handed out; not stored, restarts with the process.
+    ready_rank: u64,
     in_flight: usize,
     delayed: usize,
 }
@@ -178,6 +180,7 @@ impl Queue {
             timers: BTreeSet::new(),
             fifo: FifoState::default(),
             next_seq: 1,
+            ready_rank: 0,
             in_flight: 0,
             delayed: 0,
         }
@@ -204,14 +207,11 @@ impl Queue {
             State::InFlight => {
                 self.in_flight += 1;
                 self.timers.insert((until, key));
-                if let Some(g) = group {
-                    self.fifo.add_in_flight(g, 1);
-                }
             }
         }
     }
 
-    fn unlink(&mut self, key: MsgKey, (state, until): (State, u64), group: Option<&Arc<str>>) {
+    fn unlink(&mut self, key: MsgKey, (state, until): (State, u64)) {
         match state {
             State::Ready => {
                 self.ready.remove(&key);
@@ -223,32 +223,40 @@ impl Queue {
             State::InFlight => {
                 self.in_flight -= 1;
                 self.timers.remove(&(until, key));
-                if let Some(g) = group {
-                    self.fifo.add_in_flight(g, -1);
-                }
             }
         }
     }
 
-    /// Re-lists a FIFO group after anything about it changed.
+    /// Re-lists a FIFO group after anything about it changed: listed while its head is Ready.
     fn refresh_group(&mut self, group: &Arc<str>) {
-        let head = self
-            .fifo
-            .deliverable_head(group)
-            .filter(|k| matches!(self.messages.get(k).map(|m| m.state), Some(State::Ready)));
-        self.fifo.list(group, head);
+        let listing = self.fifo.head(group).and_then(|key| {
+            let head = self.messages.get(&key)?;
+            (head.state == State::Ready).then_some((head.until_ms, key))
+        });
+        self.fifo.list(group, listing);
     }
 
-    /// Moves a stored message to a new state that ends at `until` (ignored for Ready),
-    /// keeping the indexes true.
+    /// A number larger than every ready rank handed out before (see `StoredMessage::until_ms`).
+    fn next_ready_rank(&mut self) -> u64 {
+        self.ready_rank += 1;
+        self.ready_rank
+    }
+
+    /// Moves a stored message to a new state that ends at `until` (Ready takes a fresh ready
+    /// rank instead), keeping the indexes true.
     fn set_state(&mut self, key: MsgKey, state: State, until: u64) {
+        let until = if state == State::Ready {
+            self.next_ready_rank()
+        } else {
+            until
+        };
         let group = self.fifo_group(key);
         let Some(message) = self.messages.get_mut(&key) else {
             return;
         };
         let old = (message.state, message.until_ms);
         (message.state, message.until_ms) = (state, until);
-        self.unlink(key, old, group.as_ref());
+        self.unlink(key, old);
         self.link(key, (state, until), group.as_ref());
         if let Some(g) = group {
             self.refresh_group(&g);
@@ -266,7 +274,15 @@ impl Queue {
         self.changes.meta |= self.changes.enabled;
     }
 
-    fn insert(&mut self, key: MsgKey, message: StoredMessage) {
+    /// Stores a message that arrives now: a Ready one takes a fresh ready rank.
+    fn insert(&mut self, key: MsgKey, mut message: StoredMessage) {
+        if message.state == State::Ready {
+            message.until_ms = self.next_ready_rank();
+        }
+        self.insert_as_is(key, message);
+    }
+
+    fn insert_as_is(&mut self, key: MsgKey, message: StoredMessage) {
         self.mark(key);
         let state = (message.state, message.until_ms);
         let group = self
@@ -288,7 +304,7 @@ impl Queue {
         let group = self.fifo_group(key);
         let message = self.messages.remove(&key)?;
         self.mark(key);
-        self.unlink(key, (message.state, message.until_ms), group.as_ref());
+        self.unlink(key, (message.state, message.until_ms));
         if let Some(g) = group {
             self.fifo.remove_member(&g, key);
             self.refresh_group(&g);
@@ -805,7 +821,13 @@ impl Queue {
         if self.message_id(key, &message) != id {
             message.extras.get_or_insert_with(Box::default).message_id = Some(id);
         }
-        self.insert(key, message);
+        if message.state == State::Ready && message.until_ms != 0 {
+            // Stored with its ready rank: it keeps its place among the FIFO groups.
+            self.ready_rank = self.ready_rank.max(message.until_ms);
+            self.insert_as_is(key, message);
+        } else {
+            self.insert(key, message);
+        }
     }
 
     pub(crate) fn restore_dedup(&mut self, key: DedupKey, original: Original) {

@@ -100,7 +100,7 @@ fn a_group_delivers_in_order_and_is_blocked_while_a_message_is_in_flight() {
 }
 
 #[test]
-fn an_expired_lease_returns_the_group_head_before_later_messages() {
+fn an_expired_lease_returns_the_group_head_and_a_release_returns_it_again() {
     check(
         "
         create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30
@@ -120,7 +120,132 @@ fn an_expired_lease_returns_the_group_head_before_later_messages() {
             advance 30                   -> t+30s
             recv q.fifo max=10           -> m1 rc=2 h2, m2 rc=1 h3
             vis q.fifo h2 0              -> ok
-            recv q.fifo max=1            -> (empty)
+            recv q.fifo max=1            -> m1 rc=3 h4
+        "#]],
+    );
+}
+
+#[test]
+fn a_group_delivers_from_its_head_up_to_the_first_message_in_flight() {
+    // AWS-recorded: receive foo, bar, baz; bar's lease is cut to 4 s; when foo's lease
+    // runs out, foo and bar are delivered again while baz is still in flight.
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=10
+        send q.fifo foo group=g
+        send q.fifo bar group=g
+        send q.fifo baz group=g
+        recv q.fifo max=10
+        vis q.fifo h2 4
+        vis q.fifo h3 20
+        advance 4
+        recv q.fifo max=10
+        advance 6
+        recv q.fifo max=10
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=10 -> ok
+            send q.fifo foo group=g      -> seq=1
+            send q.fifo bar group=g      -> seq=2
+            send q.fifo baz group=g      -> seq=3
+            recv q.fifo max=10           -> foo rc=1 h1, bar rc=1 h2, baz rc=1 h3
+            vis q.fifo h2 4              -> ok
+            vis q.fifo h3 20             -> ok
+            advance 4                    -> t+4s
+            recv q.fifo max=10           -> (empty)
+            advance 6                    -> t+10s
+            recv q.fifo max=10           -> foo rc=2 h4, bar rc=2 h5
+        "#]],
+    );
+}
+
+#[test]
+fn a_released_head_is_delivered_while_later_messages_of_its_group_are_in_flight() {
+    // AWS-recorded: receive g1-m1 and g1-m2, release g1-m1, receive 3: g2-m1, then g1-m1.
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30
+        send q.fifo g1-m1 group=g1
+        send q.fifo g1-m2 group=g1
+        send q.fifo g2-m1 group=g2
+        recv q.fifo max=2
+        vis q.fifo h1 0
+        recv q.fifo max=3
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true VisibilityTimeout=30 -> ok
+            send q.fifo g1-m1 group=g1   -> seq=1
+            send q.fifo g1-m2 group=g1   -> seq=2
+            send q.fifo g2-m1 group=g2   -> seq=3
+            recv q.fifo max=2            -> g1-m1 rc=1 h1, g1-m2 rc=1 h2
+            vis q.fifo h1 0              -> ok
+            recv q.fifo max=3            -> g2-m1 rc=1 h3, g1-m1 rc=2 h4
+        "#]],
+    );
+}
+
+#[test]
+fn groups_served_with_visibility_zero_go_behind_groups_that_waited() {
+    // AWS-recorded: after a receive with VisibilityTimeout=0 the groups it served come last,
+    // in the order it served them.
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true
+        send q.fifo g1-m1 group=g1
+        send q.fifo g2-m1 group=g2
+        send q.fifo g2-m2 group=g2
+        send q.fifo g3-m1 group=g3
+        send q.fifo g1-m2 group=g1
+        recv q.fifo max=3 vis=0
+        recv q.fifo max=10 vis=0
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true -> ok
+            send q.fifo g1-m1 group=g1   -> seq=1
+            send q.fifo g2-m1 group=g2   -> seq=2
+            send q.fifo g2-m2 group=g2   -> seq=3
+            send q.fifo g3-m1 group=g3   -> seq=4
+            send q.fifo g1-m2 group=g1   -> seq=5
+            recv q.fifo max=3 vis=0      -> g1-m1 rc=1 h1, g1-m2 rc=1 h2, g2-m1 rc=1 h3
+            recv q.fifo max=10 vis=0     -> g3-m1 rc=1 h4, g1-m1 rc=2 h5, g1-m2 rc=2 h6, g2-m1 rc=2 h7, g2-m2 rc=1 h8
+        "#]],
+    );
+}
+
+#[test]
+fn a_group_whose_served_messages_were_deleted_keeps_its_place_by_its_new_head() {
+    // AWS-recorded: the group's next message has waited since it was sent, so the group is
+    // served in its send order; while one served message is still in flight it is not.
+    check(
+        "
+        create q.fifo FifoQueue=true ContentBasedDeduplication=true
+        send q.fifo g1-m1 group=g1
+        send q.fifo g2-m1 group=g2
+        send q.fifo g1-m2 group=g1
+        send q.fifo g2-m2 group=g2
+        send q.fifo g1-m3 group=g1
+        send q.fifo g1-m4 group=g1
+        send q.fifo g3-m1 group=g3
+        recv q.fifo max=2
+        del q.fifo h1
+        recv q.fifo max=10 vis=0
+        del q.fifo h2
+        recv q.fifo max=10
+        ",
+        expect![[r#"
+            create q.fifo FifoQueue=true ContentBasedDeduplication=true -> ok
+            send q.fifo g1-m1 group=g1   -> seq=1
+            send q.fifo g2-m1 group=g2   -> seq=2
+            send q.fifo g1-m2 group=g1   -> seq=3
+            send q.fifo g2-m2 group=g2   -> seq=4
+            send q.fifo g1-m3 group=g1   -> seq=5
+            send q.fifo g1-m4 group=g1   -> seq=6
+            send q.fifo g3-m1 group=g3   -> seq=7
+            recv q.fifo max=2            -> g1-m1 rc=1 h1, g1-m2 rc=1 h2
+            del q.fifo h1                -> removed
+            recv q.fifo max=10 vis=0     -> g2-m1 rc=1 h3, g2-m2 rc=1 h4, g3-m1 rc=1 h5
+            del q.fifo h2                -> removed
+            recv q.fifo max=10           -> g1-m3 rc=1 h6, g1-m4 rc=1 h7, g2-m1 rc=2 h8, g2-m2 rc=2 h9, g3-m1 rc=2 h10
         "#]],
     );
 }

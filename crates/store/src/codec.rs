@@ -492,7 +492,12 @@ fn message_value(id: &[u8; 16], m: &StoredMessage) -> Vec<u8> {
     w.u32(u32::from(m.extensions));
     w.u8(m.late_deleted as u8);
     match m.state {
-        MessageState::Ready => w.u8(0),
+        MessageState::Ready if m.until_ms == 0 => w.u8(0),
+        // A ready rank keeps FIFO groups in the order they waited across a restart.
+        MessageState::Ready => {
+            w.u8(3);
+            w.u64(m.until_ms);
+        }
         MessageState::Delayed => {
             w.u8(1);
             w.u64(m.until_ms);
@@ -527,6 +532,7 @@ fn read_message(r: &mut Reader) -> Result<([u8; 16], StoredMessage), String> {
         0 => (MessageState::Ready, 0),
         1 => (MessageState::Delayed, r.u64()?),
         2 => (MessageState::InFlight, r.u64()?),
+        3 => (MessageState::Ready, r.u64()?),
         s => return Err(format!("unknown message state {s}")),
     };
     let message = StoredMessage {
