@@ -6,7 +6,7 @@ use super::Engine;
 use crate::error::{EngineError, Result};
 use crate::message::{Delivery, NewMessage};
 use crate::queue::{DeleteOutcome, ReceiveParams, Sent};
-use crate::settings::MAX_VISIBILITY_TIMEOUT_S;
+use crate::settings::{MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S};
 
 /// What ReceiveMessage asks the engine for.
 #[derive(Clone, Debug, Default)]
@@ -36,17 +36,21 @@ impl Engine {
         Ok(queue.send(now, message))
     }
 
-    /// SendMessageBatch: the batch's total size is checked first; then each entry on its own.
+    /// SendMessageBatch: the batch's total is held to SQS's fixed limit, whatever the queue's
+    /// MaximumMessageSize; then each entry is checked on its own (one too big for the queue
+    /// fails alone, in `Failed`), as AWS does.
     pub fn send_batch(
         &mut self,
         name: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent>>> {
         let settings = &self.queue(name)?.settings;
-        let max_size = settings.max_message_size as usize;
         let total: usize = messages.iter().map(NewMessage::size).sum();
-        if total > max_size {
-            return Err(EngineError::BatchRequestTooLong(max_size, total));
+        if total > MAX_MESSAGE_SIZE as usize {
+            return Err(EngineError::BatchRequestTooLong(
+                MAX_MESSAGE_SIZE as usize,
+                total,
+            ));
         }
         // On a FIFO queue an entry without its group (or without a deduplication id the
         // queue cannot derive) fails the whole batch, as AWS does: nothing is sent.

@@ -1,5 +1,6 @@
 //! Sending, receiving and deleting messages: bodies, attributes, checksums, delays, batches.
 
+use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName as S,
@@ -201,22 +202,47 @@ async fn messages_larger_than_the_queue_limit_are_refused() {
         "InvalidParameterValue",
         "attributes count toward the size"
     );
-    let entries = (0..2).map(|i| {
-        SendMessageBatchRequestEntry::builder()
-            .id(format!("e{i}"))
-            .message_body("y".repeat(600))
-            .build()
-            .unwrap()
-    });
-    let err = s
-        .sqs
-        .send_message_batch()
-        .queue_url(&url)
-        .set_entries(Some(entries.collect()))
-        .send()
+    // A batch is not held to the queue's limit as a whole, only entry by entry: the entry
+    // too big fails alone and the others are sent (AWS-recorded).
+    let batch = |bodies: &[String]| {
+        let entries = bodies.iter().enumerate().map(|(i, body)| {
+            SendMessageBatchRequestEntry::builder()
+                .id(format!("e{i}"))
+                .message_body(body)
+                .build()
+                .unwrap()
+        });
+        s.sqs
+            .send_message_batch()
+            .queue_url(&url)
+            .set_entries(Some(entries.collect()))
+            .send()
+    };
+    let out = batch(&["y".repeat(1024), "y".repeat(1025), "y".repeat(600)])
+        .await
+        .unwrap();
+    let sent: Vec<&str> = out.successful().iter().map(|e| e.id()).collect();
+    assert_eq!(sent, ["e0", "e2"]);
+    let failed = &out.failed()[0];
+    assert_eq!(
+        (failed.id(), failed.code(), failed.sender_fault()),
+        ("e1", "InvalidParameterValue", true)
+    );
+    assert_eq!(
+        failed.message(),
+        Some("One or more parameters are invalid. Reason: Message must be shorter than 1024 bytes.")
+    );
+    // Only the whole batch past SQS's fixed 1 MiB is refused whole, and nothing is sent.
+    let before = s.attribute(&url, "ApproximateNumberOfMessages").await;
+    let err = batch(&["z".repeat(600_000), "z".repeat(600_000)])
         .await
         .unwrap_err();
     assert_eq!(code(&err), "AWS.SimpleQueueService.BatchRequestTooLong");
+    assert_eq!(
+        err.message(),
+        Some("Batch requests cannot be longer than 1048576 bytes. You have sent 1200000 bytes.")
+    );
+    assert_eq!(s.attribute(&url, "ApproximateNumberOfMessages").await, before);
 }
 
 #[tokio::test]
