@@ -1,5 +1,6 @@
 """Behaviour recorded on real AWS (LocalStack's snapshots of it) that Leasehold matches,
 through boto3 over both protocols."""
+import json
 import uuid
 
 import pytest
@@ -151,3 +152,92 @@ def test_an_expired_head_is_delivered_up_to_the_first_message_still_in_flight(se
     assert bodies(server, url)[0] == []
     server.advance(6)
     assert bodies(server, url)[0] == ["foo", "bar"]
+
+
+def error(excinfo):
+    return excinfo.value.response["Error"]["Code"], excinfo.value.response["Error"]["Message"]
+
+
+@pytest.mark.parametrize("param", ["MessageGroupId", "MessageDeduplicationId"])
+def test_a_bad_fifo_id_is_refused_in_aws_words(server, param):
+    ids = {"MessageGroupId": "g", "MessageDeduplicationId": "d", param: "has space"}
+    with pytest.raises(ClientError) as e:
+        server.sqs.send_message(QueueUrl=fifo(server), MessageBody="m", **ids)
+    assert error(e) == (
+        "InvalidParameterValue",
+        f"Value has space for parameter {param} is invalid. Reason: {param} can only include"
+        " alphanumeric and punctuation characters. 1 to 128 in length.",
+    )
+
+
+def test_an_empty_string_attribute_is_refused_in_aws_words(server):
+    with pytest.raises(ClientError) as e:
+        server.sqs.send_message(
+            QueueUrl=server.queue(),
+            MessageBody="test",
+            MessageAttributes={"ErrorDetails": {"StringValue": "", "DataType": "String"}},
+        )
+    assert error(e) == (
+        "InvalidParameterValue",
+        "Message (user) attribute 'ErrorDetails' must contain a non-empty value of type 'String'.",
+    )
+
+
+def test_a_control_character_in_an_attribute_value_is_an_invalid_parameter(server):
+    url = server.queue()
+    with pytest.raises(ClientError) as e:
+        server.sqs.send_message(
+            QueueUrl=url,
+            MessageBody="test",
+            MessageAttributes={"attr1": {"StringValue": f"Invalid-{chr(8)},{chr(11)}", "DataType": "String"}},
+        )
+    assert error_code(e) == "InvalidParameterValue"
+    # In a body the same character is InvalidMessageContents.
+    with pytest.raises(ClientError) as e:
+        server.sqs.send_message(QueueUrl=url, MessageBody=f"Invalid-{chr(8)}")
+    assert error_code(e) == "InvalidMessageContents"
+
+
+def test_an_unknown_queue_is_named_in_each_protocols_words(server):
+    with pytest.raises(ClientError) as e:
+        server.sqs.get_queue_attributes(QueueUrl=server.queue() + "-gone", AttributeNames=["All"])
+    code, message = error(e)
+    assert code == "AWS.SimpleQueueService.NonExistentQueue"
+    if server.sqs.meta.service_model.protocol == "query":
+        assert message == "The specified queue does not exist for this wsdl version."
+    else:
+        assert message == "The specified queue does not exist."
+
+
+def test_fifo_queue_attribute_cannot_be_turned_off_or_read_on_a_standard_queue(server):
+    with pytest.raises(ClientError) as e:
+        server.sqs.set_queue_attributes(QueueUrl=fifo(server), Attributes={"FifoQueue": "false"})
+    assert error_code(e) == "InvalidAttributeValue"
+    with pytest.raises(ClientError) as e:
+        server.sqs.get_queue_attributes(QueueUrl=server.queue(), AttributeNames=["FifoQueue"])
+    assert error_code(e) == "InvalidAttributeName"
+
+
+def test_add_permission_writes_an_aws_policy_and_removing_the_last_leaves_none(server):
+    url = server.queue()
+    server.sqs.add_permission(
+        QueueUrl=url, Label="crossaccountpermission", AWSAccountIds=["111111111111"], Actions=["ReceiveMessage"]
+    )
+    policy = json.loads(server.attribute(url, "Policy"))
+    arn = server.attribute(url, "QueueArn")
+    assert policy == {
+        "Version": "2012-10-17",
+        "Id": f"{arn}/SQSDefaultPolicy",
+        "Statement": [
+            {
+                "Sid": "crossaccountpermission",
+                "Effect": "Allow",
+                "Principal": {"AWS": "arn:aws:iam::111111111111:root"},
+                "Action": "SQS:ReceiveMessage",
+                "Resource": arn,
+            }
+        ],
+    }
+    server.sqs.remove_permission(QueueUrl=url, Label="crossaccountpermission")
+    answer = server.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
+    assert "Attributes" not in answer

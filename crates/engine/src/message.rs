@@ -118,7 +118,14 @@ fn check_attribute(name: &str, attr: &MessageAttribute, kind: &str) -> Result<()
     match (&attr.data, base) {
         (AttributeData::Binary(bytes), "Binary") if !bytes.is_empty() => Ok(()),
         (AttributeData::Text(text), "String" | "Number") if !text.is_empty() => {
-            check_chars(text, &format!("message ({kind}) attribute '{name}'"))?;
+            // AWS answers a bad character in an attribute value (unlike one in a body) with
+            // InvalidParameterValue.
+            check_chars(text, &format!("message ({kind}) attribute '{name}'")).map_err(
+                |e| match e {
+                    EngineError::InvalidMessageContents(text) => invalid(text),
+                    other => other,
+                },
+            )?;
             if base == "Number" && !is_number(text) {
                 return Err(invalid(format!(
                     "Could not cast message ({kind}) attribute '{name}' value to number."
@@ -127,7 +134,7 @@ fn check_attribute(name: &str, attr: &MessageAttribute, kind: &str) -> Result<()
             Ok(())
         }
         _ => Err(invalid(format!(
-            "Message ({kind}) attribute '{name}' must contain a non-empty message attribute value for message attribute type '{base}'."
+            "Message ({kind}) attribute '{name}' must contain a non-empty value of type '{base}'."
         ))),
     }
 }
@@ -276,7 +283,9 @@ fn check_fifo_id(param: &str, id: &str) -> Result<()> {
         Err(EngineError::out_of_range(
             param,
             id,
-            "It must be 1 to 128 alphanumeric or punctuation characters.",
+            &format!(
+                "{param} can only include alphanumeric and punctuation characters. 1 to 128 in length."
+            ),
         ))
     }
 }

@@ -35,6 +35,19 @@ pub enum ProtocolError {
     RequestTimeout(u64),
 }
 
+impl ProtocolError {
+    /// The message the query protocol sends: as the JSON protocol's, except where AWS still
+    /// answers in its older words.
+    pub fn query_message(&self) -> String {
+        match self {
+            ProtocolError::Engine(EngineError::QueueDoesNotExist) => {
+                "The specified queue does not exist for this wsdl version.".to_string()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 /// How one error shows on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireCode {

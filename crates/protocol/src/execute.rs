@@ -172,7 +172,9 @@ pub fn execute_prepared(
             let names = i.attribute_names.clone().unwrap_or_default();
             let attributes: StringMap =
                 engine.get_attributes(&queue, &names)?.into_iter().collect();
-            if names.is_empty() {
+            // AWS leaves the map out when nothing asked for has a value (a Policy removed
+            // with its last permission).
+            if attributes.is_empty() {
                 json!({})
             } else {
                 json!({ "Attributes": attributes })

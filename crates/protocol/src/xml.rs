@@ -152,7 +152,7 @@ pub fn xml_error(error: &ProtocolError, request_id: &str) -> String {
                 out,
             );
             element("Code", |out| escape(code.query_code, out), out);
-            element("Message", |out| escape(&error.to_string(), out), out);
+            element("Message", |out| escape(&error.query_message(), out), out);
             out.push_str("<Detail/>");
         },
         &mut out,

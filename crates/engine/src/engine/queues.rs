@@ -161,10 +161,13 @@ impl Engine {
         names: &[String],
     ) -> Result<Vec<(String, String)>> {
         let all = names.iter().any(|n| n == "All");
-        if let Some(unknown) = names
-            .iter()
-            .find(|n| *n != "All" && !QueueSettings::known_names().any(|k| k == n.as_str()))
-        {
+        let fifo = self.queue(name)?.settings.fifo;
+        // A standard queue knows no FifoQueue attribute, as on AWS.
+        if let Some(unknown) = names.iter().find(|n| {
+            *n != "All"
+                && (!QueueSettings::known_names().any(|k| k == n.as_str())
+                    || (!fifo && *n == "FifoQueue"))
+        }) {
             return Err(EngineError::InvalidAttributeName(unknown.clone()));
         }
         let arn = self.queue_arn(name);
@@ -201,6 +204,8 @@ impl Engine {
             match key.as_str() {
                 // Fixed at creation: saying again what a FIFO queue is changes nothing.
                 "FifoQueue" if fifo && parse_bool(key, value)? => {}
+                // A FIFO queue cannot stop being one; a standard queue has no such attribute.
+                "FifoQueue" if fifo => return Err(EngineError::InvalidAttributeValue(key.clone())),
                 "FifoQueue" => return Err(EngineError::InvalidAttributeName(key.clone())),
                 _ => changed.push((key.as_str(), value.as_str())),
             }

@@ -230,7 +230,9 @@ async fn messages_larger_than_the_queue_limit_are_refused() {
     );
     assert_eq!(
         failed.message(),
-        Some("One or more parameters are invalid. Reason: Message must be shorter than 1024 bytes.")
+        Some(
+            "One or more parameters are invalid. Reason: Message must be shorter than 1024 bytes."
+        )
     );
     // Only the whole batch past SQS's fixed 1 MiB is refused whole, and nothing is sent.
     let before = s.attribute(&url, "ApproximateNumberOfMessages").await;
@@ -242,7 +244,10 @@ async fn messages_larger_than_the_queue_limit_are_refused() {
         err.message(),
         Some("Batch requests cannot be longer than 1048576 bytes. You have sent 1200000 bytes.")
     );
-    assert_eq!(s.attribute(&url, "ApproximateNumberOfMessages").await, before);
+    assert_eq!(
+        s.attribute(&url, "ApproximateNumberOfMessages").await,
+        before
+    );
 }
 
 #[tokio::test]
