@@ -1,5 +1,6 @@
 """Behaviour recorded on real AWS (LocalStack's snapshots of it) that Leasehold matches,
 through boto3 over both protocols."""
+import base64
 import json
 import uuid
 
@@ -241,3 +242,38 @@ def test_add_permission_writes_an_aws_policy_and_removing_the_last_leaves_none(s
     server.sqs.remove_permission(QueueUrl=url, Label="crossaccountpermission")
     answer = server.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
     assert "Attributes" not in answer
+
+
+def encode_task_handle(task_id, source_arn):
+    doc = f'{{"taskId":"{task_id}","sourceArn":"{source_arn}"}}'
+    return base64.b64encode(doc.encode()).decode()
+
+
+def test_a_move_task_handle_is_in_aws_form_and_unknown_tasks_are_not_found(server):
+    dlq = server.queue()
+    source_arn = server.attribute(dlq, "QueueArn")
+    redrive = json.dumps({"deadLetterTargetArn": source_arn, "maxReceiveCount": 1})
+    server.queue(RedrivePolicy=redrive)
+    server.sqs.send_message(QueueUrl=dlq, MessageBody="m")
+    handle = server.sqs.start_message_move_task(SourceArn=source_arn, MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+    decoded = json.loads(base64.b64decode(handle))
+    assert list(decoded) == ["taskId", "sourceArn"]
+    assert decoded["sourceArn"] == source_arn
+    assert server.sqs.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"] == 0
+
+    with pytest.raises(ClientError) as e:
+        server.sqs.cancel_message_move_task(TaskHandle="foobared")
+    assert error(e) == ("InvalidParameterValue", "Value for parameter TaskHandle is invalid.")
+    unknown_source = "arn:aws:sqs:us-east-1:878966065785:test-queue-doesnt-exist-123456"
+    with pytest.raises(ClientError) as e:
+        server.sqs.cancel_message_move_task(TaskHandle=encode_task_handle(decoded["taskId"], unknown_source))
+    assert error(e) == (
+        "ResourceNotFoundException",
+        "The resource that you specified for the SourceArn parameter doesn't exist.",
+    )
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    with pytest.raises(ClientError) as e:
+        server.sqs.cancel_message_move_task(
+            TaskHandle=encode_task_handle("10f57157-fc38-4da9-a113-4de7e12d05aa", source_arn)
+        )
+    assert error(e) == ("ResourceNotFoundException", "Task does not exist.")

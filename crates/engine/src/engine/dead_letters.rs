@@ -3,7 +3,7 @@
 //! A move task progresses with the clock: `run_move_tasks` moves as many messages as the
 //! task's rate allows by now. The server calls it on a timer; tests call it directly.
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use rand::Rng;
 
@@ -73,8 +73,25 @@ fn not_found(what: &str) -> EngineError {
     ))
 }
 
+/// What a task handle carries, in AWS's form: base64 of `{"taskId":...,"sourceArn":...}`.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskHandle {
+    task_id: String,
+    source_arn: String,
+}
+
 fn task_handle(task: &MoveTask) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{}|{}", task.id, task.source_arn))
+    let handle = TaskHandle {
+        task_id: task.id.clone(),
+        source_arn: task.source_arn.clone(),
+    };
+    STANDARD.encode(serde_json::to_string(&handle).expect("two strings serialize"))
+}
+
+fn read_task_handle(handle: &str) -> Option<TaskHandle> {
+    let bytes = STANDARD.decode(handle).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 impl Engine {
@@ -218,18 +235,16 @@ impl Engine {
         let invalid = || {
             EngineError::InvalidParameterValue("Value for parameter TaskHandle is invalid.".into())
         };
-        let decoded = URL_SAFE_NO_PAD
-            .decode(handle)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .ok_or_else(invalid)?;
-        let (id, source_arn) = decoded.split_once('|').ok_or_else(invalid)?;
-        self.existing_queue_of_arn(source_arn, "SourceArn")?;
+        let TaskHandle {
+            task_id,
+            source_arn,
+        } = read_task_handle(handle).ok_or_else(invalid)?;
+        self.existing_queue_of_arn(&source_arn, "SourceArn")?;
         self.run_move_tasks();
         let task = self
             .tasks
             .iter_mut()
-            .find(|t| t.id == id && t.source_arn == source_arn)
+            .find(|t| t.id == task_id && t.source_arn == source_arn)
             .ok_or_else(|| EngineError::ResourceNotFound("Task does not exist.".into()))?;
         if task.status != MoveTaskStatus::Running {
             return Err(EngineError::InvalidParameterValue(
