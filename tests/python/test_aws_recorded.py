@@ -2,6 +2,9 @@
 through boto3 over both protocols."""
 import base64
 import json
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 
 import pytest
@@ -277,3 +280,47 @@ def test_a_move_task_handle_is_in_aws_form_and_unknown_tasks_are_not_found(serve
             TaskHandle=encode_task_handle("10f57157-fc38-4da9-a113-4de7e12d05aa", source_arn)
         )
     assert error(e) == ("ResourceNotFoundException", "Task does not exist.")
+
+
+def http_get(url, params=None, accept=None):
+    """A plain GET, as a browser or curl sends one to a queue URL (the query protocol)."""
+    if params:
+        url = f"{url}?{urllib.parse.urlencode(params)}"
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request) as response:
+            return response.status, response.headers["content-type"], response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["content-type"], e.read().decode()
+
+
+@pytest.mark.parametrize("accept", [None, "application/json"])
+def test_a_get_on_a_queue_url_without_an_action_is_an_unknown_operation(server, accept):
+    status, _, body = http_get(server.queue(), accept=accept)
+    assert (status, body) == (404, "<UnknownOperationException/>")
+
+
+@pytest.mark.parametrize("action", ["CreateQueue", "ListQueues"])
+def test_actions_about_no_one_queue_are_invalid_at_a_queue_url(server, action):
+    url = server.queue()
+    status, _, body = http_get(url, {"Action": action, "QueueName": f"x-{uuid.uuid4().hex[:8]}"})
+    assert status == 400
+    assert "<Code>InvalidAction</Code>" in body
+    assert f"<Message>The action {action} is not valid for this endpoint.</Message>" in body
+    status, content_type, body = http_get(url, {"Action": action}, accept="application/json")
+    assert (status, content_type) == (400, "application/json")
+    error = json.loads(body)["Error"]
+    assert (error["Code"], error["Message"]) == ("InvalidAction", f"The action {action} is not valid for this endpoint.")
+
+
+def test_a_query_get_that_accepts_json_gets_json(server):
+    url = server.queue()
+    status, content_type, body = http_get(
+        url, {"Action": "GetQueueAttributes", "AttributeName.1": "All"}, accept="application/json"
+    )
+    assert (status, content_type) == (200, "application/json")
+    doc = json.loads(body)
+    attributes = doc["GetQueueAttributesResponse"]["GetQueueAttributesResult"]["Attributes"]
+    arn = next(a["Value"] for a in attributes if a["Name"] == "QueueArn")
+    assert arn.startswith("arn:aws:sqs:") and arn.endswith(url.split("/")[-1])
+    assert doc["GetQueueAttributesResponse"]["ResponseMetadata"]["RequestId"]

@@ -11,6 +11,12 @@ pub enum ProtocolError {
     Malformed(String),
     #[error("The action or operation requested is invalid: {0}")]
     UnknownOperation(String),
+    /// A query request with no `Action` at all: AWS answers 404 `<UnknownOperationException/>`.
+    #[error("The request names no Action.")]
+    NoAction,
+    /// An action that cannot be sent to a queue's URL (CreateQueue, ListQueues).
+    #[error("The action {0} is not valid for this endpoint.")]
+    ActionNotForEndpoint(String),
     #[error("The request must contain the parameter {0}.")]
     MissingParameter(&'static str),
     #[error("The request could not be made durable: {0}")]
@@ -148,10 +154,15 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
             "com.amazon.coral.service#SerializationException",
             "MalformedInput",
         ),
-        P::UnknownOperation(_) => sender(
+        P::UnknownOperation(_) | P::ActionNotForEndpoint(_) => sender(
             400,
             "com.amazon.coral.service#UnknownOperationException",
             "InvalidAction",
+        ),
+        P::NoAction => sender(
+            404,
+            "com.amazon.coral.service#UnknownOperationException",
+            "UnknownOperationException",
         ),
         P::MissingParameter(_) => sender(
             400,

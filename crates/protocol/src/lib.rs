@@ -9,6 +9,7 @@ mod convert;
 mod error;
 mod execute;
 mod query;
+mod query_json;
 mod request;
 pub mod shapes;
 mod xml;
@@ -21,6 +22,7 @@ pub use execute::{
     Taken,
 };
 pub use query::{form_params, parse_query};
+pub use query_json::{query_json_error, query_json_response};
 pub use request::Request;
 pub use xml::{xml_error, xml_response, XML_CONTENT_TYPE, XML_NAMESPACE};
 

@@ -182,8 +182,11 @@ pub fn parse_query(params: &[(String, String)], queue_url: Option<String>) -> Re
             _ => root.insert(&name_segments(key)?, value.clone()),
         }
     }
-    let action =
-        action.ok_or_else(|| ProtocolError::UnknownOperation("no Action parameter".into()))?;
+    let action = action.ok_or(ProtocolError::NoAction)?;
+    // Actions about no one queue are refused at a queue's URL, as AWS does.
+    if queue_url.is_some() && matches!(action.as_str(), "CreateQueue" | "ListQueues") {
+        return Err(ProtocolError::ActionNotForEndpoint(action));
+    }
     let mut document = to_json(&root)?;
     if let (Some(url), Value::Object(map)) = (queue_url, &mut document) {
         map.entry("QueueUrl").or_insert(Value::String(url));

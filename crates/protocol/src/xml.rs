@@ -53,7 +53,7 @@ fn list_item_name(action: &str, member: &str) -> String {
 }
 
 /// Maps are written as repeated entries: the entry element, and its key and value names.
-fn map_shape(member: &str) -> Option<(&'static str, &'static str)> {
+pub(crate) fn map_shape(member: &str) -> Option<(&'static str, &'static str)> {
     match member {
         "Attributes" => Some(("Attribute", "Name")),
         "MessageAttributes" => Some(("MessageAttribute", "Name")),
@@ -112,11 +112,16 @@ const NO_RESULT: &[&str] = &[
     "RemovePermission",
 ];
 
+/// Whether the action's answer carries a result element.
+pub(crate) fn has_result(action: &str) -> bool {
+    !NO_RESULT.contains(&action)
+}
+
 /// `<ActionResponse><ActionResult>...</ActionResult><ResponseMetadata>...`, as AWS answers.
 pub fn xml_response(action: &str, result: &Value, request_id: &str) -> String {
     let mut out = String::from("<?xml version=\"1.0\"?>");
     let _ = write!(out, "<{action}Response xmlns=\"{XML_NAMESPACE}\">");
-    if !NO_RESULT.contains(&action) {
+    if has_result(action) {
         element(
             &format!("{action}Result"),
             |out| node(action, result, out),
@@ -134,6 +139,10 @@ pub fn xml_response(action: &str, result: &Value, request_id: &str) -> String {
 
 /// An `<ErrorResponse>` with the legacy query code.
 pub fn xml_error(error: &ProtocolError, request_id: &str) -> String {
+    if *error == ProtocolError::NoAction {
+        // AWS's answer to a request that names no action: the bare element, in any format.
+        return "<UnknownOperationException/>".into();
+    }
     let code = wire_code(error);
     let mut out = String::from("<?xml version=\"1.0\"?>");
     let _ = write!(out, "<ErrorResponse xmlns=\"{XML_NAMESPACE}\">");

@@ -12,9 +12,10 @@ use http_body_util::BodyExt;
 use leasehold_engine::{EngineError, MAX_MESSAGE_SIZE};
 use leasehold_protocol::shapes::{ReceiveMessageInput, ReceiveMessageOutput};
 use leasehold_protocol::{
-    execute_prepared, form_params, json_error_body, parse_query, query_error_header, queue_name,
-    receive, receive_wait_seconds, take_messages, wire_code, xml_error, xml_response, Context,
-    Prepared, ProtocolError, Request, JSON_CONTENT_TYPE, TARGET_PREFIX, XML_CONTENT_TYPE,
+    execute_prepared, form_params, json_error_body, parse_query, query_error_header,
+    query_json_error, query_json_response, queue_name, receive, receive_wait_seconds,
+    take_messages, wire_code, xml_error, xml_response, Context, Prepared, ProtocolError, Request,
+    JSON_CONTENT_TYPE, TARGET_PREFIX, XML_CONTENT_TYPE,
 };
 use leasehold_store::StoreError;
 use serde_json::Value;
@@ -28,13 +29,22 @@ use crate::state::AppState;
 pub enum Wire {
     Json,
     Query,
+    /// The query protocol from a client that asked for JSON (`Accept: application/json`):
+    /// AWS answers with the XML tree written as JSON.
+    QueryAsJson,
 }
 
 impl Wire {
     /// `X-Amz-Target` means AWS JSON 1.0; anything else is the query protocol.
     pub fn of(headers: &HeaderMap) -> Wire {
+        let accepts_json = headers
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok())
+            .is_some_and(|a| a.contains("application/json"));
         if headers.contains_key("x-amz-target") {
             Wire::Json
+        } else if accepts_json {
+            Wire::QueryAsJson
         } else {
             Wire::Query
         }
@@ -72,9 +82,19 @@ pub async fn handle(
             xml_response(action, &answer.document(), &request_id),
             None,
         ),
+        (Wire::QueryAsJson, Ok((action, answer))) => respond(
+            StatusCode::OK,
+            &request_id,
+            PLAIN_JSON_CONTENT_TYPE,
+            query_json_response(action, &answer.document(), &request_id).to_string(),
+            None,
+        ),
         (wire, Err(error)) => error_response(wire, &error, &request_id),
     }
 }
+
+/// The content type of the query protocol's JSON answers.
+const PLAIN_JSON_CONTENT_TYPE: &str = "application/json";
 
 /// An error in the format of the wire that asked.
 pub fn error_response(wire: Wire, error: &ProtocolError, request_id: &str) -> Response {
@@ -86,7 +106,15 @@ pub fn error_response(wire: Wire, error: &ProtocolError, request_id: &str) -> Re
             json_error_body(error).to_string(),
             Some(query_error_header(error)),
         ),
-        Wire::Query => respond(
+        // A request naming no action gets AWS's bare XML element whatever it accepts.
+        Wire::QueryAsJson if *error != ProtocolError::NoAction => respond(
+            status(error),
+            request_id,
+            PLAIN_JSON_CONTENT_TYPE,
+            query_json_error(error, request_id).to_string(),
+            None,
+        ),
+        Wire::Query | Wire::QueryAsJson => respond(
             status(error),
             request_id,
             XML_CONTENT_TYPE,

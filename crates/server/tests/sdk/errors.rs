@@ -17,7 +17,7 @@ async fn malformed_json_is_a_400_with_a_clear_message_not_a_500() {
 }
 
 #[tokio::test]
-async fn an_unknown_action_or_missing_target_is_a_400() {
+async fn an_unknown_action_is_a_400_and_a_request_naming_none_a_404() {
     let s = TestServer::start().await;
     let (status, headers, json) = s.raw(Some("AmazonSQS.FlyToTheMoon"), "{}").await;
     assert_eq!(status, 400);
@@ -26,8 +26,9 @@ async fn an_unknown_action_or_missing_target_is_a_400() {
         "com.amazon.coral.service#UnknownOperationException"
     );
     assert_eq!(headers["x-amzn-query-error"], "InvalidAction;Sender");
+    // Neither a JSON target nor a query Action: AWS's bare 404.
     let (status, _, _) = s.raw(None, "{}").await;
-    assert_eq!(status, 400);
+    assert_eq!(status, 404);
 }
 
 #[tokio::test]
