@@ -8,6 +8,7 @@ import urllib.request
 import uuid
 
 import pytest
+import boto3
 from botocore.exceptions import ClientError
 
 from conftest import error_code
@@ -324,3 +325,59 @@ def test_a_query_get_that_accepts_json_gets_json(server):
     arn = next(a["Value"] for a in attributes if a["Name"] == "QueueArn")
     assert arn.startswith("arn:aws:sqs:") and arn.endswith(url.split("/")[-1])
     assert doc["GetQueueAttributesResponse"]["ResponseMetadata"]["RequestId"]
+
+
+def client_in(server, region):
+    return boto3.client(
+        "sqs",
+        endpoint_url=server.endpoint,
+        region_name=region,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+
+
+def test_the_same_name_in_two_regions_is_two_queues(server):
+    name = f"r-{uuid.uuid4().hex[:12]}"
+    east, frankfurt = client_in(server, "us-east-1"), client_in(server, "eu-central-1")
+    east_url = east.create_queue(QueueName=name)["QueueUrl"]
+    frankfurt_url = frankfurt.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "7"})["QueueUrl"]
+    assert east_url != frankfurt_url
+    assert frankfurt_url.endswith(f"/queue/eu-central-1/000000000000/{name}")
+    arn = lambda client, url: client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    assert arn(east, east_url) == f"arn:aws:sqs:us-east-1:000000000000:{name}"
+    assert arn(frankfurt, frankfurt_url) == f"arn:aws:sqs:eu-central-1:000000000000:{name}"
+    assert frankfurt.get_queue_url(QueueName=name)["QueueUrl"] == frankfurt_url
+    assert east.get_queue_url(QueueName=name)["QueueUrl"] == east_url
+    assert frankfurt.list_queues(QueueNamePrefix=name)["QueueUrls"] == [frankfurt_url]
+    assert east.list_queues(QueueNamePrefix=name)["QueueUrls"] == [east_url]
+
+    frankfurt.send_message(QueueUrl=frankfurt_url, MessageBody="only in frankfurt")
+    assert "Messages" not in east.receive_message(QueueUrl=east_url)
+    got = frankfurt.receive_message(QueueUrl=frankfurt_url)["Messages"]
+    assert [m["Body"] for m in got] == ["only in frankfurt"]
+
+    # A dead-letter queue is in its source's region.
+    with pytest.raises(ClientError) as e:
+        frankfurt.create_queue(
+            QueueName=f"{name}-src",
+            Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn(east, east_url), "maxReceiveCount": 1})},
+        )
+    assert error_code(e) == "InvalidParameterValue"
+
+
+def test_a_host_naming_a_region_puts_the_request_there(server):
+    name = f"h-{uuid.uuid4().hex[:12]}"
+    paris = client_in(server, "eu-west-3")
+    url = paris.create_queue(QueueName=name)["QueueUrl"]
+    request = urllib.request.Request(
+        f"{server.endpoint}/?{urllib.parse.urlencode({'Action': 'ListQueues', 'QueueNamePrefix': name})}",
+        headers={"Host": f"sqs.eu-west-3.localhost:{server.port}"},
+    )
+    with urllib.request.urlopen(request) as response:
+        body = response.read().decode()
+    # Addressed through a host that names the region, the URL needs no region path.
+    assert f"<QueueUrl>http://sqs.eu-west-3.localhost:{server.port}/000000000000/{name}</QueueUrl>" in body
+    assert url.endswith(f"/queue/eu-west-3/000000000000/{name}")

@@ -114,7 +114,7 @@ struct ServeArgs {
     /// operating system had not written yet.
     #[arg(long, default_value = "always", verbatim_doc_comment)]
     fsync: Durability,
-    /// Region written into queue ARNs.
+    /// The server's own region: where requests whose signature and host name none go.
     #[arg(long, default_value = "us-east-1")]
     region: String,
     /// Account id written into queue URLs and ARNs.

@@ -2,7 +2,9 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use leasehold_engine::{AttributeData, Engine, EngineError, MessageAttribute, MessageAttributes};
+use leasehold_engine::{
+    is_region, AttributeData, Engine, EngineError, MessageAttribute, MessageAttributes,
+};
 
 use crate::error::{ProtocolError, Result};
 use crate::shapes::{MessageAttributeValue, WireAttributes};
@@ -12,27 +14,54 @@ pub fn to_u32(value: i64, param: &str, reason: &str) -> Result<u32> {
     u32::try_from(value).map_err(|_| EngineError::out_of_range(param, value, reason).into())
 }
 
-/// The queue a QueueUrl names. Accepts `http://host/ACCOUNT/NAME` or a bare name; a URL of
-/// another account names no queue here.
-pub fn queue_name(engine: &Engine, url: &str) -> Result<String> {
-    let path = url
-        .split_once("://")
-        .map_or(url, |(_, rest)| rest.split_once('/').map_or("", |(_, p)| p));
+/// The queue a QueueUrl names, as the engine's key (see the engine's `regions.rs`):
+/// - `http://HOST/ACCOUNT/NAME`: in the region the host names (`sqs.REGION.…`), else in the
+///   engine's own region;
+/// - `http://HOST/queue/REGION/ACCOUNT/NAME`: in that region, the form Leasehold hands out for
+///   queues of other regions;
+/// - a bare `NAME`: in the request's region.
+///
+/// A URL of another account names no queue here.
+pub fn queue_name(engine: &Engine, request_region: Option<&str>, url: &str) -> Result<String> {
+    let (host, path) = match url.split_once("://") {
+        Some((_, rest)) => rest.split_once('/').unwrap_or((rest, "")),
+        None => ("", url),
+    };
     let path = path.split(['?', '#']).next().unwrap_or("");
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let name = match segments.as_slice() {
-        [name] => *name,
-        [account, name] if *account == engine.config().account_id => *name,
-        _ if !url.contains('/') => url,
+    let own_account = |account: &str| account == engine.config().account_id;
+    let key = match segments.as_slice() {
+        [name] if host.is_empty() => engine.queue_key(request_region, name),
+        [name] => engine.queue_key(region_of_host(host), name),
+        [account, name] if own_account(account) => engine.queue_key(region_of_host(host), name),
+        ["queue", region, account, name] if own_account(account) => {
+            engine.queue_key(Some(region), name)
+        }
         _ => return Err(EngineError::QueueDoesNotExist.into()),
     };
-    engine.queue_exists(name)?;
-    Ok(name.to_string())
+    engine.queue_exists(&key)?;
+    Ok(key)
 }
 
-/// `http://HOST/ACCOUNT/NAME`, the host being the one the client addressed.
-pub fn queue_url(engine: &Engine, host: &str, name: &str) -> String {
-    format!("http://{host}/{}/{name}", engine.config().account_id)
+/// The region a host names the way AWS's do: `sqs.REGION.amazonaws.com`,
+/// `sqs.REGION.localhost:9324`.
+pub fn region_of_host(host: &str) -> Option<&str> {
+    let region = host.strip_prefix("sqs.")?.split(['.', ':']).next()?;
+    is_region(region).then_some(region)
+}
+
+/// The URL of the queue with this key, the host being the one the client addressed:
+/// `http://HOST/ACCOUNT/NAME` when the host already says the queue's region or the queue is
+/// in the engine's own, else `http://HOST/queue/REGION/ACCOUNT/NAME`.
+pub fn queue_url(engine: &Engine, host: &str, key: &str) -> String {
+    let (region, name) = engine.key_parts(key);
+    let account = &engine.config().account_id;
+    let implied = region_of_host(host).unwrap_or(&engine.config().region);
+    if region == implied {
+        format!("http://{host}/{account}/{name}")
+    } else {
+        format!("http://{host}/queue/{region}/{account}/{name}")
+    }
 }
 
 /// Wire attributes to engine attributes; binary values arrive base64-encoded.

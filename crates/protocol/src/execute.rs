@@ -20,6 +20,21 @@ use crate::shapes::*;
 pub struct Context {
     /// The `Host` the client addressed, so queue URLs point back at it.
     pub host: String,
+    /// The region the request was made in (its SigV4 credential scope, else its host); None
+    /// for the engine's own.
+    pub region: Option<String>,
+}
+
+impl Context {
+    /// The key of the queue a QueueUrl names, for this request.
+    pub fn queue(&self, engine: &Engine, url: &Option<String>) -> Result<String> {
+        queue_name(engine, self.region.as_deref(), &required(url, "QueueUrl")?)
+    }
+
+    /// The key of queue `name` in this request's region.
+    fn queue_named(&self, engine: &Engine, name: &str) -> String {
+        engine.queue_key(self.region.as_deref(), name)
+    }
 }
 
 fn to_value(output: impl Serialize) -> Value {
@@ -68,17 +83,15 @@ pub fn execute_prepared(
     prepared: Prepared,
 ) -> Result<Value> {
     use Request as R;
-    let name = |engine: &Engine, url: &Option<String>| -> Result<String> {
-        queue_name(engine, &required(url, "QueueUrl")?)
-    };
+    let name = |engine: &Engine, url: &Option<String>| ctx.queue(engine, url);
     Ok(match request {
         R::CreateQueue(i) => {
-            let queue = required(&i.queue_name, "QueueName")?;
+            let queue = ctx.queue_named(engine, &required(&i.queue_name, "QueueName")?);
             engine.create_queue(&queue, &pairs(i.attributes.clone()), &pairs(i.tags.clone()))?;
             json!({ "QueueUrl": queue_url(engine, &ctx.host, &queue) })
         }
         R::GetQueueUrl(i) => {
-            let queue = required(&i.queue_name, "QueueName")?;
+            let queue = ctx.queue_named(engine, &required(&i.queue_name, "QueueName")?);
             engine.queue_exists(&queue)?;
             json!({ "QueueUrl": queue_url(engine, &ctx.host, &queue) })
         }
@@ -89,6 +102,7 @@ pub fn execute_prepared(
         R::ListQueues(i) => {
             let max = max_results(i.max_results)?;
             let page = engine.list_queues(
+                ctx.region.as_deref(),
                 i.queue_name_prefix.as_deref(),
                 max,
                 i.next_token.as_deref().filter(|t| !t.is_empty()),
@@ -197,7 +211,7 @@ pub fn execute_prepared(
             let queue = name(engine, &i.queue_url)?;
             send_batch(engine, &queue, i.entries.as_deref(), prepared)?
         }
-        R::ReceiveMessage(i) => to_value(receive(engine, i)?),
+        R::ReceiveMessage(i) => to_value(receive(engine, ctx, i)?),
         R::DeleteMessage(i) => {
             let queue = name(engine, &i.queue_url)?;
             engine.delete_message(&queue, &required(&i.receipt_handle, "ReceiptHandle")?)?;
@@ -459,8 +473,12 @@ fn handle_batch(
 }
 
 /// The wait a ReceiveMessage asks for, in seconds: its own, or the queue's default.
-pub fn receive_wait_seconds(engine: &Engine, input: &ReceiveMessageInput) -> Result<u32> {
-    let queue = queue_name(engine, &required(&input.queue_url, "QueueUrl")?)?;
+pub fn receive_wait_seconds(
+    engine: &Engine,
+    ctx: &Context,
+    input: &ReceiveMessageInput,
+) -> Result<u32> {
+    let queue = ctx.queue(engine, &input.queue_url)?;
     match input.wait_time_seconds {
         None => Ok(engine.settings(&queue)?.receive_wait_s),
         Some(w) => {
@@ -475,8 +493,12 @@ pub fn receive_wait_seconds(engine: &Engine, input: &ReceiveMessageInput) -> Res
 }
 
 /// One non-waiting ReceiveMessage attempt, shaped for the wire.
-pub fn receive(engine: &mut Engine, input: &ReceiveMessageInput) -> Result<ReceiveMessageOutput> {
-    take_messages(engine, input).map(Taken::shape)
+pub fn receive(
+    engine: &mut Engine,
+    ctx: &Context,
+    input: &ReceiveMessageInput,
+) -> Result<ReceiveMessageOutput> {
+    take_messages(engine, ctx, input).map(Taken::shape)
 }
 
 /// What one receive took from the engine, not yet shaped for the wire. Shaping (an MD5 of
@@ -510,8 +532,12 @@ impl Taken {
 }
 
 /// The engine's half of one non-waiting ReceiveMessage attempt.
-pub fn take_messages(engine: &mut Engine, input: &ReceiveMessageInput) -> Result<Taken> {
-    let queue = queue_name(engine, &required(&input.queue_url, "QueueUrl")?)?;
+pub fn take_messages(
+    engine: &mut Engine,
+    ctx: &Context,
+    input: &ReceiveMessageInput,
+) -> Result<Taken> {
+    let queue = ctx.queue(engine, &input.queue_url)?;
     let max = match input.max_number_of_messages {
         None => 1,
         Some(n) => to_u32(
@@ -528,7 +554,7 @@ pub fn take_messages(engine: &mut Engine, input: &ReceiveMessageInput) -> Result
             "Must be >= 0 and <= 43200, if provided.",
         )?),
     };
-    receive_wait_seconds(engine, input)?;
+    receive_wait_seconds(engine, ctx, input)?;
     let request = ReceiveRequest {
         max_messages: max,
         visibility_s: visibility,

@@ -15,7 +15,7 @@ pub mod shapes;
 mod xml;
 
 pub use checksum::{md5_hex, md5_of_attributes, md5_of_map};
-pub use convert::{queue_name, queue_url};
+pub use convert::{queue_name, queue_url, region_of_host};
 pub use error::{wire_code, ProtocolError, Result, WireCode};
 pub use execute::{
     execute, execute_prepared, receive, receive_wait_seconds, take_messages, Context, Prepared,

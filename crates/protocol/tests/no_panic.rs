@@ -115,7 +115,10 @@ proptest! {
         doc in document(),
     ) {
         let mut engine = engine();
-        let ctx = Context { host: "localhost".into() };
+        let ctx = Context {
+            host: "localhost".into(),
+            region: None,
+        };
         let result = Request::from_value(action, doc.clone())
             .and_then(|request| execute(&mut engine, &ctx, &request));
         if let Err(error) = result {

@@ -8,6 +8,7 @@ mod admin;
 mod clock;
 mod leases;
 pub mod listen;
+mod region;
 mod sqs;
 mod state;
 
@@ -36,6 +37,10 @@ pub fn app(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/", get(sqs::handle).post(sqs::handle))
         .route("/{account}/{queue}", get(sqs::handle).post(sqs::handle))
+        .route(
+            "/queue/{region}/{account}/{queue}",
+            get(sqs::handle).post(sqs::handle),
+        )
         .route(
             "/_leasehold/queues/{name}/leases",
             get(leases::queue_leases),

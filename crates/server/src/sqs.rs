@@ -136,8 +136,10 @@ async fn answer(
         ProtocolError::ServiceUnavailable("The server is busy; try again.".into())
     })?;
     let body = read_body(body, headers, uri).await?;
+    let host = host(headers);
     let ctx = Context {
-        host: host(headers),
+        region: crate::region::of_request(headers, uri, &host),
+        host,
     };
     let mut request = match headers.get("x-amz-target").and_then(|t| t.to_str().ok()) {
         Some(target) => parse_json(target, &body)?,
@@ -264,9 +266,11 @@ fn parse_form(
     if method == Method::POST {
         params.extend(form_params(body));
     }
+    // `/ACCOUNT/NAME`, or `/queue/REGION/ACCOUNT/NAME` for a queue of another region.
     let path = uri.path();
-    let queue_url = (path.trim_matches('/').split('/').count() == 2)
-        .then(|| format!("http://{}{}", ctx.host, path));
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let is_queue_path = matches!(segments.as_slice(), [_, _] | ["queue", _, _, _]);
+    let queue_url = is_queue_path.then(|| format!("http://{}{}", ctx.host, path));
     parse_query(&params, queue_url)
 }
 
@@ -304,7 +308,7 @@ async fn run(
     slot: OwnedSemaphorePermit,
 ) -> Result<Answer, ProtocolError> {
     if let Request::ReceiveMessage(input) = request {
-        return long_poll(state, input, slot).await;
+        return long_poll(state, ctx, input, slot).await;
     }
     // A send's conversions and checksums are taken before the lock, not under it.
     let prepared = Prepared::of(request);
@@ -321,7 +325,7 @@ async fn run(
             .then(|| {
                 request
                     .queue_url()
-                    .and_then(|url| queue_name(&engine, url).ok())
+                    .and_then(|url| queue_name(&engine, ctx.region.as_deref(), url).ok())
             })
             .flatten();
         (
@@ -351,6 +355,7 @@ async fn run(
 /// at once with what it has (nothing).
 async fn long_poll(
     state: &AppState,
+    ctx: &Context,
     input: &ReceiveMessageInput,
     slot: OwnedSemaphorePermit,
 ) -> Result<Answer, ProtocolError> {
@@ -358,13 +363,13 @@ async fn long_poll(
         let engine = state.engine();
         let url = input.queue_url.as_deref().unwrap_or_default();
         (
-            queue_name(&engine, url),
-            receive_wait_seconds(&engine, input),
+            queue_name(&engine, ctx.region.as_deref(), url),
+            receive_wait_seconds(&engine, ctx, input),
         )
     };
     // Let the receive itself report a bad request, in AWS's order of checks.
     let (Ok(queue), Ok(wait_s)) = (queue, wait_s) else {
-        return receive(&mut *state.engine_to_change()?, input).map(Answer::Received);
+        return receive(&mut *state.engine_to_change()?, ctx, input).map(Answer::Received);
     };
     let deadline = Instant::now() + Duration::from_secs(u64::from(wait_s));
     let notify = state.waiter(&queue);
@@ -376,7 +381,7 @@ async fn long_poll(
         // Only the engine's half runs under its lock; the answer is shaped after.
         let (taken, more, next_due, now_ms, commit) = {
             let mut engine = state.engine_to_change()?;
-            let taken = take_messages(&mut engine, input);
+            let taken = take_messages(&mut engine, ctx, input);
             let commit = state.persist(&mut engine);
             let more = engine.counts(&queue).is_ok_and(|c| c.visible > 0);
             (

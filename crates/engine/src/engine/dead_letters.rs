@@ -106,9 +106,11 @@ impl Engine {
                 policy.to_json()
             ))
         };
+        // A dead-letter queue is in its source's region; one elsewhere does not exist here.
         let target = self
-            .queue_name_from_arn(&policy.dead_letter_target_arn)
-            .and_then(|n| self.queues.get(n))
+            .queue_key_from_arn(&policy.dead_letter_target_arn)
+            .filter(|key| self.same_region(key, source))
+            .and_then(|key| self.queues.get(&key))
             .ok_or_else(|| invalid("Dead letter target does not exist."))?;
         if target.settings.fifo != settings.fifo {
             return Err(invalid(
@@ -132,9 +134,9 @@ impl Engine {
     pub(super) fn live_dead_letter_target(&self, name: &str) -> Result<Option<(String, u32)>> {
         let queue = self.queue(name)?;
         Ok(queue.settings.redrive.as_ref().and_then(|policy| {
-            let target = self.queue_name_from_arn(&policy.dead_letter_target_arn)?;
-            let same_type = self.queues.get(target)?.settings.fifo == queue.settings.fifo;
-            same_type.then(|| (target.to_string(), policy.max_receive_count))
+            let target = self.queue_key_from_arn(&policy.dead_letter_target_arn)?;
+            let same_type = self.queues.get(&target)?.settings.fifo == queue.settings.fifo;
+            same_type.then_some((target, policy.max_receive_count))
         }))
     }
 
@@ -162,9 +164,7 @@ impl Engine {
     }
 
     fn existing_queue_of_arn(&self, arn: &str, param: &str) -> Result<String> {
-        self.queue_name_from_arn(arn)
-            .map(str::to_string)
-            .ok_or_else(|| not_found(param))
+        self.queue_key_from_arn(arn).ok_or_else(|| not_found(param))
     }
 
     /// StartMessageMoveTask: moves a dead-letter queue's messages back to their sources (or
@@ -343,8 +343,7 @@ impl Engine {
             let destination = fixed_destination
                 .as_deref()
                 .or(origin.as_deref())
-                .and_then(|arn| self.queue_name_from_arn(arn))
-                .map(str::to_string);
+                .and_then(|arn| self.queue_key_from_arn(arn));
             let Some(destination) = destination else {
                 outcome = Some((
                     MoveTaskStatus::Failed,

@@ -1,16 +1,18 @@
-//! The engine: every queue of one account and region, and the SQS operations on them.
+//! The engine: every queue of one account, in every region, and the SQS operations on them.
 //!
 //! Synchronous and deterministic: given the same clock readings, seed and commands, it gives
 //! the same replies. Callers serialise access (the server holds it behind a mutex). The
 //! operations are spread over `queues.rs` (queue life cycle, attributes, tags, permissions),
 //! `messages.rs` (send, receive, delete, visibility) and `dead_letters.rs` (redrive policies,
-//! dead-letter sources, message move tasks).
+//! dead-letter sources, message move tasks); `regions.rs` says how a queue's key names its
+//! region. Every method taking a queue `name` takes its key.
 
 mod dead_letters;
 mod leases;
 mod messages;
 mod persist;
 mod queues;
+mod regions;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +32,7 @@ pub use leases::LeaseReport;
 pub use messages::ReceiveRequest;
 pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use queues::validate_queue_name;
+pub use regions::is_region;
 
 pub const MAX_LIST_RESULTS: usize = 1000;
 
@@ -146,23 +149,6 @@ impl Engine {
 
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
-    }
-
-    pub fn queue_arn(&self, name: &str) -> String {
-        format!(
-            "arn:aws:sqs:{}:{}:{}",
-            self.config.region, self.config.account_id, name
-        )
-    }
-
-    /// The queue an ARN names, if it is one of this engine's.
-    pub fn queue_name_from_arn<'a>(&self, arn: &'a str) -> Option<&'a str> {
-        let prefix = format!(
-            "arn:aws:sqs:{}:{}:",
-            self.config.region, self.config.account_id
-        );
-        let name = arn.strip_prefix(&prefix)?;
-        self.queues.contains_key(name).then_some(name)
     }
 
     fn queue(&self, name: &str) -> Result<&Queue> {

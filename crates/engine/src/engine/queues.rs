@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use super::regions::name_of;
 use super::Change;
 use super::{paginate, Engine, QueuePage};
 use crate::error::{EngineError, Result};
@@ -50,7 +51,7 @@ impl Engine {
         attributes: &[(String, String)],
         tags: &[(String, String)],
     ) -> Result<()> {
-        validate_queue_name(name)?;
+        validate_queue_name(name_of(name))?;
         let mut fifo = false;
         let mut said_not_fifo = false;
         let mut requested = Vec::with_capacity(attributes.len());
@@ -87,7 +88,7 @@ impl Engine {
         if self.deleted_at.contains_key(name) {
             return Err(EngineError::QueueDeletedRecently);
         }
-        check_tags(name, tags.len())?;
+        check_tags(name_of(name), tags.len())?;
         self.check_redrive(name, &settings)?;
         let mut queue = Queue::new(self.next_queue_id, settings, now, self.sealer.clone());
         self.next_queue_id += 1;
@@ -122,16 +123,23 @@ impl Engine {
     }
 
     /// Names in order, optionally by prefix, paginated by an opaque token.
+    /// ListQueues: the keys of the queues in `region` (None: the engine's own) whose name
+    /// starts with `prefix`.
     pub fn list_queues(
         &self,
+        region: Option<&str>,
         prefix: Option<&str>,
         max_results: Option<usize>,
         next_token: Option<&str>,
     ) -> Result<QueuePage> {
+        let region = self.region_or_own(region);
         let names = self
             .queues
             .keys()
-            .filter(|n| prefix.is_none_or(|p| n.starts_with(p)))
+            .filter(|key| {
+                let (r, name) = self.key_parts(key);
+                r == region && prefix.is_none_or(|p| name.starts_with(p))
+            })
             .cloned()
             .collect();
         paginate(names, max_results, next_token)
@@ -224,7 +232,7 @@ impl Engine {
             .last_purge_ms
             .is_some_and(|at| now < at + PURGE_COOLDOWN_MS)
         {
-            return Err(EngineError::PurgeQueueInProgress(name.to_string()));
+            return Err(EngineError::PurgeQueueInProgress(name_of(name).to_string()));
         }
         let removed = queue.purge(now);
         queue.touch();
@@ -243,7 +251,7 @@ impl Engine {
         let (queue, _) = self.queue_mut(name)?;
         let mut next = queue.tags.clone();
         next.extend(tags.iter().cloned());
-        check_tags(name, next.len())?;
+        check_tags(name_of(name), next.len())?;
         queue.tags = next;
         Ok(())
     }

@@ -304,26 +304,35 @@ async fn tags_are_added_listed_and_removed() {
 }
 
 #[tokio::test]
-async fn region_and_account_id_flags_shape_urls_and_arns() {
+async fn the_region_flag_is_the_servers_own_and_a_signed_request_names_its_own() {
     let s = TestServer::start_config(ServerConfig {
         region: "eu-north-1".into(),
         account_id: "123456789012".into(),
         ..ServerConfig::default()
     })
     .await;
+    // The SDK client signs for us-east-1: its queue is there, under a URL that says so.
     let url = s.queue("q", &[]).await;
-    assert_eq!(url, format!("{}/123456789012/q", s.base));
-    let attrs = s
-        .sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(A::QueueArn)
+    assert_eq!(url, format!("{}/queue/us-east-1/123456789012/q", s.base));
+    assert_eq!(
+        s.attribute(&url, "QueueArn").await,
+        "arn:aws:sqs:us-east-1:123456789012:q"
+    );
+    // A request that names no region (unsigned, plain host) is in the server's own.
+    let response = reqwest::Client::new()
+        .post(format!("{}/", s.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("Action=CreateQueue&QueueName=own")
         .send()
         .await
-        .unwrap()
-        .attributes
         .unwrap();
-    assert_eq!(attrs[&A::QueueArn], "arn:aws:sqs:eu-north-1:123456789012:q");
+    assert_eq!(response.status(), 200);
+    let own = format!("{}/123456789012/own", s.base);
+    assert!(response.text().await.unwrap().contains(&own));
+    assert_eq!(
+        s.attribute(&own, "QueueArn").await,
+        "arn:aws:sqs:eu-north-1:123456789012:own"
+    );
     let foreign = format!("{}/000000000000/q", s.base);
     let err = s
         .sqs
