@@ -1,5 +1,6 @@
 //! The engine alone: send, receive + delete, and lease expiry, at queue depths from 1e3 to
-//! 1e7, and with 1e5 leases in flight. Cost per operation should not grow with depth.
+//! 1e7, and with 1e5 leases in flight; and a FIFO queue's send, receive + delete over 1,000
+//! groups. Cost per operation should not grow with depth.
 //!
 //! Run: `cargo bench -p leasehold-engine` (depth 1e7 needs about 4 GB of memory and a minute
 //! to build; `LEASEHOLD_BENCH_MAX_DEPTH=1000000` stops earlier).
@@ -87,5 +88,43 @@ fn lease_expiry(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, by_depth, lease_expiry);
+fn fifo_groups(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fifo");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3));
+    let clock = ManualClock::new(1_700_000_000_000);
+    let mut engine = Engine::new(Arc::new(clock.clone()), EngineConfig::default());
+    let attributes = [
+        ("FifoQueue".to_string(), "true".to_string()),
+        ("VisibilityTimeout".to_string(), "3600".to_string()),
+    ];
+    engine.create_queue("q.fifo", &attributes, &[]).unwrap();
+    let mut n = 0u64;
+    let mut send = |engine: &mut Engine| {
+        n += 1;
+        let mut message = NewMessage::new("x".repeat(200));
+        message.group_id = Some(format!("g{}", n % 1_000));
+        message.deduplication_id = Some(n.to_string());
+        engine.send("q.fifo", message).unwrap();
+    };
+    for _ in 0..100_000 {
+        send(&mut engine);
+    }
+    let ten = ReceiveRequest::up_to(10);
+    group.bench_function(
+        "receive 10 + delete + send 10, 1e5 messages in 1e3 groups",
+        |b| {
+            b.iter(|| {
+                for d in engine.receive("q.fifo", &ten).unwrap() {
+                    engine.delete_message("q.fifo", &d.receipt_handle).unwrap();
+                    send(&mut engine);
+                }
+            })
+        },
+    );
+    group.finish();
+}
+
+criterion_group!(benches, by_depth, lease_expiry, fifo_groups);
 criterion_main!(benches);
