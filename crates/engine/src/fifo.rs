@@ -72,16 +72,17 @@ impl FifoState {
         let Some(g) = self.groups.get_mut(group) else {
             return;
         };
-        if g.listed == head {
-            return;
+        if g.listed != head {
+            if let Some(old) = g.listed.take() {
+                self.ready_groups.remove(&(old, group.clone()));
+            }
+            if let Some(new) = head {
+                self.ready_groups.insert((new, group.clone()));
+                g.listed = Some(new);
+            }
         }
-        if let Some(old) = g.listed.take() {
-            self.ready_groups.remove(&(old, group.clone()));
-        }
-        if let Some(new) = head {
-            self.ready_groups.insert((new, group.clone()));
-            g.listed = Some(new);
-        }
+        // Checked whether or not the listing changed: a group whose last message goes while
+        // it is unlisted (in flight) must not linger.
         if g.members.is_empty() {
             self.groups.remove(group);
         }
@@ -165,6 +166,51 @@ impl FifoState {
             self.attempt_expiry
                 .push_back((now + FIFO_WINDOW_MS, id.to_string()));
         }
+    }
+
+    /// The group rules, given each member's group, whether it is Ready, and its ready rank
+    /// (`lookup`), and how many messages the queue stores: every stored message is a member of
+    /// its own group, no group is empty, and a group is listed, under its head's rank and key,
+    /// exactly when its head is Ready.
+    pub fn check_invariants(
+        &self,
+        stored: usize,
+        lookup: impl Fn(MsgKey) -> Option<(Option<Arc<str>>, bool, u64)>,
+    ) -> Result<(), String> {
+        let mut members = 0;
+        let mut listed = 0;
+        for (name, group) in &self.groups {
+            let Some(&head) = group.members.first() else {
+                return Err(format!("group {name} is empty but kept"));
+            };
+            for &key in &group.members {
+                match lookup(key) {
+                    Some((Some(g), _, _)) if g == *name => members += 1,
+                    other => return Err(format!("{key:?} of group {name} is {other:?}")),
+                }
+            }
+            let (_, head_ready, rank) = lookup(head).expect("checked above");
+            let expected = head_ready.then_some((rank, head));
+            if group.listed != expected {
+                return Err(format!(
+                    "group {name} is listed as {:?}, not {expected:?}",
+                    group.listed
+                ));
+            }
+            if let Some(listing) = expected {
+                listed += 1;
+                if !self.ready_groups.contains(&(listing, name.clone())) {
+                    return Err(format!("group {name} is missing from ready_groups"));
+                }
+            }
+        }
+        if members != stored || listed != self.ready_groups.len() {
+            return Err(format!(
+                "groups hold {members} of {stored} messages; {listed} groups listed, {} in ready_groups",
+                self.ready_groups.len()
+            ));
+        }
+        Ok(())
     }
 
     /// Purge: every message is gone, so are the groups. Deduplication ids stay remembered.

@@ -25,6 +25,8 @@ use crate::receipt::{Receipt, ReceiptSealer};
 use crate::settings::{QueueSettings, MAX_VISIBILITY_TIMEOUT_S};
 use crate::table::MessageTable;
 
+mod invariants;
+
 /// How receipt handles behave once their lease is over.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LeaseMode {
@@ -340,6 +342,8 @@ impl Queue {
         if self.changes.enabled {
             self.changes.dedup.extend(forgotten);
         }
+        // Every operation starts here, so this also checks what the one before left.
+        self.debug_check();
     }
 
     pub fn counts(&self) -> QueueCounts {
@@ -437,6 +441,7 @@ impl Queue {
             },
         );
         self.stats.sent += 1;
+        self.debug_check();
         Sent {
             message_id: format_message_id(id),
             sequence_number: fifo.then_some(key.seq),
@@ -528,6 +533,7 @@ impl Queue {
         }
         self.stats.received += deliveries.len() as u64;
         self.stats.dead_lettered += dead.len() as u64;
+        self.debug_check();
         (deliveries, dead)
     }
 

@@ -214,6 +214,7 @@ fn run(mode: LeaseMode, ops: Vec<Op>) -> Result<(), TestCaseError> {
         model.expire(now);
         let c = engine.counts("q").unwrap();
         prop_assert_eq!((c.visible, c.not_visible, c.delayed), model.counts(now));
+        prop_assert_eq!(engine.check_invariants(), Ok(()));
     }
     Ok(())
 }

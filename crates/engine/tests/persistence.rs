@@ -198,9 +198,11 @@ proptest! {
                 }
                 _ => {}
             }
+            prop_assert_eq!(engine.check_invariants(), Ok(()));
             store.apply(engine.take_changes());
         }
         let mut restored = Engine::restore(Arc::new(clock.clone()), EngineConfig { receipt_key: [1; 16], ..config }, store.snapshot());
+        prop_assert_eq!(restored.check_invariants(), Ok(()));
         prop_assert_eq!(observe(&mut restored), observe(&mut engine));
         // Old handles still work the same way on both.
         for (queue, handle) in &handles {

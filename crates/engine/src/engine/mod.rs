@@ -151,6 +151,16 @@ impl Engine {
         self.clock.now_ms()
     }
 
+    /// Checks every queue's invariants (`Queue::check_invariants`): for tests, after each
+    /// command. Names the queue that broke one.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.queues.iter().try_for_each(|(name, queue)| {
+            queue
+                .check_invariants()
+                .map_err(|broken| format!("queue {name}: {broken}"))
+        })
+    }
+
     fn queue(&self, name: &str) -> Result<&Queue> {
         self.queues.get(name).ok_or(EngineError::QueueDoesNotExist)
     }

@@ -224,6 +224,9 @@ pub fn run(mode: LeaseMode, script: &str) -> String {
             other => panic!("unknown script command {other}"),
         };
         let reply = reply.unwrap_or_else(|e| format!("error {e:?}"));
+        if let Err(broken) = engine.check_invariants() {
+            panic!("after `{line}`: {broken}");
+        }
         out.push_str(&format!("{line:<28} -> {reply}\n"));
     }
     out
