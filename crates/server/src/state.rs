@@ -157,12 +157,15 @@ impl AppState {
         self.shutting_down.load(Ordering::SeqCst)
     }
 
-    /// The engine, locked. A panic while locked must not take every later request down with
-    /// it, so a poisoned lock is taken over rather than propagated.
+    /// The engine, locked. A panic while it was locked may have left the engine half
+    /// changed, so a poisoned lock is not taken over: the process ends, and a restart
+    /// restores every acknowledged write from the store (an in-memory server loses its
+    /// queues, as it would on any crash).
     pub fn engine(&self) -> MutexGuard<'_, Engine> {
-        self.engine
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.engine.lock().unwrap_or_else(|_| {
+            tracing::error!("a request panicked while changing the engine; stopping so that a restart restores a consistent state from the store");
+            std::process::abort()
+        })
     }
 
     /// The engine, locked, for a command that changes it; refused once the store has failed,
