@@ -402,7 +402,10 @@ async fn long_poll(
         }
         if !taken.is_empty() || Instant::now() >= deadline || state.is_shutting_down() {
             if taken.is_empty() {
-                state.engine().record_empty_receive(&queue);
+                // Counted durably, but the answer does not wait for the write.
+                let mut engine = state.engine();
+                engine.record_empty_receive(&queue);
+                state.persist_detached(&mut engine);
             }
             return Ok(Answer::Received(taken.shape()));
         }

@@ -114,8 +114,10 @@ impl Engine {
 
     /// Counts a ReceiveMessage request that returned nothing. Kept apart from `receive`
     /// because a long poll tries several times but is one request.
+    /// The counter is durable, so the queue's record is marked changed through the same
+    /// path as every other command's.
     pub fn record_empty_receive(&mut self, name: &str) {
-        if let Some(queue) = self.queues.get_mut(name) {
+        if let Ok((queue, _)) = self.queue_mut(name) {
             queue.stats.empty_receives += 1;
         }
     }

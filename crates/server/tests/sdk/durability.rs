@@ -248,3 +248,18 @@ async fn lease_measurements_survive_a_restart() {
     }
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_empty_receive_count_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = durable(dir.path()).await;
+    let url = s.queue("idle", &[]).await;
+    for _ in 0..3 {
+        assert!(s.receive(&url, 1).await.is_empty());
+    }
+    s.stop().await;
+    let s = durable(dir.path()).await;
+    let after = leases(&s, "idle").await;
+    assert_eq!(after["empty_receives"], 3, "{after}");
+    s.stop().await;
+}
