@@ -8,6 +8,8 @@
 //! maxReceiveCount x lease against retention; keep graceful shutdown below the lease; with
 //! Lambda, at least 6 x the function timeout; past 12 hours, a job record, not a lease.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod distribution;
 
 pub use distribution::Distribution;

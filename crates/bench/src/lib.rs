@@ -4,6 +4,8 @@
 //! little next to the server it measures. Scenarios live in `scenario.rs`; each call's latency
 //! goes into an HDR histogram per action.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod big_ops;
 mod client;
 mod scenario;

@@ -4,6 +4,8 @@
 //! values, and time comes from an injected [`Clock`]. The protocol, store, simulator and
 //! advisor crates build on this one; it depends on none of them.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod clock;
 mod engine;
 mod error;

@@ -277,6 +277,7 @@ async fn run_command(
 struct ProcessGroup(u32);
 
 impl ProcessGroup {
+    #[allow(unsafe_code)]
     fn signal(&self, signal: libc::c_int) -> bool {
         // SAFETY: kill(2) with a negative pid signals a process group; no memory is shared.
         unsafe { libc::kill(-(self.0 as libc::pid_t), signal) == 0 }

@@ -1,5 +1,7 @@
 //! The `leasehold` command: `leasehold serve` runs the SQS-compatible server.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 /// A faster allocator than the system's for a server that allocates per request.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -191,6 +193,7 @@ fn init_logs(format: LogFormat) {
 /// as Unix tools do, instead of panicking on the failed write. Not for `serve` and `work`,
 /// which must outlive a client or a command that stops reading (their sockets are written
 /// with MSG_NOSIGNAL, pipes to commands are not).
+#[allow(unsafe_code)]
 fn print_until_the_reader_goes() {
     // SAFETY: restores the default disposition of one signal before any thread writes.
     unsafe {

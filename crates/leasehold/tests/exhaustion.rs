@@ -3,6 +3,8 @@
 //! are closed after `--idle-timeout`, connections past the limit wait in the backlog instead
 //! of failing accept in a loop, and it says once that the limit was reached.
 
+#![allow(unsafe_code)] // signals and ioctls through libc, on processes this test started
+
 mod common;
 
 use std::os::unix::process::CommandExt;

@@ -9,6 +9,8 @@
 //!
 //! Needs root (mount, losetup) and `mkfs.ext4`, as CI has.
 
+#![allow(unsafe_code)] // signals and ioctls through libc, on processes this test started
+
 mod common;
 
 use std::collections::HashSet;

@@ -1,6 +1,8 @@
 //! SIGTERM with clients still connected: the real binary exits within two seconds, answering
 //! its waiting receives with no messages, whatever a slow client does.
 
+#![allow(unsafe_code)] // signals and ioctls through libc, on processes this test started
+
 mod common;
 
 use std::process::{Command, Stdio};

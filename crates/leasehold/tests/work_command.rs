@@ -2,6 +2,8 @@
 //! own, and when its lease is lost the whole group goes (SIGTERM, then SIGKILL after
 //! `--kill-grace`), grandchildren that ignore SIGTERM included.
 
+#![allow(unsafe_code)] // signals and ioctls through libc, on processes this test started
+
 mod common;
 
 use std::os::unix::process::CommandExt;

@@ -4,6 +4,8 @@
 //!
 //! Depends on the engine and nothing else of Leasehold; knows nothing of HTTP servers.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod checksum;
 mod convert;
 mod error;

@@ -4,6 +4,8 @@
 //! polling, the accept loop (connection limit, timeouts, bounded shutdown) and the tower
 //! layers (timeout, tracing). Request limits live in `state` and `sqs`.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod admin;
 mod clock;
 mod leases;

@@ -6,6 +6,8 @@
 //! No copy of the queue's rules lives here: every send, receive, heartbeat, delete and
 //! dead-letter move goes through `leasehold_engine::Engine` with a `ManualClock`.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod model;
 mod plot;
 mod report;

@@ -6,6 +6,8 @@
 //! a map for tests; [`FaultyStore`] fails on purpose. The [`Committer`] is group commit:
 //! concurrent requests share one write and one fsync, and nobody is answered before theirs.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod batch;
 pub mod codec;
 mod committer;

@@ -6,6 +6,8 @@
 //! idempotency store, puts failures back with a jittered backoff, and on shutdown drains
 //! within a grace period shorter than the lease.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod backoff;
 mod deleter;
 mod errors;
