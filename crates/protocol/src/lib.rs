@@ -14,19 +14,19 @@ mod query;
 mod query_json;
 mod request;
 pub mod shapes;
+mod wire;
 mod xml;
 
 pub use checksum::{md5_hex, md5_of_attributes, md5_of_map};
-pub use convert::{queue_name, queue_url, region_of_host};
+pub use convert::{queue_name, queue_url};
 pub use error::{wire_code, ProtocolError, Result, WireCode};
 pub use execute::{
     execute, execute_prepared, receive, receive_wait_seconds, take_messages, Context, Prepared,
     Taken,
 };
-pub use query::{form_params, parse_query};
-pub use query_json::{query_json_error, query_json_response};
 pub use request::Request;
-pub use xml::{xml_error, xml_response, XML_CONTENT_TYPE, XML_NAMESPACE};
+pub use wire::{Answer, HttpRequest, Rendered, Wire};
+pub use xml::{XML_CONTENT_TYPE, XML_NAMESPACE};
 
 /// The JSON protocol's content type.
 pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
@@ -34,7 +34,7 @@ pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 pub const TARGET_PREFIX: &str = "AmazonSQS.";
 
 /// The JSON body of an error, as AWS sends it.
-pub fn json_error_body(error: &ProtocolError) -> serde_json::Value {
+pub(crate) fn json_error_body(error: &ProtocolError) -> serde_json::Value {
     serde_json::json!({
         "__type": wire_code(error).json_type,
         "message": error.to_string(),
@@ -42,7 +42,7 @@ pub fn json_error_body(error: &ProtocolError) -> serde_json::Value {
 }
 
 /// The `x-amzn-query-error` header value SDKs read the legacy code from.
-pub fn query_error_header(error: &ProtocolError) -> String {
+pub(crate) fn query_error_header(error: &ProtocolError) -> String {
     let code = wire_code(error);
     let fault = if code.sender_fault {
         "Sender"

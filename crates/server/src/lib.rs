@@ -10,7 +10,6 @@ mod admin;
 mod clock;
 mod leases;
 pub mod listen;
-mod region;
 mod sqs;
 mod state;
 
@@ -23,7 +22,6 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{BoxError, Router};
 use leasehold_protocol::ProtocolError;
-use sqs::Wire;
 use tower::ServiceBuilder;
 use tower_http::trace::TraceLayer;
 
@@ -65,7 +63,7 @@ pub fn app(state: Arc<AppState>) -> Router {
 /// trickling its body, say), answered in its wire's format.
 async fn timed_out(headers: HeaderMap, _error: BoxError) -> Response {
     let error = ProtocolError::RequestTimeout(REQUEST_TIMEOUT.as_secs());
-    sqs::error_response(Wire::of(&headers), &error, &state::request_id())
+    sqs::error_response(&headers, &error, &state::request_id())
 }
 
 /// How often running message move tasks are advanced.

@@ -1,5 +1,8 @@
-//! The SQS endpoint: dispatch on the wire protocol (AWS JSON 1.0 when `X-Amz-Target` is
-//! present, else the query protocol), long polling, and answers in the matching format.
+//! The SQS endpoint over HTTP: reads the request's few HTTP facts into the protocol's
+//! `HttpRequest`, which parses it (step one) and renders the answer (step three); in between
+//! it applies the request to the engine under its lock, commits, wakes long polls, and waits
+//! out long polls itself. Request checks that are about HTTP (browsers of other sites, unsigned
+//! state-changing GETs, the body limit) live here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,47 +12,16 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use leasehold_engine::{EngineError, MAX_MESSAGE_SIZE};
-use leasehold_protocol::shapes::{ReceiveMessageInput, ReceiveMessageOutput};
+use leasehold_protocol::shapes::ReceiveMessageInput;
 use leasehold_protocol::{
-    execute_prepared, form_params, json_error_body, parse_query, query_error_header,
-    query_json_error, query_json_response, queue_name, receive, receive_wait_seconds,
-    take_messages, wire_code, xml_error, xml_response, Context, Prepared, ProtocolError, Request,
-    JSON_CONTENT_TYPE, TARGET_PREFIX, XML_CONTENT_TYPE,
+    execute_prepared, queue_name, receive, receive_wait_seconds, take_messages, Answer, Context,
+    HttpRequest, Prepared, ProtocolError, Rendered, Request,
 };
 use leasehold_store::StoreError;
-use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::state::AppState;
-
-/// Which protocol a request spoke, so the answer speaks it too.
-#[derive(Clone, Copy)]
-pub enum Wire {
-    Json,
-    Query,
-    /// The query protocol from a client that asked for JSON (`Accept: application/json`):
-    /// AWS answers with the XML tree written as JSON.
-    QueryAsJson,
-}
-
-impl Wire {
-    /// `X-Amz-Target` means AWS JSON 1.0; anything else is the query protocol.
-    pub fn of(headers: &HeaderMap) -> Wire {
-        let accepts_json = headers
-            .get(header::ACCEPT)
-            .and_then(|a| a.to_str().ok())
-            .is_some_and(|a| a.contains("application/json"));
-        if headers.contains_key("x-amz-target") {
-            Wire::Json
-        } else if accepts_json {
-            Wire::QueryAsJson
-        } else {
-            Wire::Query
-        }
-    }
-}
 
 /// The largest request body read. A message is at most 1 MiB, but its wire form is larger:
 /// JSON writes a two-byte character as a six-byte `\u00e9` and form encoding any byte as
@@ -65,69 +37,39 @@ pub async fn handle(
     body: Body,
 ) -> Response {
     let request_id = crate::state::request_id();
-    let wire = Wire::of(&headers);
-    let outcome = answer(&state, &method, &uri, &headers, body).await;
-    match (wire, outcome) {
-        (Wire::Json, Ok((_, answer))) => respond(
-            StatusCode::OK,
-            &request_id,
-            JSON_CONTENT_TYPE,
-            answer.json(),
-            None,
-        ),
-        (Wire::Query, Ok((action, answer))) => respond(
-            StatusCode::OK,
-            &request_id,
-            XML_CONTENT_TYPE,
-            xml_response(action, &answer.document(), &request_id),
-            None,
-        ),
-        (Wire::QueryAsJson, Ok((action, answer))) => respond(
-            StatusCode::OK,
-            &request_id,
-            PLAIN_JSON_CONTENT_TYPE,
-            query_json_response(action, &answer.document(), &request_id).to_string(),
-            None,
-        ),
-        (wire, Err(error)) => error_response(wire, &error, &request_id),
-    }
+    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let http = HttpRequest {
+        is_post: method == Method::POST,
+        path: uri.path(),
+        query: uri.query().unwrap_or_default(),
+        host: header(header::HOST).unwrap_or("localhost"),
+        target: header(header::HeaderName::from_static("x-amz-target")),
+        accept: header(header::ACCEPT),
+        authorization: header(header::AUTHORIZATION),
+        trace_id: header(header::HeaderName::from_static("x-amzn-trace-id")),
+    };
+    let wire = http.wire();
+    let rendered = match answer(&state, &http, &headers, body).await {
+        Ok((action, answer)) => wire.render(action, answer, &request_id),
+        Err(error) => wire.render_error(&error, &request_id),
+    };
+    respond(rendered, &request_id)
 }
 
-/// The content type of the query protocol's JSON answers.
-const PLAIN_JSON_CONTENT_TYPE: &str = "application/json";
-
-/// An error in the format of the wire that asked.
-pub fn error_response(wire: Wire, error: &ProtocolError, request_id: &str) -> Response {
-    match wire {
-        Wire::Json => respond(
-            status(error),
-            request_id,
-            JSON_CONTENT_TYPE,
-            json_error_body(error).to_string(),
-            Some(query_error_header(error)),
-        ),
-        // A request naming no action gets AWS's bare XML element whatever it accepts.
-        Wire::QueryAsJson if *error != ProtocolError::NoAction => respond(
-            status(error),
-            request_id,
-            PLAIN_JSON_CONTENT_TYPE,
-            query_json_error(error, request_id).to_string(),
-            None,
-        ),
-        Wire::Query | Wire::QueryAsJson => respond(
-            status(error),
-            request_id,
-            XML_CONTENT_TYPE,
-            xml_error(error, request_id),
-            None,
-        ),
-    }
+/// An error in the format of the wire the headers say.
+pub fn error_response(headers: &HeaderMap, error: &ProtocolError, request_id: &str) -> Response {
+    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let http = HttpRequest {
+        target: header(header::HeaderName::from_static("x-amz-target")),
+        accept: header(header::ACCEPT),
+        ..HttpRequest::default()
+    };
+    respond(http.wire().render_error(error, request_id), request_id)
 }
 
 async fn answer(
     state: &AppState,
-    method: &Method,
-    uri: &Uri,
+    http: &HttpRequest<'_>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(&'static str, Answer), ProtocolError> {
@@ -135,20 +77,9 @@ async fn answer(
     let slot = state.request_slot().ok_or_else(|| {
         ProtocolError::ServiceUnavailable("The server is busy; try again.".into())
     })?;
-    let body = read_body(body, headers, uri).await?;
-    let host = host(headers);
-    let ctx = Context {
-        region: crate::region::of_request(headers, uri, &host),
-        host,
-    };
-    let mut request = match headers.get("x-amz-target").and_then(|t| t.to_str().ok()) {
-        Some(target) => parse_json(target, &body)?,
-        None => parse_form(&ctx, method, uri, &body)?,
-    };
-    if let Some(trace) = headers.get("x-amzn-trace-id").and_then(|t| t.to_str().ok()) {
-        request.add_trace_header(trace);
-    }
-    if method == Method::GET && !request.is_read_only() && !is_presigned(uri) {
+    let body = read_body(body, http).await?;
+    let (ctx, request) = http.parse(&body)?;
+    if !http.is_post && !request.is_read_only() && !http.is_presigned() {
         return Err(ProtocolError::AccessDenied(format!(
             "{} changes state and cannot be sent by an unsigned GET; send it by POST, or presign the URL.",
             request.action()
@@ -184,121 +115,21 @@ fn refuse_browsers_of_other_sites(headers: &HeaderMap) -> Result<(), ProtocolErr
     Ok(())
 }
 
-/// A query-string request that carries a SigV4 (or SigV2) presigned signature.
-fn is_presigned(uri: &Uri) -> bool {
-    let names: Vec<String> = form_params(uri.query().unwrap_or_default().as_bytes())
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
-    let has = |name: &str| names.iter().any(|n| n == name);
-    (has("X-Amz-Signature") && has("X-Amz-Credential") && has("X-Amz-Algorithm"))
-        || (has("Signature") && has("AWSAccessKeyId"))
-}
-
-/// Reads the body up to `MAX_BODY_BYTES`; past it, AWS's error for the action, which comes
-/// from the target header, the URL, or the start of a form body.
-async fn read_body(body: Body, headers: &HeaderMap, uri: &Uri) -> Result<Vec<u8>, ProtocolError> {
+/// Reads the body up to `MAX_BODY_BYTES`; past it, AWS's error for the action.
+async fn read_body(body: Body, http: &HttpRequest<'_>) -> Result<Vec<u8>, ProtocolError> {
     let mut body = body;
     let mut bytes = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ProtocolError::Malformed(e.to_string()))?;
         if let Some(data) = frame.data_ref() {
-            if bytes.len() + data.len() > MAX_BODY_BYTES {
-                return Err(too_large(headers, uri, &bytes, bytes.len() + data.len()));
+            let seen = bytes.len() + data.len();
+            if seen > MAX_BODY_BYTES {
+                return Err(http.too_large(&bytes, seen, MAX_BODY_BYTES));
             }
             bytes.extend_from_slice(data);
         }
     }
     Ok(bytes)
-}
-
-fn too_large(headers: &HeaderMap, uri: &Uri, start: &[u8], seen: usize) -> ProtocolError {
-    let target = headers.get("x-amz-target").and_then(|t| t.to_str().ok());
-    let from_form = |encoded: &[u8]| {
-        form_params(encoded)
-            .into_iter()
-            .find(|(name, _)| name == "Action")
-            .map(|(_, action)| action)
-    };
-    let action = target
-        .and_then(|t| t.strip_prefix(TARGET_PREFIX))
-        .map(str::to_string)
-        .or_else(|| from_form(uri.query().unwrap_or_default().as_bytes()))
-        .or_else(|| from_form(&start[..start.len().min(256)]));
-    match action.as_deref() {
-        Some("SendMessageBatch") => ProtocolError::Engine(EngineError::BatchRequestTooLong(
-            MAX_MESSAGE_SIZE as usize,
-            seen,
-        )),
-        Some("SendMessage") => ProtocolError::InvalidParameterValue(format!(
-            "One or more parameters are invalid. Reason: Message must be shorter than {MAX_MESSAGE_SIZE} bytes."
-        )),
-        _ => ProtocolError::InvalidParameterValue(format!(
-            "The request body is larger than {MAX_BODY_BYTES} bytes."
-        )),
-    }
-}
-
-fn host(headers: &HeaderMap) -> String {
-    headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost")
-        .to_string()
-}
-
-fn parse_json(target: &str, body: &[u8]) -> Result<Request, ProtocolError> {
-    let action = target
-        .strip_prefix(TARGET_PREFIX)
-        .ok_or_else(|| ProtocolError::UnknownOperation(target.to_string()))?;
-    Request::from_json(action, body)
-}
-
-/// Query parameters come from the URL and, on a POST, the form body. A request sent to a
-/// queue's URL names its queue by the path.
-fn parse_form(
-    ctx: &Context,
-    method: &Method,
-    uri: &Uri,
-    body: &[u8],
-) -> Result<Request, ProtocolError> {
-    let mut params = form_params(uri.query().unwrap_or_default().as_bytes());
-    if method == Method::POST {
-        params.extend(form_params(body));
-    }
-    // `/ACCOUNT/NAME`, or `/queue/REGION/ACCOUNT/NAME` for a queue of another region.
-    let path = uri.path();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let is_queue_path = matches!(segments.as_slice(), [_, _] | ["queue", _, _, _]);
-    let queue_url = is_queue_path.then(|| format!("http://{}{}", ctx.host, path));
-    parse_query(&params, queue_url)
-}
-
-/// A successful answer, before it is put in a wire format. Received messages stay typed so
-/// the JSON answer to the most frequent call is written in one pass.
-enum Answer {
-    Document(Value),
-    Received(ReceiveMessageOutput),
-}
-
-impl Answer {
-    fn json(&self) -> String {
-        match self {
-            Answer::Document(value) => value.to_string(),
-            Answer::Received(output) => {
-                serde_json::to_string(output).expect("response shapes always serialise")
-            }
-        }
-    }
-
-    fn document(self) -> Value {
-        match self {
-            Answer::Document(value) => value,
-            Answer::Received(output) => {
-                serde_json::to_value(output).expect("response shapes always serialise")
-            }
-        }
-    }
 }
 
 async fn run(
@@ -461,24 +292,18 @@ impl Slot {
     }
 }
 
-fn status(error: &ProtocolError) -> StatusCode {
-    StatusCode::from_u16(wire_code(error).status).unwrap_or(StatusCode::BAD_REQUEST)
-}
-
-fn respond(
-    status: StatusCode,
-    request_id: &str,
-    content_type: &'static str,
-    body: String,
-    query_error: Option<String>,
-) -> Response {
-    let mut response = (status, body).into_response();
+fn respond(rendered: Rendered, request_id: &str) -> Response {
+    let status = StatusCode::from_u16(rendered.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (status, rendered.body).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(rendered.content_type),
+    );
     if let Ok(id) = HeaderValue::from_str(request_id) {
         headers.insert("x-amzn-requestid", id);
     }
-    if let Some(Ok(code)) = query_error.map(|q| HeaderValue::from_str(&q)) {
+    if let Some(Ok(code)) = rendered.query_error.map(|q| HeaderValue::from_str(&q)) {
         headers.insert("x-amzn-query-error", code);
     }
     response
