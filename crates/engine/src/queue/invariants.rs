@@ -69,8 +69,7 @@ impl Queue {
 
     /// After a queue operation, in debug builds: panics if an invariant is broken.
     pub(super) fn debug_check(&self) {
-        #[cfg(debug_assertions)]
-        if self.messages.len() <= DEBUG_CHECK_LIMIT {
+        if cfg!(debug_assertions) && self.messages.len() <= DEBUG_CHECK_LIMIT {
             if let Err(broken) = self.check_invariants() {
                 panic!("queue {} broke an invariant: {broken}", self.id);
             }
