@@ -13,6 +13,17 @@ use std::sync::Arc;
 
 use crate::message::MsgKey;
 
+/// The deduplication id content-based deduplication gives a body: its SHA-256, in hex.
+pub fn content_deduplication_id(body: &str) -> String {
+    use sha2::Digest;
+    use std::fmt::Write;
+    let mut out = String::with_capacity(64);
+    for b in sha2::Sha256::digest(body.as_bytes()) {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
 /// How long a deduplication id, or a receive attempt id, is remembered.
 pub const FIFO_WINDOW_MS: u64 = 5 * 60 * 1000;
 

@@ -39,14 +39,3 @@ pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
 pub use settings::{
     QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S, MAX_WAIT_TIME_S,
 };
-
-/// Hex SHA-256, as FIFO content-based deduplication uses for a body.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    use std::fmt::Write;
-    let mut out = String::with_capacity(64);
-    for b in sha2::Sha256::digest(bytes) {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}

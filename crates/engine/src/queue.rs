@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
-use crate::fifo::{DedupKey, FifoState, Original, FIFO_WINDOW_MS};
+use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::lease_stats::LeaseMetrics;
 use crate::message::{
     format_message_id, Delivery, Extras, MsgKey, NewMessage, State, StoredMessage,
@@ -373,7 +373,7 @@ impl Queue {
         let dedup_id: Option<Arc<str>> = if fifo {
             Some(match &message.deduplication_id {
                 Some(explicit) => Arc::from(explicit.as_str()),
-                None => Arc::from(crate::sha256_hex(message.body.as_bytes()).as_str()),
+                None => Arc::from(content_deduplication_id(&message.body).as_str()),
             })
         } else {
             None

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::errors::is_lost_lease;
 use crate::idempotency::{Claim, IdempotencyStore};
-use crate::runtime::Counters;
+use crate::stats::Counters;
 
 /// What the keeper needs to renew an idempotency claim along with the lease.
 pub struct ClaimRenewal {

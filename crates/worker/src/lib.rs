@@ -15,13 +15,13 @@ mod fifo;
 pub mod idempotency;
 mod lease;
 mod runtime;
+mod stats;
 
 pub use backoff::Backoff;
 pub use errors::is_lost_lease;
 pub use idempotency::{Begin, Claim, IdempotencyError, IdempotencyStore};
-pub use runtime::{
-    HandlerError, Message, Worker, WorkerBuilder, WorkerStats, IDEMPOTENCY_KEY_ATTRIBUTE,
-};
+pub use runtime::{HandlerError, Message, Worker, WorkerBuilder, IDEMPOTENCY_KEY_ATTRIBUTE};
+pub use stats::WorkerStats;
 pub use tokio_util::sync::CancellationToken;
 
 /// The longest one receive's lease can be extended to, from that receive.
