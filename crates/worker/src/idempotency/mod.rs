@@ -6,13 +6,17 @@
 //! claim is taken over only by compare-and-set against its token, never by overwrite.
 
 mod memory;
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
 mod redis;
 
 use std::time::Duration;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+#[cfg(feature = "redis")]
 pub use redis::RedisStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +25,10 @@ pub enum IdempotencyError {
     Unavailable(String),
     #[error("unsupported idempotency store {0:?}: use postgres://..., redis://... or memory")]
     UnsupportedUrl(String),
+    #[error(
+        "this build has no {0} idempotency store: build leasehold-worker with the {0:?} feature"
+    )]
+    NotBuiltIn(&'static str),
 }
 
 /// Proof that this worker holds the claim on a key: its random token.
@@ -102,9 +110,15 @@ pub async fn connect(url: &str) -> Result<Box<dyn IdempotencyStore>, Idempotency
     if url == "memory" {
         Ok(Box::new(MemoryStore::default()))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Box::new(PostgresStore::connect(url).await?))
+        #[cfg(feature = "postgres")]
+        return Ok(Box::new(PostgresStore::connect(url).await?));
+        #[cfg(not(feature = "postgres"))]
+        return Err(IdempotencyError::NotBuiltIn("postgres"));
     } else if url.starts_with("redis://") || url.starts_with("rediss://") {
-        Ok(Box::new(RedisStore::connect(url).await?))
+        #[cfg(feature = "redis")]
+        return Ok(Box::new(RedisStore::connect(url).await?));
+        #[cfg(not(feature = "redis"))]
+        return Err(IdempotencyError::NotBuiltIn("redis"));
     } else {
         Err(IdempotencyError::UnsupportedUrl(url.to_string()))
     }
