@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use leasehold_advisor::{advise, Advice, Distribution, Evaluation, Inputs};
+use leasehold_server::LeaseReportDoc;
 use leasehold_worker::idempotency::with_causes;
 use serde_json::{json, Value};
 
@@ -290,15 +291,13 @@ pub async fn run(args: AdviseArgs) -> anyhow::Result<()> {
                     .unwrap_or_else(|| format!("{endpoint}/000000000000/{name}")),
             );
             let report = leases_report(&endpoint, &name).await?;
-            let settings = &report["settings"];
+            let settings = report.settings;
             inputs.current_visibility_s = inputs
                 .current_visibility_s
-                .or(settings["visibility_timeout_s"].as_f64());
-            inputs.max_receive_count = inputs
-                .max_receive_count
-                .or(settings["max_receive_count"].as_u64().map(|n| n as u32));
-            inputs.retention_s = inputs.retention_s.or(settings["retention_s"].as_f64());
-            has_dlq = Some(settings["max_receive_count"].is_u64());
+                .or(Some(f64::from(settings.visibility_timeout_s)));
+            inputs.max_receive_count = inputs.max_receive_count.or(settings.max_receive_count);
+            inputs.retention_s = inputs.retention_s.or(Some(f64::from(settings.retention_s)));
+            has_dlq = Some(settings.max_receive_count.is_some());
             measured(&report, &name)?
         }
     };
@@ -344,7 +343,7 @@ fn live_queue(args: &AdviseArgs) -> anyhow::Result<(String, String)> {
     }
 }
 
-async fn leases_report(endpoint: &str, name: &str) -> anyhow::Result<Value> {
+async fn leases_report(endpoint: &str, name: &str) -> anyhow::Result<LeaseReportDoc> {
     let url = format!("{endpoint}/_leasehold/queues/{name}/leases");
     let response = reqwest::get(&url)
         .await
@@ -362,18 +361,22 @@ async fn leases_report(endpoint: &str, name: &str) -> anyhow::Result<Value> {
 }
 
 /// The measured hold times: the last 15 minutes when they hold enough to say something.
-fn measured(report: &Value, name: &str) -> anyhow::Result<Distribution> {
-    let recent = &report["lease_hold_ms_last_15m"];
-    let summary = if recent["count"].as_u64().unwrap_or(0) >= 100 {
-        recent
+fn measured(report: &LeaseReportDoc, name: &str) -> anyhow::Result<Distribution> {
+    let summary = if report.lease_hold_ms_last_15m.count >= 100 {
+        &report.lease_hold_ms_last_15m
     } else {
-        &report["lease_hold_ms"]
+        &report.lease_hold_ms
     };
-    let ms = |k: &str| summary[k].as_f64().map(|v| v / 1000.0);
-    match (ms("p50"), ms("p90"), ms("p99"), ms("p999"), ms("max")) {
+    let s = |ms: Option<u64>| ms.map(|v| v as f64 / 1000.0);
+    match (
+        s(summary.p50),
+        s(summary.p90),
+        s(summary.p99),
+        s(summary.p999),
+        s(summary.max),
+    ) {
         (Some(p50), Some(p90), Some(p99), Some(p999), Some(max)) => {
-            Ok(Distribution::from_quantiles(p50, p90, p99, p999, max)
-                .with_count(summary["count"].as_u64().unwrap_or(0)))
+            Ok(Distribution::from_quantiles(p50, p90, p99, p999, max).with_count(summary.count))
         }
         _ => bail!("queue {name} has no measured deletes yet: run consumers first"),
     }

@@ -10,70 +10,17 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use leasehold_engine::{DurationSummary, LeaseReport, HOLD_BUCKETS_MS, LEASE_WINDOW_MS};
+use leasehold_engine::{LeaseReport, HOLD_BUCKETS_MS};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use serde_json::{json, Value};
+use serde_json::json;
 
+use crate::lease_doc::LeaseReportDoc;
 use crate::state::AppState;
-
-fn summary(s: Option<DurationSummary>) -> Value {
-    match s {
-        None => {
-            json!({"count": 0, "p50": null, "p90": null, "p95": null, "p99": null, "p999": null, "max": null})
-        }
-        Some(s) => json!({
-            "count": s.count, "p50": s.p50, "p90": s.p90, "p95": s.p95,
-            "p99": s.p99, "p999": s.p999, "max": s.max,
-        }),
-    }
-}
-
-fn by_count(map: &std::collections::BTreeMap<u32, u64>) -> Value {
-    Value::Object(map.iter().map(|(k, v)| (k.to_string(), json!(v))).collect())
-}
-
-/// The lease report as JSON; the names are a contract other tools read.
-pub fn report_json(name: &str, r: &LeaseReport) -> Value {
-    let s = &r.stats;
-    json!({
-        "queue": name,
-        "lease_hold_ms": summary(r.hold_total),
-        "lease_hold_ms_last_15m": summary(r.hold_recent),
-        "window_ms": LEASE_WINDOW_MS,
-        "send_to_first_receive_ms": summary(r.first_receive_total),
-        "send_to_first_receive_ms_last_15m": summary(r.first_receive_recent),
-        "deleted_within_lease": s.deleted_within_lease,
-        "expired_leases": s.leases_expired,
-                "late_deletes": s.late_deletes,
-        "repeat_deletes": s.repeat_deletes,
-        "released_early": s.released_early,
-        "extensions": s.extensions,
-        "extensions_per_message": by_count(&r.extensions_per_message),
-        "receive_count_histogram": by_count(&r.receive_count_histogram),
-        "dlq_moves": s.dead_lettered,
-        "dlq_moves_after_late_delete": s.dead_lettered_after_late_delete,
-        "sent": s.sent,
-        "received": s.received,
-        "deleted": s.deleted,
-        "empty_receives": s.empty_receives,
-        "oldest_message_age_ms": r.oldest_message_age_ms,
-        "messages": {
-            "visible": r.counts.visible,
-            "not_visible": r.counts.not_visible,
-            "delayed": r.counts.delayed,
-        },
-        "settings": {
-            "visibility_timeout_s": r.visibility_timeout_s,
-            "max_receive_count": r.max_receive_count,
-            "retention_s": r.retention_s,
-        },
-    })
-}
 
 pub async fn queue_leases(
     State(state): State<Arc<AppState>>,
@@ -81,7 +28,7 @@ pub async fn queue_leases(
 ) -> Response {
     let report = state.engine().lease_report(&name);
     match report {
-        Ok(r) => Json(report_json(&name, &r)).into_response(),
+        Ok(r) => Json(LeaseReportDoc::of(&name, &r)).into_response(),
         Err(e) => (
             StatusCode::NOT_FOUND,
             Json(json!({"message": e.to_string()})),

@@ -8,6 +8,7 @@
 
 mod admin;
 mod clock;
+mod lease_doc;
 mod leases;
 pub mod listen;
 mod sqs;
@@ -26,6 +27,7 @@ use tower::ServiceBuilder;
 use tower_http::trace::TraceLayer;
 
 pub use clock::WallClock;
+pub use lease_doc::{LeaseReportDoc, LeaseSettings, MessageCounts, Quantiles};
 pub use leasehold_store::{Durability, SqliteStore, StoreError};
 pub use state::{AppState, Limits, ServerConfig};
 
