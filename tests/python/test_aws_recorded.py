@@ -359,6 +359,14 @@ def test_the_same_name_in_two_regions_is_two_queues(server):
     got = frankfurt.receive_message(QueueUrl=frankfurt_url)["Messages"]
     assert [m["Body"] for m in got] == ["only in frankfurt"]
 
+    # A name cannot reach into another region.
+    with pytest.raises(ClientError) as e:
+        east.get_queue_url(QueueName=f"eu-central-1/{name}")
+    assert error_code(e) == "AWS.SimpleQueueService.NonExistentQueue"
+    with pytest.raises(ClientError) as e:
+        east.create_queue(QueueName=f"eu-central-1/{name}-x")
+    assert error_code(e) == "InvalidParameterValue"
+
     # A dead-letter queue is in its source's region.
     with pytest.raises(ClientError) as e:
         frankfurt.create_queue(

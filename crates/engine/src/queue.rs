@@ -157,7 +157,7 @@ pub(crate) struct Queue {
     timers: BTreeSet<(u64, MsgKey)>,
     fifo: FifoState,
     next_seq: u64,
-    /// The last ready rank handed out; not stored, restarts with the process.
+    /// The last ready rank handed out; after a restart, the largest one stored.
     ready_rank: u64,
     in_flight: usize,
     delayed: usize,

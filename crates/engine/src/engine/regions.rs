@@ -31,9 +31,11 @@ impl Engine {
     }
 
     /// The key of queue `name` in `region` (None or an unusable region: the engine's own).
+    /// A name that itself holds a `/` (no valid name does) keeps its region prefix, so it can
+    /// neither pass for a queue of another region nor be created.
     pub fn queue_key(&self, region: Option<&str>, name: &str) -> String {
         let region = self.region_or_own(region);
-        if region == self.config.region {
+        if region == self.config.region && !name.contains(SEPARATOR) {
             name.to_string()
         } else {
             format!("{region}{SEPARATOR}{name}")
@@ -86,6 +88,11 @@ mod tests {
         assert_eq!(e.queue_key(Some("us-east-1"), "q"), "q");
         assert_eq!(e.queue_key(Some("eu-central-1"), "q"), "eu-central-1/q");
         assert_eq!(e.queue_key(Some("Not A Region"), "q"), "q");
+        // A name posing as a key of another region stays in its own.
+        assert_eq!(
+            e.queue_key(None, "eu-central-1/q"),
+            "us-east-1/eu-central-1/q"
+        );
         assert_eq!(e.key_parts("eu-central-1/q"), ("eu-central-1", "q"));
         assert_eq!(e.key_parts("q"), ("us-east-1", "q"));
         assert_eq!(
