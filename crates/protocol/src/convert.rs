@@ -44,10 +44,11 @@ pub fn queue_name(engine: &Engine, request_region: Option<&str>, url: &str) -> R
 }
 
 /// The region a host names the way AWS's do: `sqs.REGION.amazonaws.com`,
-/// `sqs.REGION.localhost:9324`.
+/// `sqs.REGION.localhost:9324`. A region has a dash (`us-east-1`), so the global
+/// `sqs.amazonaws.com` names none.
 pub fn region_of_host(host: &str) -> Option<&str> {
-    let region = host.strip_prefix("sqs.")?.split(['.', ':']).next()?;
-    is_region(region).then_some(region)
+    let (region, _) = host.strip_prefix("sqs.")?.split_once('.')?;
+    (is_region(region) && region.contains('-')).then_some(region)
 }
 
 /// The URL of the queue with this key, the host being the one the client addressed:
@@ -114,6 +115,21 @@ pub fn attribute_selected(selectors: &[String], name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_names_a_region_only_in_aws_form() {
+        assert_eq!(
+            region_of_host("sqs.eu-west-3.amazonaws.com"),
+            Some("eu-west-3")
+        );
+        assert_eq!(
+            region_of_host("sqs.us-west-2.localhost:9324"),
+            Some("us-west-2")
+        );
+        assert_eq!(region_of_host("sqs.amazonaws.com"), None);
+        assert_eq!(region_of_host("127.0.0.1:9324"), None);
+        assert_eq!(region_of_host("sqs.localhost:9324"), None);
+    }
 
     #[test]
     fn attribute_selectors_match_all_exact_and_prefix() {
