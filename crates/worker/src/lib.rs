@@ -14,6 +14,7 @@ mod errors;
 mod fifo;
 pub mod idempotency;
 mod lease;
+pub mod redrive;
 mod runtime;
 mod stats;
 
