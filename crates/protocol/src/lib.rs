@@ -24,7 +24,7 @@ pub use execute::{
     execute, execute_prepared, receive, receive_wait_seconds, take_messages, Context, Prepared,
     Taken,
 };
-pub use request::Request;
+pub use request::{Request, ACTIONS};
 pub use wire::{Answer, HttpRequest, Rendered, Wire};
 pub use xml::{XML_CONTENT_TYPE, XML_NAMESPACE};
 

@@ -6,9 +6,47 @@ use serde_json::Value;
 use crate::error::{ProtocolError, Result};
 use crate::shapes::*;
 
-/// One SQS request, protocol-neutral: the query protocol builds the same values.
-#[derive(Debug, Clone)]
-pub enum Request {
+/// **The one list of actions**: each action's name with its input shape. The `Request` enum,
+/// the parser from an action name, `Request::action` and `Request::queue_url` are generated
+/// from it, so an action is added here and in its own code (its shape, its arm in
+/// `execute.rs`), nowhere else.
+macro_rules! actions {
+    ($($action:ident($input:ty)),+ $(,)?) => {
+        /// One SQS request, protocol-neutral: the query protocol builds the same values.
+        #[derive(Debug, Clone)]
+        pub enum Request {
+            $($action($input)),+
+        }
+
+        /// Every action's name, as `X-Amz-Target` and the query protocol's `Action` spell it.
+        pub const ACTIONS: &[&str] = &[$(stringify!($action)),+];
+
+        impl Request {
+            fn build(action: &str, source: impl Source) -> Result<Request> {
+                match action {
+                    $(stringify!($action) => Ok(Request::$action(source.parse()?)),)+
+                    other => Err(ProtocolError::UnknownOperation(other.to_string())),
+                }
+            }
+
+            /// The action's name.
+            pub fn action(&self) -> &'static str {
+                match self {
+                    $(Request::$action(_) => stringify!($action)),+
+                }
+            }
+
+            /// The QueueUrl the request names, if it names one.
+            pub fn queue_url(&self) -> Option<&str> {
+                match self {
+                    $(Request::$action(input) => input.queue_url()),+
+                }
+            }
+        }
+    };
+}
+
+actions! {
     CreateQueue(CreateQueueInput),
     DeleteQueue(QueueUrlInput),
     GetQueueUrl(GetQueueUrlInput),
@@ -75,94 +113,6 @@ impl Request {
         Request::build(action, value)
     }
 
-    fn build(action: &str, source: impl Source) -> Result<Request> {
-        use Request as R;
-        Ok(match action {
-            "CreateQueue" => R::CreateQueue(source.parse()?),
-            "DeleteQueue" => R::DeleteQueue(source.parse()?),
-            "GetQueueUrl" => R::GetQueueUrl(source.parse()?),
-            "ListQueues" => R::ListQueues(source.parse()?),
-            "GetQueueAttributes" => R::GetQueueAttributes(source.parse()?),
-            "SetQueueAttributes" => R::SetQueueAttributes(source.parse()?),
-            "PurgeQueue" => R::PurgeQueue(source.parse()?),
-            "SendMessage" => R::SendMessage(source.parse()?),
-            "SendMessageBatch" => R::SendMessageBatch(source.parse()?),
-            "ReceiveMessage" => R::ReceiveMessage(source.parse()?),
-            "DeleteMessage" => R::DeleteMessage(source.parse()?),
-            "DeleteMessageBatch" => R::DeleteMessageBatch(source.parse()?),
-            "ChangeMessageVisibility" => R::ChangeMessageVisibility(source.parse()?),
-            "ChangeMessageVisibilityBatch" => R::ChangeMessageVisibilityBatch(source.parse()?),
-            "TagQueue" => R::TagQueue(source.parse()?),
-            "UntagQueue" => R::UntagQueue(source.parse()?),
-            "ListQueueTags" => R::ListQueueTags(source.parse()?),
-            "AddPermission" => R::AddPermission(source.parse()?),
-            "RemovePermission" => R::RemovePermission(source.parse()?),
-            "ListDeadLetterSourceQueues" => R::ListDeadLetterSourceQueues(source.parse()?),
-            "StartMessageMoveTask" => R::StartMessageMoveTask(source.parse()?),
-            "CancelMessageMoveTask" => R::CancelMessageMoveTask(source.parse()?),
-            "ListMessageMoveTasks" => R::ListMessageMoveTasks(source.parse()?),
-            other => return Err(ProtocolError::UnknownOperation(other.to_string())),
-        })
-    }
-
-    /// The QueueUrl the request names, if it names one.
-    pub fn queue_url(&self) -> Option<&str> {
-        use Request as R;
-        match self {
-            R::CreateQueue(_)
-            | R::GetQueueUrl(_)
-            | R::ListQueues(_)
-            | R::StartMessageMoveTask(_)
-            | R::CancelMessageMoveTask(_)
-            | R::ListMessageMoveTasks(_) => None,
-            R::AddPermission(i) => i.queue_url.as_deref(),
-            R::RemovePermission(i) => i.queue_url.as_deref(),
-            R::ListDeadLetterSourceQueues(i) => i.queue_url.as_deref(),
-            R::DeleteQueue(i) | R::PurgeQueue(i) | R::ListQueueTags(i) => i.queue_url.as_deref(),
-            R::GetQueueAttributes(i) => i.queue_url.as_deref(),
-            R::SetQueueAttributes(i) => i.queue_url.as_deref(),
-            R::SendMessage(i) => i.queue_url.as_deref(),
-            R::SendMessageBatch(i) => i.queue_url.as_deref(),
-            R::ReceiveMessage(i) => i.queue_url.as_deref(),
-            R::DeleteMessage(i) => i.queue_url.as_deref(),
-            R::DeleteMessageBatch(i) | R::ChangeMessageVisibilityBatch(i) => i.queue_url.as_deref(),
-            R::ChangeMessageVisibility(i) => i.queue_url.as_deref(),
-            R::TagQueue(i) => i.queue_url.as_deref(),
-            R::UntagQueue(i) => i.queue_url.as_deref(),
-        }
-    }
-
-    /// The action's name, as `X-Amz-Target` and the query protocol's `Action` spell it.
-    pub fn action(&self) -> &'static str {
-        use Request as R;
-        match self {
-            R::CreateQueue(_) => "CreateQueue",
-            R::DeleteQueue(_) => "DeleteQueue",
-            R::GetQueueUrl(_) => "GetQueueUrl",
-            R::ListQueues(_) => "ListQueues",
-            R::GetQueueAttributes(_) => "GetQueueAttributes",
-            R::SetQueueAttributes(_) => "SetQueueAttributes",
-            R::PurgeQueue(_) => "PurgeQueue",
-            R::SendMessage(_) => "SendMessage",
-            R::SendMessageBatch(_) => "SendMessageBatch",
-            R::ReceiveMessage(_) => "ReceiveMessage",
-            R::DeleteMessage(_) => "DeleteMessage",
-            R::DeleteMessageBatch(_) => "DeleteMessageBatch",
-            R::ChangeMessageVisibility(_) => "ChangeMessageVisibility",
-            R::ChangeMessageVisibilityBatch(_) => "ChangeMessageVisibilityBatch",
-            R::TagQueue(_) => "TagQueue",
-            R::UntagQueue(_) => "UntagQueue",
-            R::ListQueueTags(_) => "ListQueueTags",
-            R::AddPermission(_) => "AddPermission",
-            R::RemovePermission(_) => "RemovePermission",
-            R::ListDeadLetterSourceQueues(_) => "ListDeadLetterSourceQueues",
-            R::StartMessageMoveTask(_) => "StartMessageMoveTask",
-            R::CancelMessageMoveTask(_) => "CancelMessageMoveTask",
-            R::ListMessageMoveTasks(_) => "ListMessageMoveTasks",
-        }
-    }
-
-    /// Whether success may have made a message receivable, so waiting receives should look.
     /// How many waiting receives on `queue` this request may give a message to: one per
     /// message sent or released, and on a FIFO queue one per message deleted (a delete lets
     /// its group's next message be delivered). Waking more than that only makes the rest look
@@ -230,5 +180,44 @@ impl Request {
                 | Request::DeleteMessage(_)
                 | Request::DeleteMessageBatch(_)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_action_parses_and_names_itself() {
+        assert_eq!(ACTIONS.len(), 23);
+        for action in ACTIONS {
+            let request = Request::from_json(action, b"{}").expect("an empty body parses");
+            assert_eq!(request.action(), *action);
+        }
+        assert!(matches!(
+            Request::from_json("FlyToTheMoon", b"{}"),
+            Err(ProtocolError::UnknownOperation(_))
+        ));
+    }
+
+    #[test]
+    fn exactly_the_actions_about_one_queue_name_its_url() {
+        let about_no_one_queue = [
+            "CreateQueue",
+            "GetQueueUrl",
+            "ListQueues",
+            "StartMessageMoveTask",
+            "CancelMessageMoveTask",
+            "ListMessageMoveTasks",
+        ];
+        for action in ACTIONS {
+            let document = serde_json::json!({"QueueUrl": "http://host/000000000000/q"});
+            let request = Request::from_value(action, document).expect("parses");
+            assert_eq!(
+                request.queue_url().is_some(),
+                !about_no_one_queue.contains(action),
+                "{action}"
+            );
+        }
     }
 }

@@ -11,6 +11,58 @@ use crate::error::{ProtocolError, Result};
 
 pub type StringMap = BTreeMap<String, String>;
 
+/// The queue a request's input names by URL, if its action is about one queue.
+pub trait NamesQueue {
+    fn queue_url(&self) -> Option<&str>;
+}
+
+/// Inputs with a `QueueUrl` member.
+macro_rules! names_queue {
+    ($($input:ty),+ $(,)?) => {
+        $(impl NamesQueue for $input {
+            fn queue_url(&self) -> Option<&str> {
+                self.queue_url.as_deref()
+            }
+        })+
+    };
+}
+
+/// Inputs of actions about no one queue.
+macro_rules! names_no_queue {
+    ($($input:ty),+ $(,)?) => {
+        $(impl NamesQueue for $input {
+            fn queue_url(&self) -> Option<&str> {
+                None
+            }
+        })+
+    };
+}
+
+names_queue!(
+    QueueUrlInput,
+    GetQueueAttributesInput,
+    SetQueueAttributesInput,
+    SendMessageInput,
+    SendMessageBatchInput,
+    ReceiveMessageInput,
+    DeleteMessageInput,
+    ChangeVisibilityInput,
+    HandleBatchInput,
+    TagQueueInput,
+    UntagQueueInput,
+    AddPermissionInput,
+    RemovePermissionInput,
+    ListDeadLetterSourceQueuesInput,
+);
+names_no_queue!(
+    CreateQueueInput,
+    GetQueueUrlInput,
+    ListQueuesInput,
+    StartMessageMoveTaskInput,
+    CancelMessageMoveTaskInput,
+    ListMessageMoveTasksInput,
+);
+
 /// A required member: present, or `MissingParameter` naming it.
 pub fn required<T: Clone>(value: &Option<T>, name: &'static str) -> Result<T> {
     value.clone().ok_or(ProtocolError::MissingParameter(name))

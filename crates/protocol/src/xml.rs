@@ -177,6 +177,13 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn actions_without_a_result_are_listed_actions() {
+        for action in NO_RESULT {
+            assert!(crate::ACTIONS.contains(action), "{action}");
+        }
+    }
+
+    #[test]
     fn lists_maps_and_nested_values_render_as_aws_writes_them() {
         let result = json!({
             "Messages": [{
