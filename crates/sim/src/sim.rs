@@ -270,10 +270,23 @@ impl<'a> Simulation<'a> {
             if done > reported {
                 reported = done;
                 progress((self.now - start) as f64 / total);
+                // A hundred times a run: the real engine under the lab still keeps its
+                // invariants (whole queues, whatever their size).
+                self.check_engine();
             }
         }
         self.finish();
+        self.check_engine();
         Ok(self.tally)
+    }
+
+    /// In debug builds (the tests), panics if the engine broke an invariant.
+    fn check_engine(&self) {
+        if cfg!(debug_assertions) {
+            if let Err(broken) = self.engine.check_invariants() {
+                panic!("the simulated engine broke an invariant: {broken}");
+            }
+        }
     }
 
     fn handle(&mut self, ev: Ev) -> Result<(), SimError> {
