@@ -27,6 +27,21 @@ fn redrive(server: &Server, args: &[&str]) -> (Option<i32>, Value, String) {
     )
 }
 
+/// `--from FROM --to TO` with the in-memory store and `--blind`, then `extra`.
+fn blind<'a>(from: &'a str, to: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--from",
+        from,
+        "--to",
+        to,
+        "--idempotency",
+        "memory",
+        "--blind",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// A source queue whose RedrivePolicy names a dead-letter queue; returns (source, dlq).
 async fn pair(sqs: &Client, name: &str, fifo: bool) -> (String, String) {
     let suffix = if fifo { ".fifo" } else { "" };
@@ -74,46 +89,16 @@ async fn a_redrive_that_makes_no_sense_is_refused_at_start() {
     common::send(&sqs, &other, "x").await;
     let missing = source.replace("checked", "missing");
     let cases: [(&[&str], &str); 4] = [
+        (&blind(&dlq, &dlq, &[]), "the same queue"),
         (
-            &[
-                "--from",
-                &dlq,
-                "--to",
-                &dlq,
-                "--idempotency",
-                "memory",
-                "--blind",
-            ],
-            "the same queue",
-        ),
-        (
-            &[
-                "--from",
-                &other,
-                "--to",
-                &source,
-                "--idempotency",
-                "memory",
-                "--blind",
-            ],
+            &blind(&other, &source, &[]),
             "is not the dead-letter queue of",
         ),
         (
             &["--from", &dlq, "--to", &source, "--idempotency", "memory"],
             "--blind",
         ),
-        (
-            &[
-                "--from",
-                &dlq,
-                "--to",
-                &missing,
-                "--idempotency",
-                "memory",
-                "--blind",
-            ],
-            "QueueDoesNotExist",
-        ),
+        (&blind(&dlq, &missing, &[]), "QueueDoesNotExist"),
     ];
     for (args, says) in cases {
         let (code, _, err) = redrive(&server, args);
@@ -122,19 +107,7 @@ async fn a_redrive_that_makes_no_sense_is_refused_at_start() {
     }
     assert_eq!(common::stored(&sqs, &other).await, 1, "nothing moved");
     // --force moves from a queue that is not the dead-letter queue.
-    let (code, report, err) = redrive(
-        &server,
-        &[
-            "--from",
-            &other,
-            "--to",
-            &source,
-            "--idempotency",
-            "memory",
-            "--blind",
-            "--force",
-        ],
-    );
+    let (code, report, err) = redrive(&server, &blind(&other, &source, &["--force"]));
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(report["moved"], 1);
 }
@@ -153,15 +126,7 @@ async fn a_fifo_redrive_keeps_each_groups_order_and_a_second_run_moves_nothing()
             .await
             .unwrap();
     }
-    let args = [
-        "--from",
-        &dlq,
-        "--to",
-        &source,
-        "--idempotency",
-        "memory",
-        "--blind",
-    ];
+    let args = blind(&dlq, &source, &[]);
     let (code, report, err) = redrive(&server, &args);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
@@ -213,19 +178,7 @@ async fn a_dry_run_lists_each_message_and_leaves_it_visible() {
     for i in 0..3 {
         common::send(&sqs, &dlq, &format!("m{i}")).await;
     }
-    let (code, report, err) = redrive(
-        &server,
-        &[
-            "--from",
-            &dlq,
-            "--to",
-            &source,
-            "--idempotency",
-            "memory",
-            "--blind",
-            "--dry-run",
-        ],
-    );
+    let (code, report, err) = redrive(&server, &blind(&dlq, &source, &["--dry-run"]));
     assert_eq!(code, Some(0), "{err}");
     let messages = report["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 3, "{report}");
@@ -254,18 +207,7 @@ async fn a_message_that_cannot_be_moved_is_named_with_its_reason_released_and_fa
         .unwrap();
     common::send(&sqs, &dlq, "fits").await;
     common::send(&sqs, &dlq, &"x".repeat(2048)).await;
-    let (code, report, err) = redrive(
-        &server,
-        &[
-            "--from",
-            &dlq,
-            "--to",
-            &source,
-            "--idempotency",
-            "memory",
-            "--blind",
-        ],
-    );
+    let (code, report, err) = redrive(&server, &blind(&dlq, &source, &[]));
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(
         (report["moved"].as_u64(), report["failed"].as_u64()),

@@ -179,16 +179,7 @@ async fn a_fifo_long_poll_wakes_when_a_delete_frees_the_groups_next_message() {
             .await
             .unwrap();
     }
-    let first = s
-        .sqs
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap()
-        .messages
-        .unwrap()
-        .remove(0);
+    let first = s.receive(&url, 1).await.remove(0);
     let waiting = tokio::spawn(long_poll(&s, &url, 10));
     tokio::time::sleep(Duration::from_millis(300)).await;
     s.delete(&url, first.receipt_handle.unwrap()).await;
