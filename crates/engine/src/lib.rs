@@ -21,7 +21,7 @@ mod table;
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
     is_region, validate_queue_name, Engine, EngineConfig, LeaseReport, MoveTask, MoveTaskInfo,
-    MoveTaskStatus, QueuePage, ReceiveRequest, MAX_LIST_RESULTS,
+    MoveTaskStatus, Naming, QueuePage, ReceiveRequest, MAX_LIST_RESULTS,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use error::{EngineError, Result};

@@ -3,7 +3,7 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use leasehold_engine::{
-    is_region, AttributeData, Engine, EngineError, MessageAttribute, MessageAttributes,
+    is_region, AttributeData, EngineError, MessageAttribute, MessageAttributes, Naming,
 };
 
 use crate::error::{ProtocolError, Result};
@@ -21,26 +21,25 @@ pub fn to_u32(value: i64, param: &str, reason: &str) -> Result<u32> {
 ///   queues of other regions;
 /// - a bare `NAME`: in the request's region.
 ///
-/// A URL of another account names no queue here.
-pub fn queue_name(engine: &Engine, request_region: Option<&str>, url: &str) -> Result<String> {
+/// A URL of another account names no queue here. Whether the queue exists is the backend's
+/// to say.
+pub fn queue_key(naming: &Naming, request_region: Option<&str>, url: &str) -> Result<String> {
     let (host, path) = match url.split_once("://") {
         Some((_, rest)) => rest.split_once('/').unwrap_or((rest, "")),
         None => ("", url),
     };
     let path = path.split(['?', '#']).next().unwrap_or("");
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let own_account = |account: &str| account == engine.config().account_id;
-    let key = match segments.as_slice() {
-        [name] if host.is_empty() => engine.queue_key(request_region, name),
-        [name] => engine.queue_key(region_of_host(host), name),
-        [account, name] if own_account(account) => engine.queue_key(region_of_host(host), name),
+    let own_account = |account: &str| account == naming.account_id;
+    match segments.as_slice() {
+        [name] if host.is_empty() => Ok(naming.queue_key(request_region, name)),
+        [name] => Ok(naming.queue_key(region_of_host(host), name)),
+        [account, name] if own_account(account) => Ok(naming.queue_key(region_of_host(host), name)),
         ["queue", region, account, name] if own_account(account) => {
-            engine.queue_key(Some(region), name)
+            Ok(naming.queue_key(Some(region), name))
         }
-        _ => return Err(EngineError::QueueDoesNotExist.into()),
-    };
-    engine.queue_exists(&key)?;
-    Ok(key)
+        _ => Err(EngineError::QueueDoesNotExist.into()),
+    }
 }
 
 /// The region a host names the way AWS's do: `sqs.REGION.amazonaws.com`,
@@ -53,11 +52,11 @@ pub fn region_of_host(host: &str) -> Option<&str> {
 
 /// The URL of the queue with this key, the host being the one the client addressed:
 /// `http://HOST/ACCOUNT/NAME` when the host already says the queue's region or the queue is
-/// in the engine's own, else `http://HOST/queue/REGION/ACCOUNT/NAME`.
-pub fn queue_url(engine: &Engine, host: &str, key: &str) -> String {
-    let (region, name) = engine.key_parts(key);
-    let account = &engine.config().account_id;
-    let implied = region_of_host(host).unwrap_or(&engine.config().region);
+/// in the own one, else `http://HOST/queue/REGION/ACCOUNT/NAME`.
+pub fn queue_url(naming: &Naming, host: &str, key: &str) -> String {
+    let (region, name) = naming.key_parts(key);
+    let account = &naming.account_id;
+    let implied = region_of_host(host).unwrap_or(&naming.region);
     if region == implied {
         format!("http://{host}/{account}/{name}")
     } else {

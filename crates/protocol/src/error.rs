@@ -1,5 +1,6 @@
 //! Protocol-level errors, and the one table that maps every error to AWS's wire codes.
 
+use leasehold_backend::BackendError;
 use leasehold_engine::EngineError;
 use thiserror::Error;
 
@@ -39,6 +40,16 @@ pub enum ProtocolError {
     ServiceUnavailable(String),
     #[error("The request was not completed within {0} seconds.")]
     RequestTimeout(u64),
+}
+
+impl From<BackendError> for ProtocolError {
+    fn from(error: BackendError) -> Self {
+        match error {
+            BackendError::Engine(e) => ProtocolError::Engine(e),
+            BackendError::Unavailable(why) => ProtocolError::ServiceUnavailable(why),
+            BackendError::Failed(why) => ProtocolError::Internal(why),
+        }
+    }
 }
 
 impl ProtocolError {

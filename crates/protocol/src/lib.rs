@@ -1,15 +1,17 @@
-//! SQS wire formats: AWS JSON 1.0 and the query/XML protocol, their validation, and the one
-//! table that maps every error to AWS's codes. Both protocols parse into one `Request` and
-//! render one JSON-shaped result, so they cannot drift apart.
+//! SQS over the wire, in three steps for any HTTP server: parse (`wire.rs`: which wire, its
+//! decoding into one `Request`), apply (`actions/`: checks, conversions and shaping, once, on
+//! any `Backend`), render (`wire.rs`: the answer or the error in the asking wire's format,
+//! by the one table of AWS's codes in `error.rs`). Both protocols parse into one `Request`
+//! and render one JSON-shaped result, so they cannot drift apart.
 //!
-//! Depends on the engine and nothing else of Leasehold; knows nothing of HTTP servers.
+//! Depends on the engine's types and the backend seam; knows nothing of HTTP servers.
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod actions;
 mod checksum;
 mod convert;
 mod error;
-mod execute;
 mod query;
 mod query_json;
 mod request;
@@ -17,13 +19,10 @@ pub mod shapes;
 mod wire;
 mod xml;
 
+pub use actions::{Attempt, Context, Receive, Step};
 pub use checksum::{md5_hex, md5_of_attributes, md5_of_map};
-pub use convert::{queue_name, queue_url};
+pub use convert::{queue_key, queue_url};
 pub use error::{wire_code, ProtocolError, Result, WireCode};
-pub use execute::{
-    execute, execute_prepared, receive, receive_wait_seconds, take_messages, Context, Prepared,
-    Taken,
-};
 pub use request::{Request, ACTIONS};
 pub use wire::{Answer, HttpRequest, Rendered, Wire};
 pub use xml::{XML_CONTENT_TYPE, XML_NAMESPACE};

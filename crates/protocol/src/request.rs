@@ -3,15 +3,19 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use leasehold_backend::Backend;
+
+use crate::actions::{dead_letters, messages, queues, receive, Context, IntoStep, Step};
 use crate::error::{ProtocolError, Result};
 use crate::shapes::*;
 
-/// **The one list of actions**: each action's name with its input shape. The `Request` enum,
-/// the parser from an action name, `Request::action` and `Request::queue_url` are generated
-/// from it, so an action is added here and in its own code (its shape, its arm in
-/// `execute.rs`), nowhere else.
+/// **The one list of actions**: each action's name with its input shape and the function in
+/// `actions/` that applies it. The `Request` enum, the parser from an action name,
+/// `Request::action`, `Request::queue_url`, `ACTIONS` and the dispatch `Request::apply` are
+/// generated from it, so an action is added here and in its own code (its input and output
+/// shapes, its function), nowhere else.
 macro_rules! actions {
-    ($($action:ident($input:ty)),+ $(,)?) => {
+    ($($action:ident($input:ty) => $apply:path),+ $(,)?) => {
         /// One SQS request, protocol-neutral: the query protocol builds the same values.
         #[derive(Debug, Clone)]
         pub enum Request {
@@ -42,34 +46,41 @@ macro_rules! actions {
                     $(Request::$action(input) => input.queue_url()),+
                 }
             }
+
+            /// Step two: applies the request on `backend`.
+            pub async fn apply(self, backend: &dyn Backend, ctx: &Context) -> Result<Step> {
+                match self {
+                    $(Request::$action(input) => Ok($apply(backend, ctx, input).await?.into_step()),)+
+                }
+            }
         }
     };
 }
 
 actions! {
-    CreateQueue(CreateQueueInput),
-    DeleteQueue(QueueUrlInput),
-    GetQueueUrl(GetQueueUrlInput),
-    ListQueues(ListQueuesInput),
-    GetQueueAttributes(GetQueueAttributesInput),
-    SetQueueAttributes(SetQueueAttributesInput),
-    PurgeQueue(QueueUrlInput),
-    SendMessage(SendMessageInput),
-    SendMessageBatch(SendMessageBatchInput),
-    ReceiveMessage(ReceiveMessageInput),
-    DeleteMessage(DeleteMessageInput),
-    DeleteMessageBatch(HandleBatchInput),
-    ChangeMessageVisibility(ChangeVisibilityInput),
-    ChangeMessageVisibilityBatch(HandleBatchInput),
-    TagQueue(TagQueueInput),
-    UntagQueue(UntagQueueInput),
-    ListQueueTags(QueueUrlInput),
-    AddPermission(AddPermissionInput),
-    RemovePermission(RemovePermissionInput),
-    ListDeadLetterSourceQueues(ListDeadLetterSourceQueuesInput),
-    StartMessageMoveTask(StartMessageMoveTaskInput),
-    CancelMessageMoveTask(CancelMessageMoveTaskInput),
-    ListMessageMoveTasks(ListMessageMoveTasksInput),
+    CreateQueue(CreateQueueInput) => queues::create_queue,
+    DeleteQueue(QueueUrlInput) => queues::delete_queue,
+    GetQueueUrl(GetQueueUrlInput) => queues::get_queue_url,
+    ListQueues(ListQueuesInput) => queues::list_queues,
+    GetQueueAttributes(GetQueueAttributesInput) => queues::get_queue_attributes,
+    SetQueueAttributes(SetQueueAttributesInput) => queues::set_queue_attributes,
+    PurgeQueue(QueueUrlInput) => queues::purge_queue,
+    SendMessage(SendMessageInput) => messages::send_message,
+    SendMessageBatch(SendMessageBatchInput) => messages::send_message_batch,
+    ReceiveMessage(ReceiveMessageInput) => receive::receive_message,
+    DeleteMessage(DeleteMessageInput) => messages::delete_message,
+    DeleteMessageBatch(HandleBatchInput) => messages::delete_message_batch,
+    ChangeMessageVisibility(ChangeVisibilityInput) => messages::change_message_visibility,
+    ChangeMessageVisibilityBatch(HandleBatchInput) => messages::change_message_visibility_batch,
+    TagQueue(TagQueueInput) => queues::tag_queue,
+    UntagQueue(UntagQueueInput) => queues::untag_queue,
+    ListQueueTags(QueueUrlInput) => queues::list_queue_tags,
+    AddPermission(AddPermissionInput) => queues::add_permission,
+    RemovePermission(RemovePermissionInput) => queues::remove_permission,
+    ListDeadLetterSourceQueues(ListDeadLetterSourceQueuesInput) => dead_letters::list_dead_letter_source_queues,
+    StartMessageMoveTask(StartMessageMoveTaskInput) => dead_letters::start_message_move_task,
+    CancelMessageMoveTask(CancelMessageMoveTaskInput) => dead_letters::cancel_message_move_task,
+    ListMessageMoveTasks(ListMessageMoveTasksInput) => dead_letters::list_message_move_tasks,
 }
 
 /// Where a request's members come from: a JSON body, parsed straight into the shape, or a
@@ -113,26 +124,6 @@ impl Request {
         Request::build(action, value)
     }
 
-    /// How many waiting receives on `queue` this request may give a message to: one per
-    /// message sent or released, and on a FIFO queue one per message deleted (a delete lets
-    /// its group's next message be delivered). Waking more than that only makes the rest look
-    /// and sleep again.
-    pub fn receivers_to_wake(&self, queue: &str) -> usize {
-        let fifo = queue.ends_with(".fifo");
-        match self {
-            Request::SendMessage(_) | Request::ChangeMessageVisibility(_) => 1,
-            Request::DeleteMessage(_) if fifo => 1,
-            Request::SendMessageBatch(input) => input.entries.as_ref().map_or(0, Vec::len),
-            Request::ChangeMessageVisibilityBatch(input) => {
-                input.entries.as_ref().map_or(0, Vec::len)
-            }
-            Request::DeleteMessageBatch(input) if fifo => {
-                input.entries.as_ref().map_or(0, Vec::len)
-            }
-            _ => 0,
-        }
-    }
-
     /// An `X-Amzn-Trace-Id` request header becomes the sent messages' `AWSTraceHeader`
     /// system attribute, as on AWS, unless a message names its own.
     pub fn add_trace_header(&mut self, trace: &str) {
@@ -165,20 +156,6 @@ impl Request {
                 | Request::ListQueueTags(_)
                 | Request::ListDeadLetterSourceQueues(_)
                 | Request::ListMessageMoveTasks(_)
-        )
-    }
-
-    /// Whether the action can make messages receivable, so that the queue it names is worth
-    /// looking up for `receivers_to_wake`.
-    pub fn may_wake_receivers(&self) -> bool {
-        matches!(
-            self,
-            Request::SendMessage(_)
-                | Request::SendMessageBatch(_)
-                | Request::ChangeMessageVisibility(_)
-                | Request::ChangeMessageVisibilityBatch(_)
-                | Request::DeleteMessage(_)
-                | Request::DeleteMessageBatch(_)
         )
     }
 }

@@ -64,8 +64,8 @@ names_no_queue!(
 );
 
 /// A required member: present, or `MissingParameter` naming it.
-pub fn required<T: Clone>(value: &Option<T>, name: &'static str) -> Result<T> {
-    value.clone().ok_or(ProtocolError::MissingParameter(name))
+pub fn required<T>(value: Option<T>, name: &'static str) -> Result<T> {
+    value.ok_or(ProtocolError::MissingParameter(name))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -350,4 +350,67 @@ pub struct BatchOutput<T> {
 #[serde(rename_all = "PascalCase")]
 pub struct IdOnly {
     pub id: String,
+}
+
+/// The answer of the actions that answer nothing: `{}`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NoOutput {}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct QueueUrlOutput {
+    pub queue_url: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListQueuesOutput {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queue_urls: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+}
+
+/// ListDeadLetterSourceQueues' answer: the one member of the SQS API spelt in camel case.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeadLetterSourcesOutput {
+    #[serde(rename = "queueUrls", skip_serializing_if = "Vec::is_empty")]
+    pub queue_urls: Vec<String>,
+    #[serde(rename = "NextToken", skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+}
+
+/// GetQueueAttributes' answer. AWS leaves the map out when nothing asked for has a value (a
+/// Policy removed with its last permission).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AttributesOutput {
+    #[serde(skip_serializing_if = "StringMap::is_empty")]
+    pub attributes: StringMap,
+}
+
+/// ListQueueTags' answer, without the map when the queue has no tags.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TagsOutput {
+    #[serde(skip_serializing_if = "StringMap::is_empty")]
+    pub tags: StringMap,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct StartMoveTaskOutput {
+    pub task_handle: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CancelMoveTaskOutput {
+    pub approximate_number_of_messages_moved: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListMoveTasksOutput {
+    pub results: Vec<MoveTaskResult>,
 }

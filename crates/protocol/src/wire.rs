@@ -7,9 +7,9 @@
 use leasehold_engine::{is_region, EngineError, MAX_MESSAGE_SIZE};
 use serde_json::Value;
 
+use crate::actions::Context;
 use crate::convert::region_of_host;
 use crate::error::{wire_code, ProtocolError, Result};
-use crate::execute::Context;
 use crate::query::{form_params, parse_query};
 use crate::query_json::{query_json_error, query_json_response};
 use crate::request::Request;

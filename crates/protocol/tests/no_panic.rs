@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use leasehold_engine::{Engine, EngineConfig, ManualClock, NewMessage};
-use leasehold_protocol::{execute, wire_code, Context, Request};
+use leasehold_backend::{Backend, Embedded, EngineSetup};
+use leasehold_engine::{EngineConfig, ManualClock, NewMessage};
+use leasehold_protocol::{wire_code, Context, ProtocolError, Request, Step};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -96,14 +97,28 @@ fn document() -> impl Strategy<Value = Value> {
     })
 }
 
-fn engine() -> Engine {
-    let mut engine = Engine::new(
-        Arc::new(ManualClock::new(1_000_000)),
-        EngineConfig::default(),
-    );
-    engine.create_queue("q", &[], &[]).unwrap();
-    engine.send("q", NewMessage::new("hello")).unwrap();
-    engine
+async fn backend() -> Embedded {
+    let backend = Embedded::in_memory(EngineSetup {
+        clock: Arc::new(ManualClock::new(1_000_000)),
+        config: EngineConfig::default(),
+    });
+    backend.create_queue("q", vec![], vec![]).await.unwrap();
+    backend.send("q", NewMessage::new("hello")).await.unwrap();
+    backend
+}
+
+/// Applies the request as a server would, a receive attempted once.
+async fn apply(action: &str, doc: Value) -> Result<(), ProtocolError> {
+    let backend = backend().await;
+    let ctx = Context {
+        host: "localhost".into(),
+        region: None,
+    };
+    let request = Request::from_value(action, doc)?;
+    if let Step::Receive(receive) = request.apply(&backend, &ctx).await? {
+        receive.attempt(&backend).await?;
+    }
+    Ok(())
 }
 
 proptest! {
@@ -114,14 +129,8 @@ proptest! {
         action in proptest::sample::select(ACTIONS),
         doc in document(),
     ) {
-        let mut engine = engine();
-        let ctx = Context {
-            host: "localhost".into(),
-            region: None,
-        };
-        let result = Request::from_value(action, doc.clone())
-            .and_then(|request| execute(&mut engine, &ctx, &request));
-        if let Err(error) = result {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        if let Err(error) = runtime.block_on(apply(action, doc.clone())) {
             let status = wire_code(&error).status;
             prop_assert!((400..500).contains(&status), "{action} {doc} gave {status}: {error}");
             prop_assert!(!error.to_string().is_empty());

@@ -44,7 +44,7 @@ pub async fn advance_clock(
             )})),
         );
     }
-    state.wake_all();
+    state.backend.wake_all();
     (
         StatusCode::OK,
         Json(json!({ "now_ms": state.clock.now_ms() })),

@@ -26,7 +26,7 @@ pub async fn queue_leases(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
 ) -> Response {
-    let report = state.engine().lease_report(&name);
+    let report = state.backend.lease_report(&name).await;
     match report {
         Ok(r) => Json(LeaseReportDoc::of(&name, &r)).into_response(),
         Err(e) => (
@@ -264,9 +264,6 @@ impl Collector for QueueReports {
     }
 }
 
-/// Queues whose reports are taken under one hold of the engine's lock: with 100,000 queues a
-/// scrape takes the lock a hundred times briefly rather than once for long.
-const REPORTS_PER_LOCK: usize = 1_000;
 /// The two exposition formats: OpenMetrics (what the encoder writes, and what Prometheus
 /// asks for first) and the older text format 0.0.4 (for everything that does not ask).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -306,7 +303,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
         Some((began, built, text)) if *began >= arrived && *built == format => text.clone(),
         _ => {
             let began = Instant::now();
-            let reports = collect_reports(&state).await;
+            let reports = state.backend.lease_reports().await;
             // Encoding every queue's lines is long work: off the async workers.
             let encoded = tokio::task::spawn_blocking(move || encode(reports, format)).await;
             let Ok(Ok(text)) = encoded else {
@@ -319,24 +316,6 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     };
     drop(last);
     ([(header::CONTENT_TYPE, format.content_type())], text).into_response()
-}
-
-/// Every queue's lease report, taken `REPORTS_PER_LOCK` queues per hold of the lock.
-async fn collect_reports(state: &AppState) -> Vec<(String, LeaseReport)> {
-    let names = state.engine().queue_names();
-    let mut reports = Vec::with_capacity(names.len());
-    for chunk in names.chunks(REPORTS_PER_LOCK) {
-        {
-            let mut engine = state.engine();
-            reports.extend(
-                chunk
-                    .iter()
-                    .filter_map(|name| engine.lease_report(name).ok().map(|r| (name.clone(), r))),
-            );
-        }
-        tokio::task::yield_now().await;
-    }
-    reports
 }
 
 fn encode(reports: Vec<(String, LeaseReport)>, format: Format) -> Result<String, std::fmt::Error> {

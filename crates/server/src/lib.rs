@@ -1,7 +1,7 @@
 //! Leasehold's HTTP edge: one `app(state)` builds the router that serves SQS over HTTP.
 //!
-//! The engine stays pure; this crate owns the wall clock, the lock around the engine, long
-//! polling, the accept loop (connection limit, timeouts, bounded shutdown) and the tower
+//! The engine stays pure and the backend holds the queues; this crate owns the wall clock,
+//! long polling, the accept loop (connection limit, timeouts, bounded shutdown) and the tower
 //! layers (timeout, tracing). Request limits live in `state` and `sqs`.
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
@@ -93,7 +93,7 @@ pub async fn serve(
     ticker.abort();
     // Wait until the ticker has let go of the state, so the store is closed on return.
     let _ = ticker.await;
-    state.flush_metrics();
+    state.backend.flush().await;
     served
 }
 
@@ -102,17 +102,6 @@ async fn run_move_tasks(state: Arc<AppState>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         interval.tick().await;
-        let woken = {
-            // Nothing moves once the store has failed.
-            let Ok(mut engine) = state.engine_to_change() else {
-                continue;
-            };
-            let woken = engine.run_move_tasks();
-            state.persist_detached(&mut engine);
-            woken
-        };
-        for queue in woken {
-            state.wake(&queue);
-        }
+        state.backend.tick().await;
     }
 }

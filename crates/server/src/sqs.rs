@@ -1,23 +1,19 @@
 //! The SQS endpoint over HTTP: reads the request's few HTTP facts into the protocol's
 //! `HttpRequest`, which parses it (step one) and renders the answer (step three); in between
-//! it applies the request to the engine under its lock, commits, wakes long polls, and waits
-//! out long polls itself. Request checks that are about HTTP (browsers of other sites, unsigned
+//! the request applies itself on the backend (step two), and a receive that finds nothing
+//! waits here for the backend's wake-up. Request checks that are about HTTP (browsers of other sites, unsigned
 //! state-changing GETs, the body limit) live here.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use leasehold_protocol::shapes::ReceiveMessageInput;
 use leasehold_protocol::{
-    execute_prepared, queue_name, receive, receive_wait_seconds, take_messages, Answer, Context,
-    HttpRequest, Prepared, ProtocolError, Rendered, Request,
+    Answer, Attempt, Context, HttpRequest, ProtocolError, Rendered, Request, Step,
 };
-use leasehold_store::StoreError;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -85,8 +81,8 @@ async fn answer(
             request.action()
         )));
     }
-    let answer = run(state, &ctx, &request, slot).await?;
-    Ok((request.action(), answer))
+    let action = request.action();
+    Ok((action, run(state, &ctx, request, slot).await?))
 }
 
 /// A web page the developer has open must not drive a local server: browsers say where a
@@ -132,132 +128,46 @@ async fn read_body(body: Body, http: &HttpRequest<'_>) -> Result<Vec<u8>, Protoc
     Ok(bytes)
 }
 
+/// Step two, and for a receive the waiting: an answer as soon as a message is receivable,
+/// woken by the backend (a send, a release, a delete that frees a FIFO group) or by the timer
+/// of the next delay or lease to end. While it waits it gives its work slot back and holds a
+/// waiting slot instead; at shutdown it returns at once with what it has (nothing).
 async fn run(
     state: &AppState,
     ctx: &Context,
-    request: &Request,
+    request: Request,
     slot: OwnedSemaphorePermit,
 ) -> Result<Answer, ProtocolError> {
-    if let Request::ReceiveMessage(input) = request {
-        return long_poll(state, ctx, input, slot).await;
-    }
-    // A send's conversions and checksums are taken before the lock, not under it.
-    let prepared = Prepared::of(request);
-    let (value, commit, woken, removed) = {
-        let mut engine = if request.is_read_only() {
-            state.engine_to_read()?
-        } else {
-            state.engine_to_change()?
-        };
-        let value = execute_prepared(&mut engine, ctx, request, prepared);
-        // Which queue to wake, found under the same lock.
-        let woken = request
-            .may_wake_receivers()
-            .then(|| {
-                request
-                    .queue_url()
-                    .and_then(|url| queue_name(&engine, ctx.region.as_deref(), url).ok())
-            })
-            .flatten();
-        (
-            value,
-            state.persist(&mut engine),
-            woken,
-            engine.take_removed(),
-        )
+    let backend = &*state.backend;
+    let receive = match request.apply(backend, ctx).await? {
+        Step::Answer(answer) => return Ok(answer),
+        Step::Receive(receive) => receive,
     };
-    if !removed.is_empty() {
-        // A purged or deleted queue of a million messages takes long to free: not here.
-        tokio::task::spawn_blocking(move || drop(removed));
-    }
-    if let Some(commit) = commit {
-        committed(state, commit.await).await?;
-    }
-    let value = value?;
-    if let Some(name) = woken {
-        state.wake_some(&name, request.receivers_to_wake(&name));
-    }
-    Ok(Answer::Document(value))
-}
-
-/// ReceiveMessage with WaitTimeSeconds: returns as soon as a message is receivable, woken by
-/// sends and visibility changes, or by the timer of the next delay or lease to end. While it
-/// waits it gives its work slot back and holds a waiting slot instead; at shutdown it returns
-/// at once with what it has (nothing).
-async fn long_poll(
-    state: &AppState,
-    ctx: &Context,
-    input: &ReceiveMessageInput,
-    slot: OwnedSemaphorePermit,
-) -> Result<Answer, ProtocolError> {
-    let (queue, wait_s) = {
-        let engine = state.engine();
-        let url = input.queue_url.as_deref().unwrap_or_default();
-        (
-            queue_name(&engine, ctx.region.as_deref(), url),
-            receive_wait_seconds(&engine, ctx, input),
-        )
-    };
-    // Let the receive itself report a bad request, in AWS's order of checks.
-    let (Ok(queue), Ok(wait_s)) = (queue, wait_s) else {
-        return receive(&mut *state.engine_to_change()?, ctx, input).map(Answer::Received);
-    };
-    let deadline = Instant::now() + Duration::from_secs(u64::from(wait_s));
-    let notify = state.waiter(&queue);
+    let notify = backend.waiter(receive.queue());
+    let mut deadline = None;
     let mut slot = Slot::working(slot);
     loop {
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        // Only the engine's half runs under its lock; the answer is shaped after.
-        let (taken, more, next_due, now_ms, commit) = {
-            let mut engine = state.engine_to_change()?;
-            let taken = take_messages(&mut engine, ctx, input);
-            let commit = state.persist(&mut engine);
-            let more = engine.counts(&queue).is_ok_and(|c| c.visible > 0);
-            (
-                taken,
-                more,
-                engine.next_due(&queue),
-                engine.now_ms(),
-                commit,
-            )
+        let (wait, look_again_in) = match receive.attempt(backend).await? {
+            Attempt::Taken(answer) => return Ok(answer),
+            Attempt::Empty {
+                wait,
+                look_again_in,
+            } => (wait, look_again_in),
         };
-        if let Some(commit) = commit {
-            committed(state, commit.await).await?;
-        }
-        let taken = taken?;
-        if !taken.is_empty() && more {
-            // Sends wake one waiter per message; pass on what this one left behind.
-            state.wake_some(&queue, 1);
-        }
-        if !taken.is_empty() || Instant::now() >= deadline || state.is_shutting_down() {
-            if taken.is_empty() {
-                // Counted durably, but the answer does not wait for the write.
-                let mut engine = state.engine();
-                engine.record_empty_receive(&queue);
-                state.persist_detached(&mut engine);
-            }
-            return Ok(Answer::Received(taken.shape()));
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + wait);
+        if Instant::now() >= deadline || state.is_shutting_down() {
+            return Ok(receive.nothing(backend).await);
         }
         slot = slot.into_waiting(state)?;
-        let wake_at = next_due.map_or(deadline, |due| {
-            deadline.min(Instant::now() + Duration::from_millis(due.saturating_sub(now_ms)))
-        });
+        let wake_at = look_again_in.map_or(deadline, |due| deadline.min(Instant::now() + due));
         tokio::select! {
             _ = &mut notified => {}
             _ = tokio::time::sleep_until(wake_at) => {}
         }
     }
-}
-
-/// A commit's outcome as the request's: a failed write is an internal failure to its client,
-/// and puts the server back to what the store holds.
-async fn committed(state: &AppState, outcome: Result<(), StoreError>) -> Result<(), ProtocolError> {
-    if let Err(error) = &outcome {
-        state.store_failed(error).await;
-    }
-    outcome.map_err(|e| ProtocolError::Internal(e.to_string()))
 }
 
 /// What a receive holds: a work slot while it works, a waiting slot once it waits.

@@ -1,17 +1,15 @@
-//! Shared server state: the engine behind its lock, the clock, the long-poll waiters, and
-//! the committer that makes every change durable before it is acknowledged.
+//! Shared server state: the backend that holds the queues, the clock, and the limits on
+//! requests at work and receives waiting.
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use leasehold_engine::{Change, Engine, EngineConfig, LeaseMode};
-use leasehold_store::{codec, load, Committer, Durability, Store, StoreError};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use leasehold_backend::{Backend, Embedded, EngineSetup};
+use leasehold_engine::{EngineConfig, LeaseMode};
+use leasehold_store::{Durability, Store, StoreError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::WallClock;
-use leasehold_protocol::ProtocolError;
 
 /// How the server is set up; the binary fills it from the command line.
 #[derive(Clone, Debug)]
@@ -63,17 +61,11 @@ impl Default for ServerConfig {
 pub struct AppState {
     pub config: ServerConfig,
     pub clock: Arc<WallClock>,
-    engine: Mutex<Engine>,
-    waiters: Mutex<HashMap<String, Arc<Notify>>>,
-    committer: Option<Committer>,
+    /// Where the queues are: every SQS request is applied on it.
+    pub backend: Arc<dyn Backend>,
     in_progress: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
     shutting_down: AtomicBool,
-    /// `HEALTHY`, `RECOVERING` or `READ_ONLY`: after a failed write the engine is put back
-    /// to what the store holds, and the server then answers reads only.
-    health: AtomicU8,
-    /// Why the store failed, once it has.
-    failure: Mutex<Option<String>>,
     /// The last `/metrics` answer and when it was built (`leases::metrics`).
     pub(crate) last_scrape:
         tokio::sync::Mutex<Option<(std::time::Instant, crate::leases::Format, axum::body::Bytes)>>,
@@ -83,56 +75,37 @@ impl AppState {
     /// A server that keeps everything in memory.
     pub fn new(config: ServerConfig) -> Arc<AppState> {
         let clock = Arc::new(WallClock::default());
-        let engine = Engine::new(clock.clone(), engine_config(&config, false));
-        Arc::new(AppState::assemble(config, clock, engine, None))
+        let backend = Embedded::in_memory(engine_setup(&config, &clock));
+        Arc::new(AppState::assemble(config, clock, Arc::new(backend)))
     }
 
     /// A durable server: restores what `store` kept, then commits every change to it.
     pub fn durable(
         config: ServerConfig,
-        mut store: Box<dyn Store>,
+        store: Box<dyn Store>,
         durability: Durability,
     ) -> Result<Arc<AppState>, StoreError> {
-        let snapshot = load(&mut *store)?;
-        let fresh = snapshot.engine.is_none();
-        // What a background delete had not finished when the server last stopped.
-        let leftovers = codec::leftovers(&snapshot);
         let clock = Arc::new(WallClock::default());
-        let mut engine = Engine::restore(clock.clone(), engine_config(&config, true), snapshot);
-        let committer = Committer::start(store, durability);
-        if fresh {
-            // The new receipt key must be on disk before any handle is issued with it.
-            let first = codec::encode(&engine.take_changes());
-            committer.submit_detached(first);
-        }
-        if !leftovers.is_empty() {
-            committer.submit_detached(leftovers);
-        }
+        let backend = Embedded::durable(engine_setup(&config, &clock), store, durability)?;
         Ok(Arc::new(AppState::assemble(
             config,
             clock,
-            engine,
-            Some(committer),
+            Arc::new(backend),
         )))
     }
 
     fn assemble(
         config: ServerConfig,
         clock: Arc<WallClock>,
-        engine: Engine,
-        committer: Option<Committer>,
+        backend: Arc<dyn Backend>,
     ) -> AppState {
         AppState {
             in_progress: Arc::new(Semaphore::new(config.limits.requests_in_progress)),
             waiting: Arc::new(Semaphore::new(config.limits.waiting_receives)),
             config,
             clock,
-            engine: Mutex::new(engine),
-            waiters: Mutex::new(HashMap::new()),
-            committer,
+            backend,
             shutting_down: AtomicBool::new(false),
-            health: AtomicU8::new(HEALTHY),
-            failure: Mutex::new(None),
             last_scrape: tokio::sync::Mutex::new(None),
         }
     }
@@ -150,164 +123,13 @@ impl AppState {
     /// From now on waiting receives return at once, empty; every waiting one is woken.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
-        self.wake_all();
+        self.backend.wake_all();
     }
 
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
-
-    /// The engine, locked. A panic while it was locked may have left the engine half
-    /// changed, so a poisoned lock is not taken over: the process ends, and a restart
-    /// restores every acknowledged write from the store (an in-memory server loses its
-    /// queues, as it would on any crash).
-    pub fn engine(&self) -> MutexGuard<'_, Engine> {
-        self.engine.lock().unwrap_or_else(|_| {
-            tracing::error!("a request panicked while changing the engine; stopping so that a restart restores a consistent state from the store");
-            std::process::abort()
-        })
-    }
-
-    /// The engine, locked, for a command that changes it; refused once the store has failed,
-    /// since nothing more can be made durable. Checked under the lock, so no command
-    /// changes the engine after it was put back to what the store holds.
-    pub fn engine_to_change(&self) -> Result<MutexGuard<'_, Engine>, ProtocolError> {
-        let engine = self.engine();
-        match self.health.load(Ordering::SeqCst) {
-            HEALTHY => Ok(engine),
-            _ => Err(ProtocolError::Internal(self.failure_reason())),
-        }
-    }
-
-    /// The engine, locked, for a command that only reads it: refused only while it is being
-    /// put back to what the store holds.
-    pub fn engine_to_read(&self) -> Result<MutexGuard<'_, Engine>, ProtocolError> {
-        let engine = self.engine();
-        match self.health.load(Ordering::SeqCst) {
-            RECOVERING => Err(ProtocolError::ServiceUnavailable(self.failure_reason())),
-            _ => Ok(engine),
-        }
-    }
-
-    fn failure_reason(&self) -> String {
-        let failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        format!(
-            "the store failed and takes no more writes until the server is restarted: {}",
-            failure.as_deref().unwrap_or("unknown")
-        )
-    }
-
-    /// A write failed: memory now holds changes the disk does not, some of them refused to
-    /// their clients. Stops every change, puts the engine back to exactly what the store
-    /// holds, and from then on serves reads only, so nothing refused is ever visible.
-    pub async fn store_failed(&self, error: &StoreError) {
-        {
-            let _engine = self.engine();
-            if self
-                .health
-                .compare_exchange(HEALTHY, RECOVERING, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-            {
-                return;
-            }
-            *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
-        }
-        tracing::error!(%error, "a write failed: going back to what the store holds, read-only until a restart");
-        let Some(committer) = &self.committer else {
-            return;
-        };
-        match committer.load().await {
-            Ok(snapshot) => {
-                let restored = Engine::restore(
-                    self.clock.clone(),
-                    engine_config(&self.config, true),
-                    snapshot,
-                );
-                let old = std::mem::replace(&mut *self.engine(), restored);
-                self.health.store(READ_ONLY, Ordering::SeqCst);
-                drop(old);
-            }
-            // Nothing can be trusted: stay refusing everything.
-            Err(error) => tracing::error!(%error, "the store cannot be read back either"),
-        }
-        self.wake_all();
-    }
-
-    /// Hands what the last command changed to the committer. Call it with the engine still
-    /// locked, so changes reach the disk in the order they were made; await the answer
-    /// before acknowledging. None when there is nothing to wait for.
-    pub fn persist(
-        &self,
-        engine: &mut Engine,
-    ) -> Option<impl Future<Output = Result<(), StoreError>>> {
-        let committer = self.committer.as_ref()?;
-        let changes = engine.take_changes();
-        // A read-only server's reads may still tick (retention); nothing is written.
-        (self.is_healthy() && !changes.is_empty())
-            .then(|| committer.submit(codec::encode(&changes)))
-    }
-
-    /// Like `persist`, for background work nobody waits on.
-    pub fn persist_detached(&self, engine: &mut Engine) {
-        self.write_detached(&engine.take_changes());
-    }
-
-    /// Hands every queue's measurements not yet written to the store: at shutdown, so the
-    /// lease histograms a restart reads back miss nothing of the last second.
-    pub fn flush_metrics(&self) {
-        let mut engine = self.engine();
-        // Still under the lock, so no newer record of the same queue is written before it.
-        self.write_detached(&engine.take_all_metrics());
-    }
-
-    fn write_detached(&self, changes: &[Change]) {
-        if let Some(committer) = &self.committer {
-            if !changes.is_empty() && self.is_healthy() {
-                committer.submit_detached(codec::encode(changes));
-            }
-        }
-    }
-
-    fn is_healthy(&self) -> bool {
-        self.health.load(Ordering::SeqCst) == HEALTHY
-    }
-
-    /// The notifier that long polls on `queue` wait on.
-    pub fn waiter(&self, queue: &str) -> Arc<Notify> {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        waiters.entry(queue.to_string()).or_default().clone()
-    }
-
-    /// Wakes the long polls on `queue` to look again.
-    pub fn wake(&self, queue: &str) {
-        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(notify) = waiters.get(queue) {
-            notify.notify_waiters();
-        }
-    }
-
-    /// Wakes up to `count` long polls on `queue`, one per message that became receivable:
-    /// a send to a queue with 2,000 waiters wakes one of them, not all.
-    pub fn wake_some(&self, queue: &str, count: usize) {
-        if count == 0 {
-            return;
-        }
-        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(notify) = waiters.get(queue) {
-            (0..count).for_each(|_| notify.notify_one());
-        }
-    }
-
-    /// Wakes every long poll: the clock jumped.
-    pub fn wake_all(&self) {
-        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        waiters.values().for_each(|n| n.notify_waiters());
-    }
 }
-
-const HEALTHY: u8 = 0;
-const RECOVERING: u8 = 1;
-const READ_ONLY: u8 = 2;
 
 /// A request id in AWS's shape: unique per process and per start, cheap (no system call).
 pub fn request_id() -> String {
@@ -321,14 +143,18 @@ pub fn request_id() -> String {
     uuid::Uuid::from_u128(id).hyphenated().to_string()
 }
 
-fn engine_config(config: &ServerConfig, track_changes: bool) -> EngineConfig {
-    EngineConfig {
-        lease_mode: config.lease_mode,
-        region: config.region.clone(),
-        account_id: config.account_id.clone(),
-        receipt_key: rand::random(),
-        seed: rand::random(),
-        track_changes,
-        defer_drops: true,
+/// The embedded engine's setup; a durable store keeps its own receipt key over the random one.
+fn engine_setup(config: &ServerConfig, clock: &Arc<WallClock>) -> EngineSetup {
+    EngineSetup {
+        clock: clock.clone(),
+        config: EngineConfig {
+            lease_mode: config.lease_mode,
+            region: config.region.clone(),
+            account_id: config.account_id.clone(),
+            receipt_key: rand::random(),
+            seed: rand::random(),
+            track_changes: false,
+            defer_drops: true,
+        },
     }
 }

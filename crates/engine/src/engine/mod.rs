@@ -32,7 +32,7 @@ pub use leases::LeaseReport;
 pub use messages::ReceiveRequest;
 pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use queues::validate_queue_name;
-pub use regions::is_region;
+pub use regions::{is_region, Naming};
 
 pub const MAX_LIST_RESULTS: usize = 1000;
 
@@ -69,6 +69,7 @@ impl Default for EngineConfig {
 pub struct Engine {
     clock: Arc<dyn Clock>,
     config: EngineConfig,
+    naming: Naming,
     sealer: ReceiptSealer,
     rng: StdRng,
     queues: HashMap<String, Queue>,
@@ -98,6 +99,10 @@ impl Engine {
             clock,
             sealer: ReceiptSealer::new(config.receipt_key),
             rng: StdRng::seed_from_u64(config.seed),
+            naming: Naming {
+                region: config.region.clone(),
+                account_id: config.account_id.clone(),
+            },
             config,
             queues: HashMap::new(),
             deleted_at: HashMap::new(),

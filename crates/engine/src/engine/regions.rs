@@ -22,20 +22,27 @@ pub(super) fn name_of(key: &str) -> &str {
     key.split_once(SEPARATOR).map_or(key, |(_, name)| name)
 }
 
-impl Engine {
-    /// The region a request names, or the engine's own when it names none it can use.
+/// Where queues live: the engine's own region and its account. Turns names, regions, keys
+/// and ARNs into one another without the engine, so a protocol can name queues before it
+/// reaches a backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Naming {
+    pub region: String,
+    pub account_id: String,
+}
+
+impl Naming {
+    /// The region a request names, or the own one when it names none it can use.
     pub fn region_or_own<'a>(&'a self, region: Option<&'a str>) -> &'a str {
-        region
-            .filter(|r| is_region(r))
-            .unwrap_or(&self.config.region)
+        region.filter(|r| is_region(r)).unwrap_or(&self.region)
     }
 
-    /// The key of queue `name` in `region` (None or an unusable region: the engine's own).
+    /// The key of queue `name` in `region` (None or an unusable region: the own one).
     /// A name that itself holds a `/` (no valid name does) keeps its region prefix, so it can
     /// neither pass for a queue of another region nor be created.
     pub fn queue_key(&self, region: Option<&str>, name: &str) -> String {
         let region = self.region_or_own(region);
-        if region == self.config.region && !name.contains(SEPARATOR) {
+        if region == self.region && !name.contains(SEPARATOR) {
             name.to_string()
         } else {
             format!("{region}{SEPARATOR}{name}")
@@ -45,23 +52,51 @@ impl Engine {
     /// The region and the name a queue key stands for.
     pub fn key_parts<'a>(&'a self, key: &'a str) -> (&'a str, &'a str) {
         key.split_once(SEPARATOR)
-            .unwrap_or((self.config.region.as_str(), key))
+            .unwrap_or((self.region.as_str(), key))
     }
 
     pub fn queue_arn(&self, key: &str) -> String {
         let (region, name) = self.key_parts(key);
-        format!("arn:aws:sqs:{region}:{}:{name}", self.config.account_id)
+        format!("arn:aws:sqs:{region}:{}:{name}", self.account_id)
+    }
+
+    /// The key an ARN of this account names, whether or not such a queue exists.
+    pub fn key_of_arn(&self, arn: &str) -> Option<String> {
+        let rest = arn.strip_prefix("arn:aws:sqs:")?;
+        let (region, rest) = rest.split_once(':')?;
+        let name = rest
+            .strip_prefix(self.account_id.as_str())?
+            .strip_prefix(':')?;
+        is_region(region).then(|| self.queue_key(Some(region), name))
+    }
+}
+
+impl Engine {
+    /// How this engine names its queues.
+    pub fn naming(&self) -> &Naming {
+        &self.naming
+    }
+
+    pub fn region_or_own<'a>(&'a self, region: Option<&'a str>) -> &'a str {
+        self.naming.region_or_own(region)
+    }
+
+    pub fn queue_key(&self, region: Option<&str>, name: &str) -> String {
+        self.naming.queue_key(region, name)
+    }
+
+    pub fn key_parts<'a>(&'a self, key: &'a str) -> (&'a str, &'a str) {
+        self.naming.key_parts(key)
+    }
+
+    pub fn queue_arn(&self, key: &str) -> String {
+        self.naming.queue_arn(key)
     }
 
     /// The key of the queue an ARN names, if it is one of this engine's.
     pub fn queue_key_from_arn(&self, arn: &str) -> Option<String> {
-        let rest = arn.strip_prefix("arn:aws:sqs:")?;
-        let (region, rest) = rest.split_once(':')?;
-        let name = rest
-            .strip_prefix(self.config.account_id.as_str())?
-            .strip_prefix(':')?;
-        let key = self.queue_key(Some(region), name);
-        (is_region(region) && self.queues.contains_key(&key)).then_some(key)
+        let key = self.naming.key_of_arn(arn)?;
+        self.queues.contains_key(&key).then_some(key)
     }
 
     /// Whether two keys are queues of one region.

@@ -1,0 +1,481 @@
+//! The embedded backend: the pure engine behind one lock, made durable by the SQLite
+//! committer (group commit) when it has a store. A change is acknowledged only once the
+//! store holds it; a failed write puts the engine back to what the store holds and leaves
+//! the backend serving reads only.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use leasehold_engine::{
+    Change, Clock, Engine, EngineConfig, EngineError, LeaseReport, MoveTaskInfo, Naming,
+    NewMessage, QueuePage, ReceiveRequest, Sent,
+};
+use leasehold_store::{codec, load, Committer, Durability, Store, StoreError};
+use tokio::sync::Notify;
+
+use crate::waiters::Waiters;
+use crate::{
+    Backend, BackendError, MoveTaskStart, Page, Pairs, Permission, QueueListing, Received, Result,
+};
+
+/// What an embedded engine is built from, and rebuilt from after a failed write.
+#[derive(Clone)]
+pub struct EngineSetup {
+    pub clock: Arc<dyn Clock>,
+    pub config: EngineConfig,
+}
+
+pub struct Embedded {
+    setup: EngineSetup,
+    naming: Naming,
+    engine: Mutex<Engine>,
+    waiters: Waiters,
+    committer: Option<Committer>,
+    /// `HEALTHY`, `RECOVERING` or `READ_ONLY`: after a failed write the engine is put back
+    /// to what the store holds, and the backend then answers reads only.
+    health: AtomicU8,
+    /// Why the store failed, once it has.
+    failure: Mutex<Option<String>>,
+}
+
+const HEALTHY: u8 = 0;
+const RECOVERING: u8 = 1;
+const READ_ONLY: u8 = 2;
+
+/// Whether a command only reads: a read is still served after the store failed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Change,
+}
+
+/// Queues whose reports are taken under one hold of the engine's lock: with 100,000 queues a
+/// scrape takes the lock a hundred times briefly rather than once for long.
+const REPORTS_PER_LOCK: usize = 1_000;
+
+impl Embedded {
+    /// A backend that keeps everything in memory.
+    pub fn in_memory(mut setup: EngineSetup) -> Embedded {
+        setup.config.track_changes = false;
+        let engine = Engine::new(setup.clock.clone(), setup.config.clone());
+        Embedded::assemble(setup, engine, None)
+    }
+
+    /// A durable backend: restores what `store` kept, then commits every change to it.
+    pub fn durable(
+        mut setup: EngineSetup,
+        mut store: Box<dyn Store>,
+        durability: Durability,
+    ) -> Result<Embedded, StoreError> {
+        setup.config.track_changes = true;
+        let snapshot = load(&mut *store)?;
+        let fresh = snapshot.engine.is_none();
+        // What a background delete had not finished when the server last stopped.
+        let leftovers = codec::leftovers(&snapshot);
+        let mut engine = Engine::restore(setup.clock.clone(), setup.config.clone(), snapshot);
+        let committer = Committer::start(store, durability);
+        if fresh {
+            // The new receipt key must be on disk before any handle is issued with it.
+            committer.submit_detached(codec::encode(&engine.take_changes()));
+        }
+        if !leftovers.is_empty() {
+            committer.submit_detached(leftovers);
+        }
+        Ok(Embedded::assemble(setup, engine, Some(committer)))
+    }
+
+    fn assemble(setup: EngineSetup, engine: Engine, committer: Option<Committer>) -> Embedded {
+        Embedded {
+            naming: engine.naming().clone(),
+            setup,
+            engine: Mutex::new(engine),
+            waiters: Waiters::default(),
+            committer,
+            health: AtomicU8::new(HEALTHY),
+            failure: Mutex::new(None),
+        }
+    }
+
+    /// The engine, locked. A panic while it was locked may have left the engine half
+    /// changed, so a poisoned lock is not taken over: the process ends, and a restart
+    /// restores every acknowledged write from the store (an in-memory server loses its
+    /// queues, as it would on any crash).
+    fn engine(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|_| {
+            tracing::error!("a request panicked while changing the engine; stopping so that a restart restores a consistent state from the store");
+            std::process::abort()
+        })
+    }
+
+    /// The engine, locked for `access`. A change is refused once the store has failed, since
+    /// nothing more can be made durable; a read only while the engine is being put back to
+    /// what the store holds. Checked under the lock, so no command changes the engine after
+    /// it was put back.
+    fn lock(&self, access: Access) -> Result<MutexGuard<'_, Engine>> {
+        let engine = self.engine();
+        match (self.health.load(Ordering::SeqCst), access) {
+            (HEALTHY, _) | (READ_ONLY, Access::Read) => Ok(engine),
+            (RECOVERING, Access::Read) => Err(BackendError::Unavailable(self.failure_reason())),
+            _ => Err(BackendError::Failed(self.failure_reason())),
+        }
+    }
+
+    /// Runs `command` on the engine under its lock, hands what it changed to the committer
+    /// in the order it was made, and answers once the store holds it.
+    async fn apply<T>(
+        &self,
+        access: Access,
+        command: impl FnOnce(&mut Engine) -> std::result::Result<T, EngineError>,
+    ) -> Result<T> {
+        let (value, commit, removed) = {
+            let mut engine = self.lock(access)?;
+            let value = command(&mut engine);
+            let commit = self.persist(&mut engine);
+            (value, commit, engine.take_removed())
+        };
+        if !removed.is_empty() {
+            // A purged or deleted queue of a million messages takes long to free: not here.
+            tokio::task::spawn_blocking(move || drop(removed));
+        }
+        if let Some(commit) = commit {
+            if let Err(error) = commit.await {
+                self.store_failed(&error).await;
+                return Err(BackendError::Failed(error.to_string()));
+            }
+        }
+        Ok(value?)
+    }
+
+    /// Hands what the last command changed to the committer, to be awaited before the
+    /// command is acknowledged. None when there is nothing to wait for.
+    fn persist(
+        &self,
+        engine: &mut Engine,
+    ) -> Option<impl std::future::Future<Output = std::result::Result<(), StoreError>>> {
+        let committer = self.committer.as_ref()?;
+        let changes = engine.take_changes();
+        // A read-only backend's reads may still tick (retention); nothing is written.
+        (self.is_healthy() && !changes.is_empty())
+            .then(|| committer.submit(codec::encode(&changes)))
+    }
+
+    /// Like `persist`, for background work nobody waits on.
+    fn write_detached(&self, changes: &[Change]) {
+        if let Some(committer) = &self.committer {
+            if !changes.is_empty() && self.is_healthy() {
+                committer.submit_detached(codec::encode(changes));
+            }
+        }
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.health.load(Ordering::SeqCst) == HEALTHY
+    }
+
+    fn failure_reason(&self) -> String {
+        let failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        format!(
+            "the store failed and takes no more writes until the server is restarted: {}",
+            failure.as_deref().unwrap_or("unknown")
+        )
+    }
+
+    /// A write failed: memory now holds changes the disk does not, some of them refused to
+    /// their clients. Stops every change, puts the engine back to exactly what the store
+    /// holds, and from then on serves reads only, so nothing refused is ever visible.
+    async fn store_failed(&self, error: &StoreError) {
+        {
+            let _engine = self.engine();
+            if self
+                .health
+                .compare_exchange(HEALTHY, RECOVERING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                return;
+            }
+            *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+        }
+        tracing::error!(%error, "a write failed: going back to what the store holds, read-only until a restart");
+        let Some(committer) = &self.committer else {
+            return;
+        };
+        match committer.load().await {
+            Ok(snapshot) => {
+                let EngineSetup { clock, config } = self.setup.clone();
+                let restored = Engine::restore(clock, config, snapshot);
+                let old = std::mem::replace(&mut *self.engine(), restored);
+                self.health.store(READ_ONLY, Ordering::SeqCst);
+                drop(old);
+            }
+            // Nothing can be trusted: stay refusing everything.
+            Err(error) => tracing::error!(%error, "the store cannot be read back either"),
+        }
+        self.waiters.wake_all();
+    }
+
+    /// Wakes one waiting receive on `queue` per entry that succeeded.
+    fn wake_per_success<T, E>(&self, queue: &str, results: &[std::result::Result<T, E>]) {
+        self.waiters
+            .wake_some(queue, results.iter().filter(|r| r.is_ok()).count());
+    }
+}
+
+#[async_trait]
+impl Backend for Embedded {
+    fn naming(&self) -> &Naming {
+        &self.naming
+    }
+
+    async fn create_queue(&self, queue: &str, attributes: Pairs, tags: Pairs) -> Result<()> {
+        self.apply(Access::Change, |e| {
+            e.create_queue(queue, &attributes, &tags)
+        })
+        .await
+    }
+
+    async fn queue_exists(&self, queue: &str) -> Result<()> {
+        self.apply(Access::Read, |e| e.queue_exists(queue)).await
+    }
+
+    async fn delete_queue(&self, queue: &str) -> Result<()> {
+        self.apply(Access::Change, |e| e.delete_queue(queue)).await
+    }
+
+    async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
+        let QueueListing {
+            region,
+            prefix,
+            page,
+        } = listing;
+        self.apply(Access::Read, |e| {
+            e.list_queues(
+                region.as_deref(),
+                prefix.as_deref(),
+                page.max,
+                page.next_token.as_deref(),
+            )
+        })
+        .await
+    }
+
+    async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
+        self.apply(Access::Read, |e| {
+            e.list_dead_letter_source_queues(queue, page.max, page.next_token.as_deref())
+        })
+        .await
+    }
+
+    async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {
+        self.apply(Access::Read, |e| e.get_attributes(queue, &names))
+            .await
+    }
+
+    async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()> {
+        self.apply(Access::Change, |e| e.set_attributes(queue, &attributes))
+            .await
+    }
+
+    async fn purge(&self, queue: &str) -> Result<()> {
+        self.apply(Access::Change, |e| e.purge(queue)).await
+    }
+
+    async fn tag(&self, queue: &str, tags: Pairs) -> Result<()> {
+        self.apply(Access::Change, |e| e.tag_queue(queue, &tags))
+            .await
+    }
+
+    async fn untag(&self, queue: &str, keys: Vec<String>) -> Result<()> {
+        self.apply(Access::Change, |e| e.untag_queue(queue, &keys))
+            .await
+    }
+
+    async fn list_tags(&self, queue: &str) -> Result<Pairs> {
+        self.apply(Access::Read, |e| {
+            e.list_tags(queue).map(|tags| tags.into_iter().collect())
+        })
+        .await
+    }
+
+    async fn add_permission(&self, queue: &str, permission: Permission) -> Result<()> {
+        self.apply(Access::Change, |e| {
+            e.add_permission(
+                queue,
+                &permission.label,
+                &permission.accounts,
+                &permission.actions,
+            )
+        })
+        .await
+    }
+
+    async fn remove_permission(&self, queue: &str, label: &str) -> Result<()> {
+        self.apply(Access::Change, |e| e.remove_permission(queue, label))
+            .await
+    }
+
+    async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
+        let sent = self
+            .apply(Access::Change, |e| e.send(queue, message))
+            .await?;
+        self.waiters.wake_some(queue, 1);
+        Ok(sent)
+    }
+
+    async fn send_batch(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Result<Sent, EngineError>>> {
+        let results = self
+            .apply(Access::Change, |e| e.send_batch(queue, messages))
+            .await?;
+        self.wake_per_success(queue, &results);
+        Ok(results)
+    }
+
+    async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
+        let (received, more) = self
+            .apply(Access::Change, |e| {
+                let deliveries = e.receive(queue, &request)?;
+                let queue_wait_s = e.settings(queue)?.receive_wait_s;
+                let more = e.counts(queue).is_ok_and(|c| c.visible > 0);
+                let now = e.now_ms();
+                let next_due_in_ms = e.next_due(queue).map(|due| due.saturating_sub(now));
+                let received = Received {
+                    deliveries,
+                    queue_wait_s,
+                    next_due_in_ms,
+                };
+                Ok((received, more))
+            })
+            .await?;
+        if !received.deliveries.is_empty() && more {
+            // Sends wake one waiter per message; pass on what this one left behind.
+            self.waiters.wake_some(queue, 1);
+        }
+        Ok(received)
+    }
+
+    async fn record_empty_receive(&self, queue: &str) {
+        // Counted durably, but nobody waits for the write.
+        let mut engine = self.engine();
+        engine.record_empty_receive(queue);
+        self.write_detached(&engine.take_changes());
+    }
+
+    async fn delete(
+        &self,
+        queue: &str,
+        handles: Vec<String>,
+    ) -> Result<Vec<Result<(), EngineError>>> {
+        let (results, fifo) = self
+            .apply(Access::Change, |e| {
+                let fifo = e.settings(queue)?.fifo;
+                let results: Vec<_> = handles
+                    .iter()
+                    .map(|h| e.delete_message(queue, h).map(drop))
+                    .collect();
+                Ok((results, fifo))
+            })
+            .await?;
+        if fifo {
+            // A delete lets its group's next message be delivered.
+            self.wake_per_success(queue, &results);
+        }
+        Ok(results)
+    }
+
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        changes: Vec<(String, u32)>,
+    ) -> Result<Vec<Result<(), EngineError>>> {
+        let results = self
+            .apply(Access::Change, |e| {
+                e.queue_exists(queue)?;
+                Ok(changes
+                    .iter()
+                    .map(|(handle, timeout)| e.change_visibility(queue, handle, *timeout))
+                    .collect::<Vec<_>>())
+            })
+            .await?;
+        self.wake_per_success(queue, &results);
+        Ok(results)
+    }
+
+    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String> {
+        self.apply(Access::Change, |e| {
+            e.start_move_task(
+                &task.source_arn,
+                task.destination_arn.as_deref(),
+                task.per_second,
+            )
+        })
+        .await
+    }
+
+    async fn cancel_move_task(&self, handle: &str) -> Result<u64> {
+        self.apply(Access::Change, |e| e.cancel_move_task(handle))
+            .await
+    }
+
+    async fn list_move_tasks(
+        &self,
+        source_arn: &str,
+        max: Option<u32>,
+    ) -> Result<Vec<MoveTaskInfo>> {
+        self.apply(Access::Read, |e| e.list_move_tasks(source_arn, max))
+            .await
+    }
+
+    fn waiter(&self, queue: &str) -> Arc<Notify> {
+        self.waiters.of(queue)
+    }
+
+    fn wake_all(&self) {
+        self.waiters.wake_all();
+    }
+
+    async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
+        Ok(self.engine().lease_report(queue)?)
+    }
+
+    async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
+        let names = self.engine().queue_names();
+        let mut reports = Vec::with_capacity(names.len());
+        for chunk in names.chunks(REPORTS_PER_LOCK) {
+            {
+                let mut engine = self.engine();
+                reports.extend(
+                    chunk.iter().filter_map(|name| {
+                        engine.lease_report(name).ok().map(|r| (name.clone(), r))
+                    }),
+                );
+            }
+            tokio::task::yield_now().await;
+        }
+        reports
+    }
+
+    async fn tick(&self) {
+        let woken = {
+            // Nothing moves once the store has failed.
+            let Ok(mut engine) = self.lock(Access::Change) else {
+                return;
+            };
+            let woken = engine.run_move_tasks();
+            self.write_detached(&engine.take_changes());
+            woken
+        };
+        for queue in woken {
+            self.waiters.wake(&queue);
+        }
+    }
+
+    async fn flush(&self) {
+        let mut engine = self.engine();
+        // Still under the lock, so no newer record of the same queue is written before it.
+        self.write_detached(&engine.take_all_metrics());
+    }
+}
