@@ -14,6 +14,11 @@ pub fn to_u32(value: i64, param: &str, reason: &str) -> Result<u32> {
     u32::try_from(value).map_err(|_| EngineError::out_of_range(param, value, reason).into())
 }
 
+/// An optional member held to u32 as [`to_u32`] does.
+pub fn optional_u32(value: Option<i64>, param: &str, reason: &str) -> Result<Option<u32>> {
+    value.map(|v| to_u32(v, param, reason)).transpose()
+}
+
 /// The queue a QueueUrl names, as the engine's key (see the engine's `regions.rs`):
 /// - `http://HOST/ACCOUNT/NAME`: in the region the host names (`sqs.REGION.…`), else in the
 ///   engine's own region;

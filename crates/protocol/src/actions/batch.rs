@@ -3,16 +3,50 @@
 
 use std::collections::HashSet;
 
+use leasehold_backend::Backend;
 use leasehold_engine::EngineError;
 
+use super::{checked, Context};
 use crate::error::{wire_code, ProtocolError, Result};
-use crate::shapes::{BatchOutput, BatchResultErrorEntry};
+use crate::shapes::{BatchOutput, BatchResultErrorEntry, HandleEntry, MessageEntry};
 
 /// The most entries a batch request may carry.
 pub(crate) const MAX_BATCH_ENTRIES: usize = 10;
 
+/// An entry of a batch request.
+pub(super) trait Entry {
+    fn id(&self) -> Option<&str>;
+}
+
+impl Entry for MessageEntry {
+    fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+}
+
+impl Entry for HandleEntry {
+    fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+}
+
+/// A batch request's queue and entries, the batch's shape checked as AWS does.
+pub(super) async fn open<E: Entry>(
+    backend: &dyn Backend,
+    ctx: &Context,
+    queue_url: Option<String>,
+    entries: Option<Vec<E>>,
+    entry_name: &'static str,
+) -> Result<(String, Vec<E>)> {
+    let queue = ctx.queue(backend, queue_url)?;
+    let entries = entries.unwrap_or_default();
+    let ids = check_ids(entries.iter().map(Entry::id), entry_name);
+    checked(backend, &queue, ids).await?;
+    Ok((queue, entries))
+}
+
 /// Checks a batch's shape as AWS does, before any entry runs.
-pub(super) fn check_ids<'a>(
+fn check_ids<'a>(
     ids: impl ExactSizeIterator<Item = Option<&'a str>>,
     entry_name: &'static str,
 ) -> Result<()> {
@@ -43,17 +77,25 @@ pub(super) fn check_ids<'a>(
 /// A batch's entries in order, each with the error of its own checks if they failed.
 pub(super) struct Outline(Vec<(String, Option<ProtocolError>)>);
 
-/// Sorts a batch's checked entries: what passed goes to the backend (in order), what failed
-/// is kept in the outline to fail alone.
-pub(super) fn sort<T>(entries: impl Iterator<Item = (String, Result<T>)>) -> (Vec<T>, Outline) {
+/// Runs each entry's own checks: what passed goes to the backend (in order), what failed is
+/// kept in the outline to fail alone.
+pub(super) fn sort<E: Entry, T>(
+    entries: Vec<E>,
+    mut check: impl FnMut(E) -> Result<T>,
+) -> (Vec<T>, Outline) {
     let mut passed = Vec::new();
     let outline = entries
-        .map(|(id, checked)| match checked {
-            Ok(value) => {
-                passed.push(value);
-                (id, None)
+        .into_iter()
+        .map(|entry| {
+            // `open` made sure every entry has an id.
+            let id = entry.id().unwrap_or_default().to_string();
+            match check(entry) {
+                Ok(value) => {
+                    passed.push(value);
+                    (id, None)
+                }
+                Err(error) => (id, Some(error)),
             }
-            Err(error) => (id, Some(error)),
         })
         .collect();
     (passed, Outline(outline))

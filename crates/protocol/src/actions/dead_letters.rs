@@ -4,7 +4,7 @@ use leasehold_backend::{Backend, MoveTaskStart};
 
 use super::queues::{page, urls};
 use super::{checked, Context};
-use crate::convert::to_u32;
+use crate::convert::optional_u32;
 use crate::error::Result;
 use crate::shapes::*;
 
@@ -28,16 +28,11 @@ pub(crate) async fn start_message_move_task(
     _ctx: &Context,
     input: StartMessageMoveTaskInput,
 ) -> Result<StartMoveTaskOutput> {
-    let per_second = input
-        .max_number_of_messages_per_second
-        .map(|r| {
-            to_u32(
-                r,
-                "MaxNumberOfMessagesPerSecond",
-                "Must be between 1 and 500.",
-            )
-        })
-        .transpose()?;
+    let per_second = optional_u32(
+        input.max_number_of_messages_per_second,
+        "MaxNumberOfMessagesPerSecond",
+        "Must be between 1 and 500.",
+    )?;
     let task = MoveTaskStart {
         source_arn: required(input.source_arn, "SourceArn")?,
         destination_arn: input.destination_arn,
@@ -64,16 +59,11 @@ pub(crate) async fn list_message_move_tasks(
     _ctx: &Context,
     input: ListMessageMoveTasksInput,
 ) -> Result<ListMoveTasksOutput> {
-    let max = input
-        .max_results
-        .map(|m| {
-            to_u32(
-                m,
-                "MaxResults",
-                "You must enter a number that's between 1 and 10.",
-            )
-        })
-        .transpose()?;
+    let max = optional_u32(
+        input.max_results,
+        "MaxResults",
+        "You must enter a number that's between 1 and 10.",
+    )?;
     let source_arn = required(input.source_arn, "SourceArn")?;
     let tasks = backend.list_move_tasks(&source_arn, max).await?;
     let results = tasks

@@ -3,10 +3,10 @@
 use leasehold_backend::Backend;
 use leasehold_engine::{EngineError, NewMessage, Sent, MAX_VISIBILITY_TIMEOUT_S};
 
-use super::batch::{check_ids, only, sort};
+use super::batch::{only, open, sort};
 use super::{checked, Context};
 use crate::checksum::{md5_hex, md5_of_map};
-use crate::convert::{from_wire, to_u32};
+use crate::convert::{from_wire, optional_u32, to_u32};
 use crate::error::Result;
 use crate::shapes::*;
 
@@ -26,16 +26,9 @@ pub(crate) async fn send_message_batch(
     ctx: &Context,
     input: SendMessageBatchInput,
 ) -> Result<BatchOutput<SendMessageOutput>> {
-    let queue = ctx.queue(backend, input.queue_url)?;
-    let entries = input.entries.unwrap_or_default();
-    let ids = entries.iter().map(|e| e.id.as_deref());
-    checked(
-        backend,
-        &queue,
-        check_ids(ids, "SendMessageBatchRequestEntry"),
-    )
-    .await?;
-    let (passed, outline) = sort(entries.into_iter().map(|e| (id_of(&e.id), prepare(e))));
+    let entry_name = "SendMessageBatchRequestEntry";
+    let (queue, entries) = open(backend, ctx, input.queue_url, input.entries, entry_name).await?;
+    let (passed, outline) = sort(entries, prepare);
     let (messages, checksums): (Vec<_>, Vec<_>) = passed.into_iter().unzip();
     let results = backend.send_batch(&queue, messages).await?;
     let mut checksums = checksums.into_iter();
@@ -62,19 +55,9 @@ pub(crate) async fn delete_message_batch(
     ctx: &Context,
     input: HandleBatchInput,
 ) -> Result<BatchOutput<IdOnly>> {
-    let queue = ctx.queue(backend, input.queue_url)?;
-    let entries = input.entries.unwrap_or_default();
-    let ids = entries.iter().map(|e| e.id.as_deref());
-    checked(
-        backend,
-        &queue,
-        check_ids(ids, "DeleteMessageBatchRequestEntry"),
-    )
-    .await?;
-    let (handles, outline) = sort(entries.into_iter().map(|e| {
-        let handle = required(e.receipt_handle, "ReceiptHandle");
-        (id_of(&e.id), handle)
-    }));
+    let entry_name = "DeleteMessageBatchRequestEntry";
+    let (queue, entries) = open(backend, ctx, input.queue_url, input.entries, entry_name).await?;
+    let (handles, outline) = sort(entries, |e| required(e.receipt_handle, "ReceiptHandle"));
     let results = backend.delete(&queue, handles).await?;
     Ok(outline.answer(results, |id, ()| IdOnly { id }))
 }
@@ -96,22 +79,13 @@ pub(crate) async fn change_message_visibility_batch(
     ctx: &Context,
     input: HandleBatchInput,
 ) -> Result<BatchOutput<IdOnly>> {
-    let queue = ctx.queue(backend, input.queue_url)?;
-    let entries = input.entries.unwrap_or_default();
-    let ids = entries.iter().map(|e| e.id.as_deref());
     let entry_name = "ChangeMessageVisibilityBatchRequestEntry";
-    checked(backend, &queue, check_ids(ids, entry_name)).await?;
-    let (changes, outline) = sort(entries.into_iter().map(|e| {
-        let change = visibility_change(e.receipt_handle, e.visibility_timeout);
-        (id_of(&e.id), change)
-    }));
+    let (queue, entries) = open(backend, ctx, input.queue_url, input.entries, entry_name).await?;
+    let (changes, outline) = sort(entries, |e| {
+        visibility_change(e.receipt_handle, e.visibility_timeout)
+    });
     let results = backend.change_visibility(&queue, changes).await?;
     Ok(outline.answer(results, |id, ()| IdOnly { id }))
-}
-
-/// An entry's id; `check_ids` has made sure every entry has one.
-fn id_of(id: &Option<String>) -> String {
-    id.clone().unwrap_or_default()
 }
 
 /// A receipt handle with its new visibility timeout, both required.
@@ -140,14 +114,11 @@ fn prepare(entry: MessageEntry) -> Result<(NewMessage, Checksums)> {
 
 fn new_message(entry: MessageEntry) -> Result<NewMessage> {
     let body = entry.message_body.unwrap_or_default();
-    let delay_s = match entry.delay_seconds {
-        None => None,
-        Some(d) => Some(to_u32(
-            d,
-            "DelaySeconds",
-            "DelaySeconds must be >= 0 and <= 900.",
-        )?),
-    };
+    let delay_s = optional_u32(
+        entry.delay_seconds,
+        "DelaySeconds",
+        "DelaySeconds must be >= 0 and <= 900.",
+    )?;
     Ok(NewMessage {
         body,
         attributes: from_wire(&entry.message_attributes.unwrap_or_default())?,

@@ -10,7 +10,7 @@ use leasehold_engine::{AttributeData, Delivery, EngineError, ReceiveRequest};
 use super::messages::format_sequence_number;
 use super::{checked, Context};
 use crate::checksum::{md5_hex, md5_of_attributes};
-use crate::convert::{attribute_selected, to_u32, to_wire};
+use crate::convert::{attribute_selected, optional_u32, to_u32, to_wire};
 use crate::error::Result;
 use crate::shapes::*;
 use crate::wire::Answer;
@@ -47,20 +47,16 @@ pub(crate) async fn receive_message(
 ) -> Result<Receive> {
     let queue = ctx.queue(backend, input.queue_url)?;
     let request = (|| {
-        let max = input
-            .max_number_of_messages
-            .map(|n| {
-                let reason = "Must be between 1 and 10, if provided.";
-                to_u32(n, "MaxNumberOfMessages", reason)
-            })
-            .transpose()?;
-        let visibility_s = input
-            .visibility_timeout
-            .map(|v| {
-                let reason = "Must be >= 0 and <= 43200, if provided.";
-                to_u32(v, "VisibilityTimeout", reason)
-            })
-            .transpose()?;
+        let max = optional_u32(
+            input.max_number_of_messages,
+            "MaxNumberOfMessages",
+            "Must be between 1 and 10, if provided.",
+        )?;
+        let visibility_s = optional_u32(
+            input.visibility_timeout,
+            "VisibilityTimeout",
+            "Must be >= 0 and <= 43200, if provided.",
+        )?;
         let wait_s = input.wait_time_seconds.map(wait_seconds).transpose()?;
         let request = ReceiveRequest {
             max_messages: max.unwrap_or(1),
