@@ -34,7 +34,7 @@ pub use message::{
     is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute, MessageAttributes, MsgKey,
     NewMessage, State as MessageState, StoredMessage, MAX_MESSAGE_ATTRIBUTES,
 };
-pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueStats, Removed, Sent};
+pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueMeta, QueueStats, Removed, Sent};
 pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
 pub use settings::{
     QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S, MAX_WAIT_TIME_S,

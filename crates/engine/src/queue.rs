@@ -138,20 +138,28 @@ impl Removed {
     }
 }
 
-pub(crate) struct Queue {
+/// What a queue is apart from its messages: held by `Queue`, and written whole in its
+/// `QueueRecord`, so the two cannot drift apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueMeta {
     pub id: u64,
-    /// Seals receipt handles and derives message ids.
-    sealer: ReceiptSealer,
-    pub changes: Changes,
-    pub metrics: LeaseMetrics,
     pub settings: QueueSettings,
     pub tags: BTreeMap<String, String>,
     pub created_ms: u64,
     pub modified_ms: u64,
     pub last_purge_ms: Option<u64>,
-    /// Every message numbered below this was purged (`QueueRecord::purged_below_seq`).
+    /// Messages numbered below this were purged: a store may still hold some of them while
+    /// it deletes them in the background, and a restart skips them.
     pub purged_below_seq: u64,
     pub stats: QueueStats,
+}
+
+pub(crate) struct Queue {
+    pub meta: QueueMeta,
+    /// Seals receipt handles and derives message ids.
+    sealer: ReceiptSealer,
+    pub changes: Changes,
+    pub metrics: LeaseMetrics,
     messages: MessageTable,
     ready: BTreeSet<MsgKey>,
     timers: BTreeSet<(u64, MsgKey)>,
@@ -165,18 +173,28 @@ pub(crate) struct Queue {
 
 impl Queue {
     pub fn new(id: u64, settings: QueueSettings, now: u64, sealer: ReceiptSealer) -> Self {
+        Queue::restored(
+            QueueMeta {
+                id,
+                settings,
+                tags: BTreeMap::new(),
+                created_ms: now,
+                modified_ms: now,
+                last_purge_ms: None,
+                purged_below_seq: 0,
+                stats: QueueStats::default(),
+            },
+            sealer,
+        )
+    }
+
+    /// A queue of no messages yet, as `meta` says.
+    pub fn restored(meta: QueueMeta, sealer: ReceiptSealer) -> Self {
         Queue {
-            id,
+            meta,
             sealer,
             changes: Changes::default(),
             metrics: LeaseMetrics::default(),
-            settings,
-            tags: BTreeMap::new(),
-            created_ms: now,
-            modified_ms: now,
-            last_purge_ms: None,
-            purged_below_seq: 0,
-            stats: QueueStats::default(),
             messages: MessageTable::default(),
             ready: BTreeSet::new(),
             timers: BTreeSet::new(),
@@ -190,7 +208,7 @@ impl Queue {
 
     /// The group a message is ordered in: FIFO queues only.
     fn fifo_group(&self, key: MsgKey) -> Option<Arc<str>> {
-        if !self.settings.fifo {
+        if !self.meta.settings.fifo {
             return None;
         }
         self.messages.get(&key).and_then(|m| m.group().cloned())
@@ -288,6 +306,7 @@ impl Queue {
         self.mark(key);
         let state = (message.state, message.until_ms);
         let group = self
+            .meta
             .settings
             .fifo
             .then(|| message.group().cloned())
@@ -325,13 +344,13 @@ impl Queue {
                 Some(State::InFlight)
             ) {
                 // Counted once: the store learns the lease is over with the counter.
-                self.stats.leases_expired += 1;
+                self.meta.stats.leases_expired += 1;
                 self.mark(key);
                 self.touch();
             }
             self.set_state(key, State::Ready, 0);
         }
-        let retention_ms = u64::from(self.settings.retention_s) * 1000;
+        let retention_ms = u64::from(self.meta.settings.retention_s) * 1000;
         while let Some(key) = self.messages.first_key() {
             if key.sent_ms + retention_ms > now {
                 break;
@@ -368,7 +387,7 @@ impl Queue {
     /// Stores a validated message. On a FIFO queue a duplicate within the deduplication
     /// window is accepted and answered with the original's id, and nothing is stored.
     pub fn send(&mut self, now: u64, message: NewMessage) -> Sent {
-        let fifo = self.settings.fifo;
+        let fifo = self.meta.settings.fifo;
         let group: Option<Arc<str>> = message.group_id.as_deref().map(Arc::from);
         let dedup_id: Option<Arc<str>> = if fifo {
             Some(match &message.deduplication_id {
@@ -380,6 +399,7 @@ impl Queue {
         };
         let dedup_key = dedup_id.clone().map(|d| {
             let scope = self
+                .meta
                 .settings
                 .dedup_per_group
                 .then(|| group.clone())
@@ -393,7 +413,7 @@ impl Queue {
             };
         }
         let key = self.next_key(now);
-        let id = self.sealer.message_id(self.id, key.seq);
+        let id = self.sealer.message_id(self.meta.id, key.seq);
         if let Some(k) = dedup_key {
             let original = Original {
                 message_id: id,
@@ -407,8 +427,8 @@ impl Queue {
         }
         // FIFO queues have no per-message delay: the queue's applies, whatever the send says.
         let delay = match message.delay_s {
-            Some(delay) if !self.settings.fifo => delay,
-            _ => self.settings.delay_s,
+            Some(delay) if !self.meta.settings.fifo => delay,
+            _ => self.meta.settings.delay_s,
         };
         let (state, until_ms) = if delay == 0 {
             (State::Ready, 0)
@@ -440,7 +460,7 @@ impl Queue {
                 state,
             },
         );
-        self.stats.sent += 1;
+        self.meta.stats.sent += 1;
         self.debug_check();
         Sent {
             message_id: format_message_id(id),
@@ -458,7 +478,11 @@ impl Queue {
         mut message: StoredMessage,
         source_arn: &Arc<str>,
     ) {
-        let key = self.next_key(if self.settings.fifo { now } else { sent_ms });
+        let key = self.next_key(if self.meta.settings.fifo {
+            now
+        } else {
+            sent_ms
+        });
         message.state = State::Ready;
         message
             .extras
@@ -470,7 +494,11 @@ impl Queue {
     /// Takes in a message moved by a message move task: it starts afresh, with no receives,
     /// so it does not bounce straight back to the dead-letter queue.
     pub fn accept_moved(&mut self, now: u64, sent_ms: u64, mut message: StoredMessage) {
-        let key = self.next_key(if self.settings.fifo { now } else { sent_ms });
+        let key = self.next_key(if self.meta.settings.fifo {
+            now
+        } else {
+            sent_ms
+        });
         message.state = State::Ready;
         message.receive_count = 0;
         message.first_receive_ms = 0;
@@ -497,7 +525,7 @@ impl Queue {
         };
         let mut batch = Batch::default();
         'outer: while batch.leased.len() < params.max_messages {
-            if self.settings.fifo {
+            if self.meta.settings.fifo {
                 // One group at a time, in order, as far as its messages are ready.
                 let Some(group) = self.fifo.pop_ready_group() else {
                     break;
@@ -527,12 +555,15 @@ impl Queue {
         // Only a receive that leased something is replayed: an empty answer pinned to its
         // attempt id would keep a long poll (which asks again with the same id) empty for
         // its whole wait.
-        if let (Some(id), true, false) = (params.attempt_id, self.settings.fifo, leased.is_empty())
-        {
+        if let (Some(id), true, false) = (
+            params.attempt_id,
+            self.meta.settings.fifo,
+            leased.is_empty(),
+        ) {
             self.fifo.record_attempt(now, id, leased);
         }
-        self.stats.received += deliveries.len() as u64;
-        self.stats.dead_lettered += dead.len() as u64;
+        self.meta.stats.received += deliveries.len() as u64;
+        self.meta.stats.dead_lettered += dead.len() as u64;
         self.debug_check();
         (deliveries, dead)
     }
@@ -549,7 +580,7 @@ impl Queue {
             .max_receive_count
             .is_some_and(|max| message.receive_count >= max)
         {
-            self.stats.dead_lettered_after_late_delete += u64::from(message.late_deleted);
+            self.meta.stats.dead_lettered_after_late_delete += u64::from(message.late_deleted);
             self.metrics.finished(message.receive_count, None);
             batch
                 .dead
@@ -598,7 +629,7 @@ impl Queue {
             .extras
             .as_ref()
             .and_then(|e| e.message_id)
-            .unwrap_or_else(|| self.sealer.message_id(self.id, key.seq))
+            .unwrap_or_else(|| self.sealer.message_id(self.meta.id, key.seq))
     }
 
     fn delivery(&self, key: MsgKey, receive_no: u32) -> Delivery {
@@ -608,7 +639,7 @@ impl Queue {
             message_id: format_message_id(self.message_id(key, message)),
             receipt_handle: self.sealer.seal(Receipt {
                 received_ms: message.lease_start_ms,
-                queue_id: self.id,
+                queue_id: self.meta.id,
                 key,
                 receive_no,
             }),
@@ -620,7 +651,7 @@ impl Queue {
             receive_count: receive_no,
             group_id: extras.and_then(|e| e.group.clone()),
             deduplication_id: extras.and_then(|e| e.deduplication_id.clone()),
-            sequence_number: self.settings.fifo.then_some(key.seq),
+            sequence_number: self.meta.settings.fifo.then_some(key.seq),
             dead_letter_source_arn: extras.and_then(|e| e.dead_letter_source.clone()),
         }
     }
@@ -655,7 +686,7 @@ impl Queue {
             // Deleting twice, or after retention dropped it, succeeds as on AWS. Only another
             // receive's copy of the work finishing is a repeat delete, not an SDK retry.
             if !retried {
-                self.stats.repeat_deletes += 1;
+                self.meta.stats.repeat_deletes += 1;
             }
             return Ok(DeleteOutcome {
                 removed: false,
@@ -664,14 +695,14 @@ impl Queue {
         };
         let late = !Self::holds_live_lease(message, receipt);
         if late {
-            self.stats.late_deletes += 1;
+            self.meta.stats.late_deletes += 1;
             message.late_deleted = true;
-            if self.settings.fifo {
+            if self.meta.settings.fifo {
                 self.mark(receipt.key);
                 return Err(Self::expired(handle));
             }
         } else {
-            self.stats.deleted_within_lease += 1;
+            self.meta.stats.deleted_within_lease += 1;
         }
         let removed = !late || mode == LeaseMode::Aws;
         if removed {
@@ -681,7 +712,7 @@ impl Queue {
             self.metrics
                 .recent_deletes
                 .remember(now, receipt.key, receipt.receive_no);
-            self.stats.deleted += 1;
+            self.meta.stats.deleted += 1;
         } else {
             self.mark(receipt.key);
         }
@@ -700,7 +731,7 @@ impl Queue {
             return Err(EngineError::MessageNotAvailable(handle.to_string()));
         };
         if !Self::holds_live_lease(message, receipt) {
-            if self.settings.fifo {
+            if self.meta.settings.fifo {
                 return Err(Self::expired(handle));
             }
             if mode == LeaseMode::Strict {
@@ -720,9 +751,9 @@ impl Queue {
         let until = now + u64::from(timeout_s) * 1000;
         // A lease brought to an end sooner (a backoff put-back) is a release, not a heartbeat.
         if timeout_s == 0 || (live && until < message.until_ms) {
-            self.stats.released_early += 1;
+            self.meta.stats.released_early += 1;
         } else if live {
-            self.stats.extensions += 1;
+            self.meta.stats.extensions += 1;
             if let Some(m) = self.messages.get_mut(&receipt.key) {
                 m.extensions = m.extensions.saturating_add(1);
             }
@@ -744,8 +775,8 @@ impl Queue {
         self.changes.messages.clear();
         self.in_flight = 0;
         self.delayed = 0;
-        self.last_purge_ms = Some(now);
-        self.purged_below_seq = self.next_seq;
+        self.meta.last_purge_ms = Some(now);
+        self.meta.purged_below_seq = self.next_seq;
         // AWS forgets the deduplication window with the messages: a purged id may be sent again.
         let forgotten = self.fifo.forget_all();
         if self.changes.enabled {
@@ -763,7 +794,7 @@ impl Queue {
     /// dead-lettered from: what a message move task moves next. O(log n) on standard queues,
     /// whose Ready messages are indexed; a FIFO dead-letter queue is searched in key order.
     pub fn oldest_ready(&self, limit: MsgKey) -> Option<(MsgKey, Option<Arc<str>>)> {
-        let key = if self.settings.fifo {
+        let key = if self.meta.settings.fifo {
             self.messages
                 .range(..=limit)
                 .find(|(_, m)| m.state == State::Ready)
@@ -820,7 +851,7 @@ impl Queue {
         mut message: StoredMessage,
     ) {
         self.next_seq = self.next_seq.max(key.seq + 1);
-        if key.seq < self.purged_below_seq {
+        if key.seq < self.meta.purged_below_seq {
             // Purged; the store had not finished deleting it.
             return;
         }

@@ -26,7 +26,7 @@ impl MapStore {
             match change {
                 Change::Engine(record) => self.engine = Some(record),
                 Change::Queue(record) => {
-                    self.queues.insert(record.id, *record);
+                    self.queues.insert(record.meta.id, *record);
                 }
                 Change::QueueDeleted { queue_id } => {
                     self.queues.remove(&queue_id);

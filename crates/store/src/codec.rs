@@ -8,7 +8,7 @@ use std::sync::Arc;
 use leasehold_engine::{
     AttributeData, Change, Counts, DedupKey, EngineRecord, Extras, MessageAttribute,
     MessageAttributes, MessageState, MetricsRecord, MoveTask, MoveTaskStatus, MsgKey, Original,
-    QueueRecord, QueueSettings, QueueStats, RedriveAllowPolicy, RedrivePolicy, Snapshot,
+    QueueMeta, QueueRecord, QueueSettings, QueueStats, RedriveAllowPolicy, RedrivePolicy, Snapshot,
     StoredMessage, WindowedRecord,
 };
 
@@ -70,7 +70,7 @@ pub fn leftovers(snapshot: &Snapshot) -> WriteBatch {
     let purged_below: BTreeMap<u64, u64> = snapshot
         .queues
         .iter()
-        .map(|q| (q.id, q.purged_below_seq))
+        .map(|q| (q.meta.id, q.meta.purged_below_seq))
         .collect();
     let mut orphans = std::collections::BTreeSet::new();
     let mut purges = std::collections::BTreeSet::new();
@@ -109,7 +109,9 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
     for change in changes {
         match change {
             Change::Engine(record) => batch.put(ENGINE_KEY.to_vec(), engine_value(record)),
-            Change::Queue(record) => batch.put(prefixed(QUEUE, record.id), queue_value(record)),
+            Change::Queue(record) => {
+                batch.put(prefixed(QUEUE, record.meta.id), queue_value(record))
+            }
             Change::QueueDeleted { queue_id } => {
                 // Without its record the queue's messages are skipped at restart, so the
                 // ranges may be deleted in the background.
@@ -314,8 +316,8 @@ fn read_task(r: &mut Reader) -> Result<MoveTask, String> {
 fn queue_value(q: &QueueRecord) -> Vec<u8> {
     let mut w = Writer::new();
     w.str(&q.name);
-    w.u64(q.id);
-    let s = &q.settings;
+    w.u64(q.meta.id);
+    let s = &q.meta.settings;
     for n in [
         s.visibility_timeout_s,
         s.delay_s,
@@ -349,14 +351,14 @@ fn queue_value(q: &QueueRecord) -> Vec<u8> {
             w.list(arns, |w, a| w.str(a));
         }
     });
-    w.list(&q.tags.iter().collect::<Vec<_>>(), |w, (k, v)| {
+    w.list(&q.meta.tags.iter().collect::<Vec<_>>(), |w, (k, v)| {
         w.str(k);
         w.str(v);
     });
-    w.u64(q.created_ms);
-    w.u64(q.modified_ms);
-    w.opt(&q.last_purge_ms, |w, t| w.u64(*t));
-    let st = &q.stats;
+    w.u64(q.meta.created_ms);
+    w.u64(q.meta.modified_ms);
+    w.opt(&q.meta.last_purge_ms, |w, t| w.u64(*t));
+    let st = &q.meta.stats;
     for n in [
         st.sent,
         st.received,
@@ -375,7 +377,7 @@ fn queue_value(q: &QueueRecord) -> Vec<u8> {
     }
     w.u64(q.next_seq);
     // Appended later: a record without it (older files) reads as never purged.
-    w.u64(q.purged_below_seq);
+    w.u64(q.meta.purged_below_seq);
     w.0
 }
 
@@ -415,30 +417,39 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
         .list(|r| Ok((r.string()?, r.string()?)))?
         .into_iter()
         .collect();
+    // Read in the order written: the sequence number sits between the stats and the purge mark.
+    let created_ms = r.u64()?;
+    let modified_ms = r.u64()?;
+    let last_purge_ms = r.opt(|r| r.u64())?;
+    let stats = QueueStats {
+        sent: r.u64()?,
+        received: r.u64()?,
+        deleted: r.u64()?,
+        empty_receives: r.u64()?,
+        leases_expired: r.u64()?,
+        late_deletes: r.u64()?,
+        dead_lettered: r.u64()?,
+        dead_lettered_after_late_delete: r.u64()?,
+        deleted_within_lease: r.u64()?,
+        released_early: r.u64()?,
+        extensions: r.u64()?,
+        repeat_deletes: r.u64()?,
+    };
+    let next_seq = r.u64()?;
+    let purged_below_seq = if r.at_end() { 0 } else { r.u64()? };
     Ok(QueueRecord {
         name,
-        id,
-        settings: s,
-        tags,
-        created_ms: r.u64()?,
-        modified_ms: r.u64()?,
-        last_purge_ms: r.opt(|r| r.u64())?,
-        stats: QueueStats {
-            sent: r.u64()?,
-            received: r.u64()?,
-            deleted: r.u64()?,
-            empty_receives: r.u64()?,
-            leases_expired: r.u64()?,
-            late_deletes: r.u64()?,
-            dead_lettered: r.u64()?,
-            dead_lettered_after_late_delete: r.u64()?,
-            deleted_within_lease: r.u64()?,
-            released_early: r.u64()?,
-            extensions: r.u64()?,
-            repeat_deletes: r.u64()?,
+        meta: QueueMeta {
+            id,
+            settings: s,
+            tags,
+            created_ms,
+            modified_ms,
+            last_purge_ms,
+            purged_below_seq,
+            stats,
         },
-        next_seq: r.u64()?,
-        purged_below_seq: if r.at_end() { 0 } else { r.u64()? },
+        next_seq,
     })
 }
 

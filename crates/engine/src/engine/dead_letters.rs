@@ -112,13 +112,13 @@ impl Engine {
             .filter(|key| self.same_region(key, source))
             .and_then(|key| self.queues.get(&key))
             .ok_or_else(|| invalid("Dead letter target does not exist."))?;
-        if target.settings.fifo != settings.fifo {
+        if target.meta.settings.fifo != settings.fifo {
             return Err(invalid(
                 "Dead-letter queue must be same type of queue as the source.",
             ));
         }
         let source_arn = self.queue_arn(source);
-        if let Some(allow) = &target.settings.redrive_allow {
+        if let Some(allow) = &target.meta.settings.redrive_allow {
             if !allow.allows(&source_arn) {
                 return Err(invalid(&format!(
                     "Queue {source_arn} is not allowed to use {} as its dead-letter queue by its RedriveAllowPolicy.",
@@ -133,9 +133,10 @@ impl Engine {
     /// longer exists turns dead-lettering off rather than destroying messages.
     pub(super) fn live_dead_letter_target(&self, name: &str) -> Result<Option<(String, u32)>> {
         let queue = self.queue(name)?;
-        Ok(queue.settings.redrive.as_ref().and_then(|policy| {
+        Ok(queue.meta.settings.redrive.as_ref().and_then(|policy| {
             let target = self.queue_key_from_arn(&policy.dead_letter_target_arn)?;
-            let same_type = self.queues.get(&target)?.settings.fifo == queue.settings.fifo;
+            let same_type =
+                self.queues.get(&target)?.meta.settings.fifo == queue.meta.settings.fifo;
             same_type.then_some((target, policy.max_receive_count))
         }))
     }
@@ -153,7 +154,8 @@ impl Engine {
             .queues
             .iter()
             .filter(|(_, q)| {
-                q.settings
+                q.meta
+                    .settings
                     .redrive
                     .as_ref()
                     .is_some_and(|p| p.dead_letter_target_arn == arn)
@@ -187,7 +189,8 @@ impl Engine {
             ));
         }
         let is_dead_letter_queue = self.queues.values().any(|q| {
-            q.settings
+            q.meta
+                .settings
                 .redrive
                 .as_ref()
                 .is_some_and(|p| p.dead_letter_target_arn == source_arn)

@@ -40,14 +40,19 @@ impl Engine {
             hold_buckets: m.hold.buckets(),
             first_receive_total: m.first_receive.total(),
             first_receive_recent: m.first_receive.recent(now),
-            stats: queue.stats.clone(),
+            stats: queue.meta.stats.clone(),
             receive_count_histogram: m.receive_counts.clone(),
             extensions_per_message: m.extensions_per_message.clone(),
             oldest_message_age_ms: queue.oldest_sent_ms().map(|sent| now.saturating_sub(sent)),
             counts: queue.counts(),
-            visibility_timeout_s: queue.settings.visibility_timeout_s,
-            max_receive_count: queue.settings.redrive.as_ref().map(|r| r.max_receive_count),
-            retention_s: queue.settings.retention_s,
+            visibility_timeout_s: queue.meta.settings.visibility_timeout_s,
+            max_receive_count: queue
+                .meta
+                .settings
+                .redrive
+                .as_ref()
+                .map(|r| r.max_receive_count),
+            retention_s: queue.meta.settings.retention_s,
         })
     }
 

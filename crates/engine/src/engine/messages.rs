@@ -31,7 +31,7 @@ impl ReceiveRequest {
 impl Engine {
     /// SendMessage: validates against the queue's rules, then stores.
     pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
-        message.validate(&self.queue(name)?.settings)?;
+        message.validate(&self.queue(name)?.meta.settings)?;
         let (queue, now) = self.queue_mut(name)?;
         Ok(queue.send(now, message))
     }
@@ -44,7 +44,7 @@ impl Engine {
         name: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent>>> {
-        let settings = &self.queue(name)?.settings;
+        let settings = &self.queue(name)?.meta.settings;
         let total: usize = messages.iter().map(NewMessage::size).sum();
         if total > MAX_MESSAGE_SIZE as usize {
             return Err(EngineError::BatchRequestTooLong(
@@ -93,7 +93,7 @@ impl Engine {
             max_messages: request.max_messages as usize,
             visibility_s: request
                 .visibility_s
-                .unwrap_or(queue.settings.visibility_timeout_s),
+                .unwrap_or(queue.meta.settings.visibility_timeout_s),
             max_receive_count: dead_letter_queue.as_ref().map(|(_, max)| *max),
             attempt_id: request.attempt_id.as_deref(),
         };
@@ -118,7 +118,7 @@ impl Engine {
     /// path as every other command's.
     pub fn record_empty_receive(&mut self, name: &str) {
         if let Ok((queue, _)) = self.queue_mut(name) {
-            queue.stats.empty_receives += 1;
+            queue.meta.stats.empty_receives += 1;
         }
     }
 

@@ -186,7 +186,7 @@ impl Engine {
     /// Opens a handle and checks it was issued by this incarnation of the queue.
     fn open_receipt(&self, queue: &Queue, handle: &str) -> Result<Receipt> {
         match self.sealer.open(handle) {
-            Some(receipt) if receipt.queue_id == queue.id => Ok(receipt),
+            Some(receipt) if receipt.queue_id == queue.meta.id => Ok(receipt),
             _ => Err(EngineError::ReceiptHandleIsInvalid(handle.to_string())),
         }
     }

@@ -5,7 +5,7 @@
 //! follow from the clock alone (a lease or delay ending) are not changes: a restored engine
 //! derives them again from the recorded instants.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Engine, EngineConfig, MoveTask};
@@ -13,9 +13,8 @@ use crate::clock::Clock;
 use crate::fifo::{DedupKey, Original};
 use crate::lease_stats::{LeaseMetrics, MetricsRecord};
 use crate::message::{MsgKey, StoredMessage};
-use crate::queue::{Queue, QueueStats};
+use crate::queue::{Queue, QueueMeta};
 use crate::receipt::ReceiptSealer;
-use crate::settings::QueueSettings;
 
 /// Engine-wide state: the receipt key, queue ids, recently deleted names, move tasks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,17 +29,8 @@ pub struct EngineRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueRecord {
     pub name: String,
-    pub id: u64,
-    pub settings: QueueSettings,
-    pub tags: BTreeMap<String, String>,
-    pub created_ms: u64,
-    pub modified_ms: u64,
-    pub last_purge_ms: Option<u64>,
-    pub stats: QueueStats,
+    pub meta: QueueMeta,
     pub next_seq: u64,
-    /// Messages numbered below this were purged: a store may still hold some of them while
-    /// it deletes them in the background, and a restart skips them.
-    pub purged_below_seq: u64,
 }
 
 /// One change for a store to apply, in order.
@@ -93,15 +83,8 @@ impl Queue {
     fn record(&self, name: &str) -> QueueRecord {
         QueueRecord {
             name: name.to_string(),
-            id: self.id,
-            settings: self.settings.clone(),
-            tags: self.tags.clone(),
-            created_ms: self.created_ms,
-            modified_ms: self.modified_ms,
-            last_purge_ms: self.last_purge_ms,
-            stats: self.stats.clone(),
+            meta: self.meta.clone(),
             next_seq: self.next_seq(),
-            purged_below_seq: self.purged_below_seq,
         }
     }
 
@@ -118,7 +101,7 @@ impl Queue {
                 .message(key)
                 .map(|m| (self.message_id(key, m), m.clone()));
             out.push(Change::Message {
-                queue_id: self.id,
+                queue_id: self.meta.id,
                 key,
                 message,
             });
@@ -126,7 +109,7 @@ impl Queue {
         for key in std::mem::take(&mut self.changes.dedup) {
             let original = self.fifo_original(&key);
             out.push(Change::Dedup {
-                queue_id: self.id,
+                queue_id: self.meta.id,
                 key,
                 original,
             });
@@ -142,7 +125,7 @@ impl Queue {
         }
         if let Some(record) = self.metrics.take_record(now, force) {
             out.push(Change::Metrics {
-                queue_id: self.id,
+                queue_id: self.meta.id,
                 record: Box::new(record),
             });
         }
@@ -199,7 +182,7 @@ impl Engine {
             out.push(Change::Queue(Box::new(queue.record(name))));
             for (key, message) in queue.messages_iter() {
                 out.push(Change::Message {
-                    queue_id: queue.id,
+                    queue_id: queue.meta.id,
                     key,
                     message: Some((queue.message_id(key, message), message.clone())),
                 });
@@ -207,7 +190,7 @@ impl Engine {
             for key in queue.dedup_keys() {
                 let original = queue.fifo_original(key);
                 out.push(Change::Dedup {
-                    queue_id: queue.id,
+                    queue_id: queue.meta.id,
                     key: key.clone(),
                     original,
                 });
@@ -233,8 +216,8 @@ impl Engine {
         }
         let mut by_id: HashMap<u64, String> = HashMap::new();
         for record in snapshot.queues {
-            by_id.insert(record.id, record.name.clone());
-            engine.next_queue_id = engine.next_queue_id.max(record.id + 1);
+            by_id.insert(record.meta.id, record.name.clone());
+            engine.next_queue_id = engine.next_queue_id.max(record.meta.id + 1);
             let name = record.name.clone();
             let queue = Queue::from_record(record, engine.sealer.clone());
             engine.queues.insert(name, queue);
@@ -266,13 +249,8 @@ impl Engine {
 
 impl Queue {
     fn from_record(record: QueueRecord, sealer: ReceiptSealer) -> Queue {
-        let mut queue = Queue::new(record.id, record.settings, record.created_ms, sealer);
-        queue.tags = record.tags;
-        queue.modified_ms = record.modified_ms;
-        queue.last_purge_ms = record.last_purge_ms;
-        queue.stats = record.stats;
+        let mut queue = Queue::restored(record.meta, sealer);
         queue.set_next_seq(record.next_seq);
-        queue.purged_below_seq = record.purged_below_seq;
         queue
     }
 }

@@ -77,7 +77,7 @@ impl Engine {
         if let Some(existing) = self.queues.get(name) {
             // CreateQueue is idempotent only for the attributes the caller names.
             for (key, _) in &requested {
-                if existing.settings.get(key) != settings.get(key) {
+                if existing.meta.settings.get(key) != settings.get(key) {
                     return Err(EngineError::QueueAlreadyExists(key.to_string()));
                 }
             }
@@ -92,7 +92,7 @@ impl Engine {
         self.check_redrive(name, &settings)?;
         let mut queue = Queue::new(self.next_queue_id, settings, now, self.sealer.clone());
         self.next_queue_id += 1;
-        queue.tags = tags.iter().cloned().collect();
+        queue.meta.tags = tags.iter().cloned().collect();
         queue.changes.enabled = self.config.track_changes;
         queue.touch();
         self.queues.insert(name.to_string(), queue);
@@ -110,8 +110,9 @@ impl Engine {
             .insert(name.to_string(), self.clock.now_ms());
         if self.config.track_changes {
             self.dirty_queues.remove(name);
-            self.pending
-                .push(Change::QueueDeleted { queue_id: queue.id });
+            self.pending.push(Change::QueueDeleted {
+                queue_id: queue.meta.id,
+            });
         }
         self.engine_changed();
         self.discard(Removed::new(queue));
@@ -146,11 +147,11 @@ impl Engine {
     }
 
     pub fn settings(&self, name: &str) -> Result<&QueueSettings> {
-        self.queue(name).map(|q| &q.settings)
+        self.queue(name).map(|q| &q.meta.settings)
     }
 
     pub fn stats(&self, name: &str) -> Result<QueueStats> {
-        self.queue(name).map(|q| q.stats.clone())
+        self.queue(name).map(|q| q.meta.stats.clone())
     }
 
     pub fn counts(&mut self, name: &str) -> Result<QueueCounts> {
@@ -169,7 +170,7 @@ impl Engine {
         names: &[String],
     ) -> Result<Vec<(String, String)>> {
         let all = names.iter().any(|n| n == "All");
-        let fifo = self.queue(name)?.settings.fifo;
+        let fifo = self.queue(name)?.meta.settings.fifo;
         // A standard queue knows no FifoQueue attribute, as on AWS.
         if let Some(unknown) = names.iter().find(|n| {
             *n != "All"
@@ -190,10 +191,10 @@ impl Engine {
                 "ApproximateNumberOfMessages" => Some(counts.visible.to_string()),
                 "ApproximateNumberOfMessagesNotVisible" => Some(counts.not_visible.to_string()),
                 "ApproximateNumberOfMessagesDelayed" => Some(counts.delayed.to_string()),
-                "CreatedTimestamp" => Some((queue.created_ms / 1000).to_string()),
-                "LastModifiedTimestamp" => Some((queue.modified_ms / 1000).to_string()),
+                "CreatedTimestamp" => Some((queue.meta.created_ms / 1000).to_string()),
+                "LastModifiedTimestamp" => Some((queue.meta.modified_ms / 1000).to_string()),
                 "QueueArn" => Some(arn.clone()),
-                settable => queue.settings.get(settable),
+                settable => queue.meta.settings.get(settable),
             };
             if let Some(value) = value {
                 out.push((key.to_string(), value));
@@ -206,7 +207,7 @@ impl Engine {
     pub fn set_attributes(&mut self, name: &str, attributes: &[(String, String)]) -> Result<()> {
         let now = self.clock.now_ms();
         let queue = self.queue(name)?;
-        let fifo = queue.settings.fifo;
+        let fifo = queue.meta.settings.fifo;
         let mut changed = Vec::with_capacity(attributes.len());
         for (key, value) in attributes {
             match key.as_str() {
@@ -218,17 +219,18 @@ impl Engine {
                 _ => changed.push((key.as_str(), value.as_str())),
             }
         }
-        let settings = queue.settings.with_applied(changed)?;
+        let settings = queue.meta.settings.with_applied(changed)?;
         self.check_redrive(name, &settings)?;
         let (queue, _) = self.queue_mut(name)?;
-        queue.settings = settings;
-        queue.modified_ms = now;
+        queue.meta.settings = settings;
+        queue.meta.modified_ms = now;
         Ok(())
     }
 
     pub fn purge(&mut self, name: &str) -> Result<()> {
         let (queue, now) = self.queue_now(name)?;
         if queue
+            .meta
             .last_purge_ms
             .is_some_and(|at| now < at + PURGE_COOLDOWN_MS)
         {
@@ -236,7 +238,7 @@ impl Engine {
         }
         let removed = queue.purge(now);
         queue.touch();
-        let (queue_id, below_seq) = (queue.id, queue.purged_below_seq);
+        let (queue_id, below_seq) = (queue.meta.id, queue.meta.purged_below_seq);
         if self.config.track_changes {
             self.pending.push(Change::Purged {
                 queue_id,
@@ -249,23 +251,23 @@ impl Engine {
 
     pub fn tag_queue(&mut self, name: &str, tags: &[(String, String)]) -> Result<()> {
         let (queue, _) = self.queue_mut(name)?;
-        let mut next = queue.tags.clone();
+        let mut next = queue.meta.tags.clone();
         next.extend(tags.iter().cloned());
         check_tags(name_of(name), next.len())?;
-        queue.tags = next;
+        queue.meta.tags = next;
         Ok(())
     }
 
     pub fn untag_queue(&mut self, name: &str, keys: &[String]) -> Result<()> {
         let (queue, _) = self.queue_mut(name)?;
         for key in keys {
-            queue.tags.remove(key);
+            queue.meta.tags.remove(key);
         }
         Ok(())
     }
 
     pub fn list_tags(&self, name: &str) -> Result<BTreeMap<String, String>> {
-        self.queue(name).map(|q| q.tags.clone())
+        self.queue(name).map(|q| q.meta.tags.clone())
     }
 
     /// AddPermission: adds a statement to the queue's Policy, as AWS builds it.
@@ -305,7 +307,7 @@ impl Engine {
                 "Only the queue owner is allowed to invoke this action.",
             ));
         }
-        let mut policy: Value = match &queue.settings.policy {
+        let mut policy: Value = match &queue.meta.settings.policy {
             Some(raw) => serde_json::from_str(raw).unwrap_or_else(|_| json!({})),
             None => json!({"Version": "2012-10-17", "Id": format!("{arn}/SQSDefaultPolicy")}),
         };
@@ -331,7 +333,7 @@ impl Engine {
             "Action": one_or_many(actions.iter().map(|a| format!("SQS:{a}")).collect()),
             "Resource": arn,
         }));
-        queue.settings.policy = Some(policy.to_string());
+        queue.meta.settings.policy = Some(policy.to_string());
         Ok(())
     }
 
@@ -341,6 +343,7 @@ impl Engine {
         let not_found =
             || EngineError::out_of_range("Label", label, "can't find label on existing policy.");
         let mut policy: Value = queue
+            .meta
             .settings
             .policy
             .as_deref()
@@ -353,7 +356,7 @@ impl Engine {
             return Err(not_found());
         }
         let empty = statements.is_empty();
-        queue.settings.policy = (!empty).then(|| policy.to_string());
+        queue.meta.settings.policy = (!empty).then(|| policy.to_string());
         Ok(())
     }
 }

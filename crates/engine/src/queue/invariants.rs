@@ -27,7 +27,7 @@ impl Queue {
             let indexed = match m.state {
                 State::Ready => {
                     ready += 1;
-                    in_ready != self.settings.fifo && !in_timers
+                    in_ready != self.meta.settings.fifo && !in_timers
                 }
                 State::Delayed | State::InFlight => {
                     timed += 1;
@@ -43,7 +43,7 @@ impl Queue {
                 ));
             }
         }
-        let ready_indexed = if self.settings.fifo { 0 } else { ready };
+        let ready_indexed = if self.meta.settings.fifo { 0 } else { ready };
         if self.ready.len() != ready_indexed || self.timers.len() != timed {
             return Err(format!(
                 "indexes hold {} ready and {} timers for {ready_indexed} and {timed} messages",
@@ -57,7 +57,7 @@ impl Queue {
                 self.in_flight, self.delayed
             ));
         }
-        if self.settings.fifo {
+        if self.meta.settings.fifo {
             self.fifo.check_invariants(self.messages.len(), |key| {
                 self.messages
                     .get(&key)
@@ -71,7 +71,7 @@ impl Queue {
     pub(super) fn debug_check(&self) {
         if cfg!(debug_assertions) && self.messages.len() <= DEBUG_CHECK_LIMIT {
             if let Err(broken) = self.check_invariants() {
-                panic!("queue {} broke an invariant: {broken}", self.id);
+                panic!("queue {} broke an invariant: {broken}", self.meta.id);
             }
         }
     }
