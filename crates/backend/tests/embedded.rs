@@ -1,0 +1,180 @@
+//! The embedded backend at its seam: typed commands in, typed replies out, and the wake-ups a
+//! long poll depends on.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_backend::{Backend, BackendError, Embedded, EngineSetup};
+use leasehold_engine::{EngineConfig, EngineError, ManualClock, NewMessage, ReceiveRequest};
+use leasehold_store::{Durability, FaultyStore, MemoryStore};
+use tokio::sync::futures::Notified;
+
+fn setup(clock: &ManualClock) -> EngineSetup {
+    EngineSetup {
+        clock: Arc::new(clock.clone()),
+        config: EngineConfig::default(),
+    }
+}
+
+async fn with_queue(name: &str, attributes: &[(&str, &str)]) -> (Embedded, ManualClock) {
+    let clock = ManualClock::new(1_000_000);
+    let backend = Embedded::in_memory(setup(&clock));
+    let attributes = attributes
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    backend
+        .create_queue(name, attributes, vec![])
+        .await
+        .unwrap();
+    (backend, clock)
+}
+
+/// How many of `waiting` were woken.
+async fn woken(waiting: &mut [Pin<Box<Notified<'_>>>]) -> usize {
+    let mut count = 0;
+    for notified in waiting {
+        let wait = tokio::time::timeout(Duration::from_millis(20), notified.as_mut());
+        count += usize::from(wait.await.is_ok());
+    }
+    count
+}
+
+fn waiting(notify: &tokio::sync::Notify, count: usize) -> Vec<Pin<Box<Notified<'_>>>> {
+    (0..count)
+        .map(|_| {
+            let mut notified = Box::pin(notify.notified());
+            notified.as_mut().enable();
+            notified
+        })
+        .collect()
+}
+
+fn one() -> ReceiveRequest {
+    ReceiveRequest {
+        max_messages: 1,
+        ..ReceiveRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn a_send_wakes_one_waiting_receive_per_message_sent() {
+    let (backend, _clock) = with_queue("q", &[]).await;
+    let notify = backend.waiter("q");
+    let mut receives = waiting(&notify, 5);
+    backend.send("q", NewMessage::new("a")).await.unwrap();
+    let batch = vec![NewMessage::new("b"), NewMessage::new("c")];
+    backend.send_batch("q", batch).await.unwrap();
+    assert_eq!(woken(&mut receives).await, 3);
+}
+
+#[tokio::test]
+async fn a_receive_that_leaves_messages_behind_wakes_the_next_waiter() {
+    let (backend, _clock) = with_queue("q", &[]).await;
+    backend.send("q", NewMessage::new("a")).await.unwrap();
+    backend.send("q", NewMessage::new("b")).await.unwrap();
+    let notify = backend.waiter("q");
+    let mut receives = waiting(&notify, 3);
+    backend.receive("q", one()).await.unwrap();
+    assert_eq!(woken(&mut receives).await, 1);
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_and_a_fifo_delete_frees_its_group() {
+    let (backend, _clock) = with_queue("q.fifo", &[("FifoQueue", "true")]).await;
+    for body in ["first", "second"] {
+        let mut message = NewMessage::new(body);
+        message.group_id = Some("g".into());
+        message.deduplication_id = Some(body.into());
+        backend.send("q.fifo", message).await.unwrap();
+    }
+    let taken = backend.receive("q.fifo", one()).await.unwrap();
+    let handle = taken.deliveries[0].receipt_handle.clone();
+    let notify = backend.waiter("q.fifo");
+
+    let mut receives = waiting(&notify, 2);
+    let released = backend
+        .change_visibility("q.fifo", vec![(handle.clone(), 0)])
+        .await
+        .unwrap();
+    assert_eq!(released, vec![Ok(())]);
+    assert_eq!(woken(&mut receives).await, 1);
+
+    let handle = backend.receive("q.fifo", one()).await.unwrap().deliveries[0]
+        .receipt_handle
+        .clone();
+    let mut receives = waiting(&notify, 2);
+    let deleted = backend.delete("q.fifo", vec![handle]).await.unwrap();
+    assert_eq!(deleted, vec![Ok(())]);
+    assert_eq!(woken(&mut receives).await, 1);
+}
+
+#[tokio::test]
+async fn an_empty_receive_says_the_queues_wait_and_when_its_next_lease_ends() {
+    let (backend, clock) = with_queue("q", &[("ReceiveMessageWaitTimeSeconds", "7")]).await;
+    backend.send("q", NewMessage::new("a")).await.unwrap();
+    let request = ReceiveRequest {
+        max_messages: 1,
+        visibility_s: Some(30),
+        attempt_id: None,
+    };
+    assert_eq!(
+        backend
+            .receive("q", request)
+            .await
+            .unwrap()
+            .deliveries
+            .len(),
+        1
+    );
+    clock.advance_ms(10_000);
+    let empty = backend.receive("q", one()).await.unwrap();
+    assert!(empty.deliveries.is_empty());
+    assert_eq!(empty.queue_wait_s, 7);
+    assert_eq!(empty.next_due_in_ms, Some(20_000));
+}
+
+#[tokio::test]
+async fn a_batch_answers_each_entry_and_a_missing_queue_answers_for_the_whole() {
+    let (backend, _clock) = with_queue("q", &[]).await;
+    let results = backend.delete("q", vec!["forged".into()]).await.unwrap();
+    assert!(matches!(
+        results[0],
+        Err(EngineError::ReceiptHandleIsInvalid(_))
+    ));
+    let missing = backend.delete("nope", vec!["forged".into()]).await;
+    assert_eq!(
+        missing,
+        Err(BackendError::Engine(EngineError::QueueDoesNotExist))
+    );
+}
+
+#[tokio::test]
+async fn after_a_failed_write_changes_fail_and_reads_show_only_what_was_acknowledged() {
+    let clock = ManualClock::new(1_000_000);
+    let mut store = FaultyStore::new(MemoryStore::default());
+    store.fail_write = Some(4);
+    let backend = Embedded::durable(setup(&clock), Box::new(store), Durability::Always).unwrap();
+    backend.create_queue("q", vec![], vec![]).await.unwrap();
+    let mut acknowledged = 0;
+    let failure = loop {
+        match backend.send("q", NewMessage::new("m")).await {
+            Ok(_) => acknowledged += 1,
+            Err(error) => break error,
+        }
+        assert!(acknowledged < 10, "the fourth write never failed");
+    };
+    assert!(matches!(failure, BackendError::Failed(_)), "{failure:?}");
+    let later = backend.send("q", NewMessage::new("refused")).await;
+    assert!(matches!(later, Err(BackendError::Failed(_))), "{later:?}");
+    let counts = backend
+        .get_attributes("q", vec!["ApproximateNumberOfMessages".into()])
+        .await
+        .unwrap();
+    let visible = acknowledged.to_string();
+    assert_eq!(
+        counts,
+        vec![("ApproximateNumberOfMessages".into(), visible)]
+    );
+}
