@@ -11,7 +11,7 @@ use crate::error::{wire_code, ProtocolError, Result};
 use crate::shapes::{BatchOutput, BatchResultErrorEntry, HandleEntry, MessageEntry};
 
 /// The most entries a batch request may carry.
-pub(crate) const MAX_BATCH_ENTRIES: usize = 10;
+const MAX_BATCH_ENTRIES: usize = 10;
 
 /// An entry of a batch request.
 pub(super) trait Entry {

@@ -1,0 +1,272 @@
+//! The embedded backend's commands: each `Backend` method as one engine call through
+//! `Embedded::apply`, and the wake-ups it owes waiting receives.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use leasehold_engine::{
+    EngineError, LeaseReport, MoveTaskInfo, Naming, NewMessage, QueuePage, ReceiveRequest, Sent,
+};
+use tokio::sync::Notify;
+
+use super::{Access, Embedded, REPORTS_PER_LOCK};
+use crate::{Backend, MoveTaskStart, Page, Pairs, Permission, QueueListing, Received, Result};
+
+#[async_trait]
+impl Backend for Embedded {
+    fn naming(&self) -> &Naming {
+        &self.naming
+    }
+
+    async fn create_queue(&self, queue: &str, attributes: Pairs, tags: Pairs) -> Result<()> {
+        self.apply(Access::Change, |e| {
+            e.create_queue(queue, &attributes, &tags)
+        })
+        .await
+    }
+
+    async fn queue_exists(&self, queue: &str) -> Result<()> {
+        self.apply(Access::Read, |e| e.queue_exists(queue)).await
+    }
+
+    async fn delete_queue(&self, queue: &str) -> Result<()> {
+        self.apply(Access::Change, |e| e.delete_queue(queue)).await
+    }
+
+    async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
+        let QueueListing {
+            region,
+            prefix,
+            page,
+        } = listing;
+        self.apply(Access::Read, |e| {
+            e.list_queues(
+                region.as_deref(),
+                prefix.as_deref(),
+                page.max,
+                page.next_token.as_deref(),
+            )
+        })
+        .await
+    }
+
+    async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
+        self.apply(Access::Read, |e| {
+            e.list_dead_letter_source_queues(queue, page.max, page.next_token.as_deref())
+        })
+        .await
+    }
+
+    async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {
+        self.apply(Access::Read, |e| e.get_attributes(queue, &names))
+            .await
+    }
+
+    async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()> {
+        self.apply(Access::Change, |e| e.set_attributes(queue, &attributes))
+            .await
+    }
+
+    async fn purge(&self, queue: &str) -> Result<()> {
+        self.apply(Access::Change, |e| e.purge(queue)).await
+    }
+
+    async fn tag(&self, queue: &str, tags: Pairs) -> Result<()> {
+        self.apply(Access::Change, |e| e.tag_queue(queue, &tags))
+            .await
+    }
+
+    async fn untag(&self, queue: &str, keys: Vec<String>) -> Result<()> {
+        self.apply(Access::Change, |e| e.untag_queue(queue, &keys))
+            .await
+    }
+
+    async fn list_tags(&self, queue: &str) -> Result<Pairs> {
+        self.apply(Access::Read, |e| {
+            e.list_tags(queue).map(|tags| tags.into_iter().collect())
+        })
+        .await
+    }
+
+    async fn add_permission(&self, queue: &str, permission: Permission) -> Result<()> {
+        self.apply(Access::Change, |e| {
+            e.add_permission(
+                queue,
+                &permission.label,
+                &permission.accounts,
+                &permission.actions,
+            )
+        })
+        .await
+    }
+
+    async fn remove_permission(&self, queue: &str, label: &str) -> Result<()> {
+        self.apply(Access::Change, |e| e.remove_permission(queue, label))
+            .await
+    }
+
+    async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
+        let sent = self
+            .apply(Access::Change, |e| e.send(queue, message))
+            .await?;
+        self.waiters.wake_some(queue, 1);
+        Ok(sent)
+    }
+
+    async fn send_batch(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Result<Sent, EngineError>>> {
+        let results = self
+            .apply(Access::Change, |e| e.send_batch(queue, messages))
+            .await?;
+        self.wake_per_success(queue, &results);
+        Ok(results)
+    }
+
+    async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
+        let (received, more) = self
+            .apply(Access::Change, |e| {
+                let deliveries = e.receive(queue, &request)?;
+                let queue_wait_s = e.settings(queue)?.receive_wait_s;
+                let more = e.counts(queue).is_ok_and(|c| c.visible > 0);
+                let now = e.now_ms();
+                let next_due_in_ms = e.next_due(queue).map(|due| due.saturating_sub(now));
+                let received = Received {
+                    deliveries,
+                    queue_wait_s,
+                    next_due_in_ms,
+                };
+                Ok((received, more))
+            })
+            .await?;
+        if !received.deliveries.is_empty() && more {
+            // Sends wake one waiter per message; pass on what this one left behind.
+            self.waiters.wake_some(queue, 1);
+        }
+        Ok(received)
+    }
+
+    async fn record_empty_receive(&self, queue: &str) {
+        // Counted durably, but nobody waits for the write.
+        let mut engine = self.engine();
+        engine.record_empty_receive(queue);
+        self.write_detached(&engine.take_changes());
+    }
+
+    async fn delete(
+        &self,
+        queue: &str,
+        handles: Vec<String>,
+    ) -> Result<Vec<Result<(), EngineError>>> {
+        let (results, fifo) = self
+            .apply(Access::Change, |e| {
+                let fifo = e.settings(queue)?.fifo;
+                let results: Vec<_> = handles
+                    .iter()
+                    .map(|h| e.delete_message(queue, h).map(drop))
+                    .collect();
+                Ok((results, fifo))
+            })
+            .await?;
+        if fifo {
+            // A delete lets its group's next message be delivered.
+            self.wake_per_success(queue, &results);
+        }
+        Ok(results)
+    }
+
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        changes: Vec<(String, u32)>,
+    ) -> Result<Vec<Result<(), EngineError>>> {
+        let results = self
+            .apply(Access::Change, |e| {
+                e.queue_exists(queue)?;
+                Ok(changes
+                    .iter()
+                    .map(|(handle, timeout)| e.change_visibility(queue, handle, *timeout))
+                    .collect::<Vec<_>>())
+            })
+            .await?;
+        self.wake_per_success(queue, &results);
+        Ok(results)
+    }
+
+    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String> {
+        self.apply(Access::Change, |e| {
+            e.start_move_task(
+                &task.source_arn,
+                task.destination_arn.as_deref(),
+                task.per_second,
+            )
+        })
+        .await
+    }
+
+    async fn cancel_move_task(&self, handle: &str) -> Result<u64> {
+        self.apply(Access::Change, |e| e.cancel_move_task(handle))
+            .await
+    }
+
+    async fn list_move_tasks(
+        &self,
+        source_arn: &str,
+        max: Option<u32>,
+    ) -> Result<Vec<MoveTaskInfo>> {
+        self.apply(Access::Read, |e| e.list_move_tasks(source_arn, max))
+            .await
+    }
+
+    fn waiter(&self, queue: &str) -> Arc<Notify> {
+        self.waiters.of(queue)
+    }
+
+    fn wake_all(&self) {
+        self.waiters.wake_all();
+    }
+
+    async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
+        Ok(self.engine().lease_report(queue)?)
+    }
+
+    async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
+        let names = self.engine().queue_names();
+        let mut reports = Vec::with_capacity(names.len());
+        for chunk in names.chunks(REPORTS_PER_LOCK) {
+            {
+                let mut engine = self.engine();
+                reports.extend(
+                    chunk.iter().filter_map(|name| {
+                        engine.lease_report(name).ok().map(|r| (name.clone(), r))
+                    }),
+                );
+            }
+            tokio::task::yield_now().await;
+        }
+        reports
+    }
+
+    async fn tick(&self) {
+        let woken = {
+            // Nothing moves once the store has failed.
+            let Ok(mut engine) = self.lock(Access::Change) else {
+                return;
+            };
+            let woken = engine.run_move_tasks();
+            self.write_detached(&engine.take_changes());
+            woken
+        };
+        for queue in woken {
+            self.waiters.wake(&queue);
+        }
+    }
+
+    async fn flush(&self) {
+        let mut engine = self.engine();
+        // Still under the lock, so no newer record of the same queue is written before it.
+        self.write_detached(&engine.take_all_metrics());
+    }
+}
