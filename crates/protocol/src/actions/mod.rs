@@ -16,11 +16,7 @@ use serde::Serialize;
 
 use crate::convert::{queue_key, queue_url};
 use crate::error::Result;
-use crate::shapes::{
-    required, AttributesOutput, BatchOutput, CancelMoveTaskOutput, DeadLetterSourcesOutput, IdOnly,
-    ListMoveTasksOutput, ListQueuesOutput, NoOutput, QueueUrlOutput, SendMessageOutput,
-    StartMoveTaskOutput, TagsOutput,
-};
+use crate::shapes::required;
 use crate::wire::Answer;
 
 pub use receive::{Attempt, Receive};
@@ -75,10 +71,8 @@ pub trait IntoStep {
     fn into_step(self) -> Step;
 }
 
-/// An output answered as a document.
-pub(crate) trait Document: Serialize {}
-
-impl<T: Document> IntoStep for T {
+/// Every typed output but a receive's is answered as a document.
+impl<T: Serialize> IntoStep for T {
     fn into_step(self) -> Step {
         let value = serde_json::to_value(self).expect("response shapes always serialise");
         Step::Answer(Answer::Document(value))
@@ -90,22 +84,3 @@ impl IntoStep for Receive {
         Step::Receive(self)
     }
 }
-
-macro_rules! documents {
-    ($($output:ty),+ $(,)?) => { $(impl Document for $output {})+ };
-}
-
-documents!(
-    NoOutput,
-    QueueUrlOutput,
-    ListQueuesOutput,
-    DeadLetterSourcesOutput,
-    AttributesOutput,
-    TagsOutput,
-    StartMoveTaskOutput,
-    CancelMoveTaskOutput,
-    ListMoveTasksOutput,
-    SendMessageOutput,
-    BatchOutput<SendMessageOutput>,
-    BatchOutput<IdOnly>,
-);
