@@ -12,6 +12,8 @@
 mod embedded;
 mod waiters;
 
+pub use waiters::Waiters;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -36,6 +38,10 @@ pub enum BackendError {
     /// The backend failed: nothing of the command is acknowledged.
     #[error("{0}")]
     Failed(String),
+    /// The backend does not serve this command (yet): refused rather than answered by
+    /// other rules.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 pub type Result<T, E = BackendError> = std::result::Result<T, E>;

@@ -1,4 +1,5 @@
-//! The receives waiting on each queue, and waking them: one notifier per queue.
+//! The receives waiting on each queue, and waking them: one notifier per queue, for any
+//! backend to use.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -6,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 #[derive(Default)]
-pub(crate) struct Waiters(Mutex<HashMap<String, Arc<Notify>>>);
+pub struct Waiters(Mutex<HashMap<String, Arc<Notify>>>);
 
 impl Waiters {
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
@@ -15,12 +16,12 @@ impl Waiters {
     }
 
     /// The notifier the long polls on `queue` wait on.
-    pub(crate) fn of(&self, queue: &str) -> Arc<Notify> {
+    pub fn of(&self, queue: &str) -> Arc<Notify> {
         self.map().entry(queue.to_string()).or_default().clone()
     }
 
     /// Wakes every long poll on `queue` to look again.
-    pub(crate) fn wake(&self, queue: &str) {
+    pub fn wake(&self, queue: &str) {
         if let Some(notify) = self.map().get(queue) {
             notify.notify_waiters();
         }
@@ -28,7 +29,7 @@ impl Waiters {
 
     /// Wakes up to `count` long polls on `queue`, one per message that became receivable:
     /// a send to a queue with 2,000 waiters wakes one of them, not all.
-    pub(crate) fn wake_some(&self, queue: &str, count: usize) {
+    pub fn wake_some(&self, queue: &str, count: usize) {
         if count == 0 {
             return;
         }
@@ -38,7 +39,7 @@ impl Waiters {
     }
 
     /// Wakes every long poll on every queue.
-    pub(crate) fn wake_all(&self) {
+    pub fn wake_all(&self) {
         self.map().values().for_each(|n| n.notify_waiters());
     }
 }

@@ -20,8 +20,9 @@ mod table;
 
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
-    is_region, validate_queue_name, Engine, EngineConfig, LeaseReport, MoveTask, MoveTaskInfo,
-    MoveTaskStatus, Naming, QueuePage, ReceiveRequest, MAX_LIST_RESULTS,
+    is_region, list_queue_keys, validate_queue_name, Engine, EngineConfig, LeaseReport, MoveTask,
+    MoveTaskInfo, MoveTaskStatus, Naming, QueueListing, QueuePage, ReceiveRequest,
+    MAX_LIST_RESULTS,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use error::{EngineError, Result};
@@ -31,10 +32,12 @@ pub use lease_stats::{
     METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
 };
 pub use message::{
-    is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute, MessageAttributes, MsgKey,
-    NewMessage, State as MessageState, StoredMessage, MAX_MESSAGE_ATTRIBUTES,
+    format_message_id, is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute,
+    MessageAttributes, MsgKey, NewMessage, State as MessageState, StoredMessage,
+    MAX_MESSAGE_ATTRIBUTES,
 };
 pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueMeta, QueueStats, Removed, Sent};
+pub use receipt::{Receipt, ReceiptSealer};
 pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
 pub use settings::{
     QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S, MAX_WAIT_TIME_S,

@@ -382,7 +382,7 @@ pub struct Delivery {
 }
 
 /// Formats 16 random bytes as a version-4 UUID, as AWS message ids look.
-pub(crate) fn format_message_id(bytes: [u8; 16]) -> String {
+pub fn format_message_id(bytes: [u8; 16]) -> String {
     uuid::Builder::from_random_bytes(bytes)
         .into_uuid()
         .hyphenated()

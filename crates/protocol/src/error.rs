@@ -40,6 +40,8 @@ pub enum ProtocolError {
     ServiceUnavailable(String),
     #[error("The request was not completed within {0} seconds.")]
     RequestTimeout(u64),
+    #[error("{0}")]
+    UnsupportedOperation(String),
 }
 
 impl From<BackendError> for ProtocolError {
@@ -48,6 +50,7 @@ impl From<BackendError> for ProtocolError {
             BackendError::Engine(e) => ProtocolError::Engine(e),
             BackendError::Unavailable(why) => ProtocolError::ServiceUnavailable(why),
             BackendError::Failed(why) => ProtocolError::Internal(why),
+            BackendError::Unsupported(why) => ProtocolError::UnsupportedOperation(why),
         }
     }
 }
@@ -227,6 +230,11 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
             408,
             "com.amazon.coral.service#RequestTimeoutException",
             "RequestTimeout",
+        ),
+        P::UnsupportedOperation(_) => sender(
+            400,
+            "com.amazonaws.sqs#UnsupportedOperation",
+            "AWS.SimpleQueueService.UnsupportedOperation",
         ),
     }
 }

@@ -313,7 +313,8 @@ fn read_task(r: &mut Reader) -> Result<MoveTask, String> {
     })
 }
 
-fn queue_value(q: &QueueRecord) -> Vec<u8> {
+/// A queue's record as stored: the same bytes in SQLite and in PostgreSQL.
+pub fn queue_value(q: &QueueRecord) -> Vec<u8> {
     let mut w = Writer::new();
     w.str(&q.name);
     w.u64(q.meta.id);
@@ -379,6 +380,37 @@ fn queue_value(q: &QueueRecord) -> Vec<u8> {
     // Appended later: a record without it (older files) reads as never purged.
     w.u64(q.meta.purged_below_seq);
     w.0
+}
+
+/// A queue's record from `queue_value`'s bytes.
+pub fn decode_queue(bytes: &[u8]) -> Result<QueueRecord, String> {
+    read_value(bytes, read_queue)
+}
+
+/// Message attributes as stored.
+pub fn attributes_value(attributes: &MessageAttributes) -> Vec<u8> {
+    let mut w = Writer::new();
+    write_attributes(&mut w, attributes);
+    w.0
+}
+
+/// Message attributes from `attributes_value`'s bytes.
+pub fn decode_attributes(bytes: &[u8]) -> Result<Arc<MessageAttributes>, String> {
+    read_value(bytes, read_attributes)
+}
+
+/// One value as a `Writer` wrote it: the format's version, then all of `read`'s.
+fn read_value<T>(
+    bytes: &[u8],
+    read: impl FnOnce(&mut Reader) -> Result<T, String>,
+) -> Result<T, String> {
+    let mut r = Reader::new(bytes);
+    if r.u8()? != VERSION {
+        return Err("unknown record format version".into());
+    }
+    let value = read(&mut r)?;
+    r.finish()?;
+    Ok(value)
 }
 
 fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {

@@ -31,7 +31,7 @@ pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus};
 pub use leases::LeaseReport;
 pub use messages::ReceiveRequest;
 pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};
-pub use queues::validate_queue_name;
+pub use queues::{list_queue_keys, validate_queue_name, QueueListing};
 pub use regions::{is_region, Naming};
 
 pub const MAX_LIST_RESULTS: usize = 1000;

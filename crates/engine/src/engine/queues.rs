@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::regions::name_of;
 use super::Change;
-use super::{paginate, Engine, QueuePage};
+use super::{paginate, Engine, Naming, QueuePage};
 use crate::error::{EngineError, Result};
 use crate::queue::{Queue, QueueCounts, QueueStats, Removed};
 use crate::settings::{parse_bool, QueueSettings};
@@ -42,6 +42,35 @@ fn check_tags(name: &str, count: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// What ListQueues asks for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueueListing<'a> {
+    /// None: the own region.
+    pub region: Option<&'a str>,
+    pub prefix: Option<&'a str>,
+    pub max_results: Option<usize>,
+    pub next_token: Option<&'a str>,
+}
+
+/// ListQueues over any set of queue keys: those in the listing's region whose name starts
+/// with its prefix, one page of them. The engine lists its own keys with it; a backend that
+/// keeps keys elsewhere lists them by the same rules.
+pub fn list_queue_keys<'k>(
+    naming: &Naming,
+    keys: impl Iterator<Item = &'k String>,
+    listing: QueueListing,
+) -> Result<QueuePage> {
+    let region = naming.region_or_own(listing.region);
+    let names = keys
+        .filter(|key| {
+            let (r, name) = naming.key_parts(key);
+            r == region && listing.prefix.is_none_or(|p| name.starts_with(p))
+        })
+        .cloned()
+        .collect();
+    paginate(names, listing.max_results, listing.next_token)
 }
 
 impl Engine {
@@ -133,17 +162,18 @@ impl Engine {
         max_results: Option<usize>,
         next_token: Option<&str>,
     ) -> Result<QueuePage> {
-        let region = self.region_or_own(region);
-        let names = self
-            .queues
-            .keys()
-            .filter(|key| {
-                let (r, name) = self.key_parts(key);
-                r == region && prefix.is_none_or(|p| name.starts_with(p))
-            })
-            .cloned()
-            .collect();
-        paginate(names, max_results, next_token)
+        let listing = QueueListing {
+            region,
+            prefix,
+            max_results,
+            next_token,
+        };
+        list_queue_keys(&self.naming, self.queues.keys(), listing)
+    }
+
+    /// The id of the queue's current incarnation.
+    pub fn queue_id(&self, name: &str) -> Result<u64> {
+        self.queue(name).map(|q| q.meta.id)
     }
 
     pub fn settings(&self, name: &str) -> Result<&QueueSettings> {

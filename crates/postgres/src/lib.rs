@@ -1,0 +1,155 @@
+//! The PostgreSQL backend (issue 16, in progress): the queues live in one PostgreSQL database
+//! that any number of stateless Leasehold servers share, so PostgreSQL's replication and
+//! failover are the queues' too.
+//!
+//! Built on the engine: a queue's metadata is the engine's own `QueueRecord` (in the store's
+//! codec), and commands on it run the engine's own rules on a transient engine loaded with
+//! just the queues they touch (`queues.rs`). Messages are rows (`messages.rs`): a send is an
+//! insert, a receive claims with `FOR UPDATE SKIP LOCKED`, so two servers never hand one
+//! message to two receivers under live leases. Receipt handles are sealed with a key kept in
+//! the database, so any server opens any handle, and every instant comes from the database's
+//! clock (`leasehold_now()`), which a test can freeze and time travel can move.
+
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+mod backend;
+mod messages;
+mod queues;
+mod schema;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use leasehold_backend::BackendError;
+use leasehold_engine::{Naming, ReceiptSealer};
+use thiserror::Error;
+use tokio_postgres::NoTls;
+
+pub use schema::SCHEMA_VERSION;
+
+/// Why a server cannot start on the database: one line, said at start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("the PostgreSQL URL is not valid: {0}")]
+    Url(String),
+    #[error("cannot connect to PostgreSQL: {0}")]
+    Connect(String),
+    #[error("cannot prepare the database: {0}")]
+    Schema(String),
+}
+
+/// How the backend uses the database.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Connections held at most.
+    pub pool_size: usize,
+    /// How long a command waits for a connection, or for one to be made, before it is
+    /// refused with ServiceUnavailable.
+    pub connect_timeout: Duration,
+    /// The schema to work in: tests give each run its own.
+    pub schema: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            pool_size: 32,
+            connect_timeout: Duration::from_secs(5),
+            schema: None,
+        }
+    }
+}
+
+pub struct Postgres {
+    pool: Pool,
+    naming: Naming,
+    receipt_key: [u8; 16],
+    sealer: ReceiptSealer,
+    waiters: leasehold_backend::Waiters,
+}
+
+impl Postgres {
+    /// Connects, brings the schema up to date (refusing one newer than this build knows) and
+    /// reads the cluster's receipt key. Every failure is a `StartError` naming its cause.
+    pub async fn connect(
+        url: &str,
+        naming: Naming,
+        options: Options,
+    ) -> Result<Postgres, StartError> {
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| StartError::Url(e.to_string()))?;
+        config.connect_timeout(options.connect_timeout);
+        if let Some(schema) = &options.schema {
+            config.options(format!("-c search_path={schema}"));
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StartError::Connect(e.to_string()))?;
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|e| StartError::Connect(cause(&e)))?;
+        let key = schema::prepare(&mut client).await?;
+        drop(client);
+        Ok(Postgres {
+            pool,
+            naming,
+            receipt_key: key,
+            sealer: ReceiptSealer::new(key),
+            waiters: leasehold_backend::Waiters::default(),
+        })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, BackendError> {
+        self.pool.get().await.map_err(|e| unavailable(&e))
+    }
+
+    /// Freezes the cluster's clock at `ms` (None: the database's clock again), for tests
+    /// that drive time by hand.
+    pub async fn freeze_clock(&self, ms: Option<u64>) -> Result<(), BackendError> {
+        let client = self.client().await?;
+        let ms = ms.map(to_i64);
+        client
+            .execute("UPDATE leasehold_cluster SET clock_frozen_ms = $1", &[&ms])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+}
+
+/// The innermost cause of an error, which is the one a person can act on.
+fn cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        message = format!("{message}: {inner}");
+        source = inner.source();
+    }
+    message
+}
+
+/// A database that cannot answer: the client may retry; nothing was acknowledged.
+fn unavailable(error: &(dyn std::error::Error + 'static)) -> BackendError {
+    BackendError::Unavailable(format!("the database did not answer: {}", cause(error)))
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or_default()
+}

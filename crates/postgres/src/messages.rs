@@ -1,0 +1,332 @@
+//! Messages on PostgreSQL: rows of `leasehold_messages`. A send inserts; a receive claims the
+//! oldest receivable rows with `FOR UPDATE SKIP LOCKED` and starts their leases in the same
+//! statement, so concurrent receivers on any server never share a message under a live
+//! lease; a delete or a visibility change opens the receipt handle with the cluster's key.
+//! Standard queues, as the engine's `LeaseMode::Aws` treats them (any issued handle
+//! deletes; a visibility change needs the message, not the current lease).
+
+use std::sync::Arc;
+
+use leasehold_backend::{BackendError, Received};
+use leasehold_engine::{
+    format_message_id, Delivery, EngineError, MsgKey, NewMessage, QueueSettings, Receipt,
+    ReceiveRequest, Sent, MAX_VISIBILITY_TIMEOUT_S,
+};
+use leasehold_store::codec;
+use tokio_postgres::Transaction;
+
+use crate::queues::now;
+use crate::{to_i64, to_u64, unavailable, Postgres};
+
+type Result<T> = std::result::Result<T, BackendError>;
+
+/// What only the engine's FIFO and dead-letter rules do is not on PostgreSQL yet: refused
+/// plainly rather than answered by other rules.
+fn supported(settings: &QueueSettings) -> Result<()> {
+    if settings.fifo {
+        return Err(BackendError::Unsupported(
+            "FIFO queues are not yet served by the PostgreSQL backend".into(),
+        ));
+    }
+    if settings.redrive.is_some() {
+        return Err(BackendError::Unsupported(
+            "queues with a RedrivePolicy are not yet served by the PostgreSQL backend".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {
+    (!attributes.is_empty()).then(|| codec::attributes_value(attributes))
+}
+
+impl Postgres {
+    /// Sends each message, checked by the engine's own rules against the queue's settings,
+    /// in one transaction.
+    pub(crate) async fn send_all(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<std::result::Result<Sent, EngineError>>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;
+        supported(&settings)?;
+        let now = now(&tx).await?;
+        let mut results = Vec::with_capacity(messages.len());
+        for message in messages {
+            results.push(match message.validate(&settings) {
+                Ok(()) => Ok(self.insert(&tx, queue_id, &settings, now, message).await?),
+                Err(error) => Err(error),
+            });
+        }
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok(results)
+    }
+
+    async fn insert(
+        &self,
+        tx: &Transaction<'_>,
+        queue_id: u64,
+        settings: &QueueSettings,
+        now: u64,
+        message: NewMessage,
+    ) -> Result<Sent> {
+        let delay_s = message.delay_s.unwrap_or(settings.delay_s);
+        let visible = now + u64::from(delay_s) * 1000;
+        let row = tx
+            .query_one(
+                "INSERT INTO leasehold_messages
+                     (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes)
+                 VALUES ($1, nextval('leasehold_message_seqs'), $2, $3, $4, $5, $6)
+                 RETURNING seq",
+                &[
+                    &to_i64(queue_id),
+                    &to_i64(now),
+                    &to_i64(visible),
+                    &message.body,
+                    &encoded(&message.attributes),
+                    &encoded(&message.system_attributes),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let seq = to_u64(row.get(0));
+        Ok(Sent {
+            message_id: format_message_id(self.sealer.message_id(queue_id, seq)),
+            sequence_number: None,
+        })
+    }
+
+    /// One receive: claims up to `max_messages` receivable messages, oldest first, and
+    /// starts their leases.
+    pub(crate) async fn claim(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
+        if !(1..=10).contains(&request.max_messages) {
+            return Err(EngineError::out_of_range(
+                "MaxNumberOfMessages",
+                request.max_messages,
+                "Must be between 1 and 10, if provided.",
+            )
+            .into());
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;
+        supported(&settings)?;
+        let now = now(&tx).await?;
+        let lease_s = request
+            .visibility_s
+            .unwrap_or(settings.visibility_timeout_s);
+        let until = now + u64::from(lease_s) * 1000;
+        let oldest_kept = now.saturating_sub(u64::from(settings.retention_s) * 1000);
+        let rows = tx
+            .query(
+                "WITH picked AS (
+                     SELECT seq FROM leasehold_messages
+                     WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
+                     ORDER BY seq
+                     LIMIT $3
+                     FOR UPDATE SKIP LOCKED)
+                 UPDATE leasehold_messages m
+                 SET visible_ms = $4, receive_count = m.receive_count + 1,
+                     first_receive_ms = coalesce(m.first_receive_ms, $2), received_ms = $2
+                 FROM picked
+                 WHERE m.queue_id = $1 AND m.seq = picked.seq
+                 RETURNING m.seq, m.sent_ms, m.receive_count, m.first_receive_ms, m.body,
+                           m.attributes, m.system_attributes",
+                &[
+                    &to_i64(queue_id),
+                    &to_i64(now),
+                    &i64::from(request.max_messages),
+                    &to_i64(until),
+                    &to_i64(oldest_kept),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut deliveries = rows
+            .iter()
+            .map(|row| self.delivery(queue_id, now, row))
+            .collect::<Result<Vec<_>>>()?;
+        deliveries.sort_by_key(|d| d.sent_ms);
+        let next_due = tx
+            .query_one(
+                "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2",
+                &[&to_i64(queue_id), &to_i64(now)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .get::<_, Option<i64>>(0);
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok(Received {
+            deliveries,
+            queue_wait_s: settings.receive_wait_s,
+            next_due_in_ms: next_due.map(|due| to_u64(due).saturating_sub(now)),
+        })
+    }
+
+    fn delivery(&self, queue_id: u64, now: u64, row: &tokio_postgres::Row) -> Result<Delivery> {
+        let seq = to_u64(row.get(0));
+        let sent_ms = to_u64(row.get(1));
+        let receive_count: i32 = row.get(2);
+        let receive_no = u32::try_from(receive_count).unwrap_or_default();
+        let attributes = |index: usize| -> Result<_> {
+            row.get::<_, Option<Vec<u8>>>(index)
+                .map(|bytes| codec::decode_attributes(&bytes))
+                .transpose()
+                .map_err(|e| {
+                    BackendError::Failed(format!("a message in the database is damaged: {e}"))
+                })
+        };
+        let receipt = Receipt {
+            queue_id,
+            key: MsgKey { sent_ms, seq },
+            receive_no,
+            received_ms: now,
+        };
+        let body: String = row.get(4);
+        Ok(Delivery {
+            message_id: format_message_id(self.sealer.message_id(queue_id, seq)),
+            receipt_handle: self.sealer.seal(receipt),
+            body: Arc::from(body),
+            attributes: attributes(5)?,
+            system_attributes: attributes(6)?,
+            sent_ms,
+            first_receive_ms: row.get::<_, Option<i64>>(3).map_or(now, to_u64),
+            receive_count: receive_no,
+            group_id: None,
+            deduplication_id: None,
+            sequence_number: None,
+            dead_letter_source_arn: None,
+        })
+    }
+
+    /// Opens a handle and checks it was issued by this incarnation of the queue.
+    fn open(&self, queue_id: u64, handle: &str) -> std::result::Result<Receipt, EngineError> {
+        match self.sealer.open(handle) {
+            Some(receipt) if receipt.queue_id == queue_id => Ok(receipt),
+            _ => Err(EngineError::ReceiptHandleIsInvalid(handle.to_string())),
+        }
+    }
+
+    /// Deletes the message each handle names. Deleting twice, or after retention dropped
+    /// the message, succeeds, as on AWS.
+    pub(crate) async fn delete_all(
+        &self,
+        queue: &str,
+        handles: Vec<String>,
+    ) -> Result<Vec<std::result::Result<(), EngineError>>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;
+        supported(&settings)?;
+        let mut results = Vec::with_capacity(handles.len());
+        for handle in handles {
+            let receipt = match self.open(queue_id, &handle) {
+                Ok(receipt) => receipt,
+                Err(error) => {
+                    results.push(Err(error));
+                    continue;
+                }
+            };
+            tx.execute(
+                "DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 AND sent_ms = $3",
+                &[
+                    &to_i64(queue_id),
+                    &to_i64(receipt.key.seq),
+                    &to_i64(receipt.key.sent_ms),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+            results.push(Ok(()));
+        }
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok(results)
+    }
+
+    /// Gives each handle's message a new visibility timeout from now, held to the 12-hour
+    /// ceiling counted from the start of its lease.
+    pub(crate) async fn change_all(
+        &self,
+        queue: &str,
+        changes: Vec<(String, u32)>,
+    ) -> Result<Vec<std::result::Result<(), EngineError>>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;
+        supported(&settings)?;
+        let now = now(&tx).await?;
+        let mut results = Vec::with_capacity(changes.len());
+        for (handle, timeout_s) in changes {
+            let outcome = match self.open(queue_id, &handle) {
+                Ok(receipt) => {
+                    self.change_one(&tx, &receipt, &handle, now, timeout_s)
+                        .await?
+                }
+                Err(error) => Err(error),
+            };
+            results.push(outcome);
+        }
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok(results)
+    }
+
+    async fn change_one(
+        &self,
+        tx: &Transaction<'_>,
+        receipt: &Receipt,
+        handle: &str,
+        now: u64,
+        timeout_s: u32,
+    ) -> Result<std::result::Result<(), EngineError>> {
+        let key = [&to_i64(receipt.queue_id), &to_i64(receipt.key.seq)];
+        let row = tx
+            .query_opt(
+                "SELECT received_ms FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 FOR UPDATE",
+                &[key[0], key[1]],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Some(row) = row else {
+            return Ok(Err(EngineError::MessageNotAvailable(handle.to_string())));
+        };
+        // SQS counts in whole seconds: the lease so far, rounded down, plus the new timeout.
+        let lease_start = row.get::<_, Option<i64>>(0).map_or(now, to_u64);
+        let held_s = now.saturating_sub(lease_start) / 1000;
+        if held_s + u64::from(timeout_s) > u64::from(MAX_VISIBILITY_TIMEOUT_S) {
+            return Ok(Err(EngineError::out_of_range(
+                "VisibilityTimeout",
+                timeout_s,
+                "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
+            )));
+        }
+        let until = now + u64::from(timeout_s) * 1000;
+        tx.execute(
+            "UPDATE leasehold_messages SET visible_ms = $3 WHERE queue_id = $1 AND seq = $2",
+            &[key[0], key[1], &to_i64(until)],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(Ok(()))
+    }
+
+    /// The queue's messages by state: receivable, in flight (leased), delayed.
+    pub(crate) async fn counts(&self, queue_id: u64) -> Result<[u64; 3]> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let now = now(&tx).await?;
+        let row = tx
+            .query_one(
+                "SELECT count(*) FILTER (WHERE visible_ms <= $2),
+                        count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NOT NULL),
+                        count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NULL)
+                 FROM leasehold_messages WHERE queue_id = $1",
+                &[&to_i64(queue_id), &to_i64(now)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok([0, 1, 2].map(|i| to_u64(row.get(i))))
+    }
+}

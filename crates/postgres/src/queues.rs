@@ -1,0 +1,215 @@
+//! Queue metadata on PostgreSQL, by the engine's own rules: a command runs on a transient
+//! engine restored from just the queue records it touches (locked for the transaction), and
+//! what the engine changed is written back before the commit. Metadata commands are rare, so
+//! loading a record or two per command is cheap, and no rule is written twice.
+
+use std::sync::Arc;
+
+use leasehold_backend::BackendError;
+use leasehold_engine::{
+    Change, Engine, EngineConfig, EngineError, EngineRecord, ManualClock, QueueRecord,
+    QueueSettings, Snapshot,
+};
+use leasehold_store::codec;
+use tokio_postgres::Transaction;
+
+use crate::{to_i64, to_u64, unavailable, Postgres};
+
+type Result<T> = std::result::Result<T, BackendError>;
+
+/// The instant of the cluster's clock, read in the transaction.
+pub(crate) async fn now(tx: &Transaction<'_>) -> Result<u64> {
+    let row = tx
+        .query_one("SELECT leasehold_now()", &[])
+        .await
+        .map_err(|e| unavailable(&e))?;
+    Ok(to_u64(row.get(0)))
+}
+
+impl Postgres {
+    /// Runs `command` on a transient engine holding the queues `keys` name (those that
+    /// exist), under a transaction that holds every one of those names, existing or not, so
+    /// two servers' commands on one queue take turns.
+    pub(crate) async fn on_queues<T>(
+        &self,
+        keys: &[String],
+        command: impl FnOnce(&mut Engine) -> std::result::Result<T, EngineError>,
+    ) -> Result<T> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let db = |e: tokio_postgres::Error| unavailable(&e);
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        for key in &sorted {
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[key],
+            )
+            .await
+            .map_err(db)?;
+        }
+        let now = now(&tx).await?;
+        let records = tx
+            .query(
+                "SELECT record FROM leasehold_queues WHERE key = ANY($1)",
+                &[&sorted],
+            )
+            .await
+            .map_err(db)?
+            .iter()
+            .map(|row| decode(row.get(0)))
+            .collect::<Result<Vec<QueueRecord>>>()?;
+        let deleted_at = tx
+            .query(
+                "SELECT key, deleted_ms FROM leasehold_deleted_queues WHERE key = ANY($1)",
+                &[&sorted],
+            )
+            .await
+            .map_err(db)?
+            .iter()
+            .map(|row| (row.get(0), to_u64(row.get(1))))
+            .collect();
+        let next_queue_id = if records.len() < sorted.len() {
+            let row = tx
+                .query_one("SELECT nextval('leasehold_queue_ids')", &[])
+                .await
+                .map_err(db)?;
+            to_u64(row.get(0))
+        } else {
+            0
+        };
+        let mut engine = self.transient_engine(now, next_queue_id, deleted_at, records);
+        let value = command(&mut engine)?;
+        for change in engine.take_changes() {
+            write_change(&tx, change, now).await?;
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(value)
+    }
+
+    fn transient_engine(
+        &self,
+        now: u64,
+        next_queue_id: u64,
+        deleted_at: Vec<(String, u64)>,
+        queues: Vec<QueueRecord>,
+    ) -> Engine {
+        let config = EngineConfig {
+            region: self.naming.region.clone(),
+            account_id: self.naming.account_id.clone(),
+            track_changes: true,
+            ..EngineConfig::default()
+        };
+        let snapshot = Snapshot {
+            engine: Some(EngineRecord {
+                receipt_key: self.receipt_key,
+                next_queue_id,
+                deleted_at,
+                tasks: Vec::new(),
+            }),
+            queues,
+            ..Snapshot::default()
+        };
+        Engine::restore(Arc::new(ManualClock::new(now)), config, snapshot)
+    }
+
+    /// A queue's id and settings, for the commands on its messages; the queue is held
+    /// against deletion until the transaction ends.
+    pub(crate) async fn queue_for_messages(
+        &self,
+        tx: &Transaction<'_>,
+        key: &str,
+    ) -> Result<(u64, QueueSettings)> {
+        let row = tx
+            .query_opt(
+                "SELECT record FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
+                &[&key],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        let record = decode(row.get(0))?;
+        Ok((record.meta.id, record.meta.settings))
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<QueueRecord> {
+    codec::decode_queue(bytes).map_err(|e| {
+        BackendError::Failed(format!("a queue record in the database is damaged: {e}"))
+    })
+}
+
+async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<()> {
+    let db = |e: tokio_postgres::Error| unavailable(&e);
+    match change {
+        Change::Queue(record) => {
+            let target = record
+                .meta
+                .settings
+                .redrive
+                .as_ref()
+                .map(|r| r.dead_letter_target_arn.clone());
+            tx.execute(
+                "INSERT INTO leasehold_queues (key, id, record, dead_letter_target_arn)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (key) DO UPDATE
+                 SET record = excluded.record, dead_letter_target_arn = excluded.dead_letter_target_arn",
+                &[
+                    &record.name,
+                    &to_i64(record.meta.id),
+                    &codec::queue_value(&record),
+                    &target,
+                ],
+            )
+            .await
+            .map_err(db)?;
+            tx.execute(
+                "DELETE FROM leasehold_deleted_queues WHERE key = $1",
+                &[&record.name],
+            )
+            .await
+            .map_err(db)?;
+        }
+        Change::QueueDeleted { queue_id } => {
+            let id = to_i64(queue_id);
+            let gone = tx
+                .query_opt(
+                    "DELETE FROM leasehold_queues WHERE id = $1 RETURNING key",
+                    &[&id],
+                )
+                .await
+                .map_err(db)?;
+            if let Some(row) = gone {
+                let key: String = row.get(0);
+                tx.execute(
+                    "INSERT INTO leasehold_deleted_queues (key, deleted_ms) VALUES ($1, $2)
+                     ON CONFLICT (key) DO UPDATE SET deleted_ms = excluded.deleted_ms",
+                    &[&key, &to_i64(now)],
+                )
+                .await
+                .map_err(db)?;
+            }
+            tx.execute("DELETE FROM leasehold_messages WHERE queue_id = $1", &[&id])
+                .await
+                .map_err(db)?;
+        }
+        Change::Purged { queue_id, .. } => {
+            // The engine numbers messages per queue; here every message the purge's
+            // transaction sees goes.
+            tx.execute(
+                "DELETE FROM leasehold_messages WHERE queue_id = $1",
+                &[&to_i64(queue_id)],
+            )
+            .await
+            .map_err(db)?;
+        }
+        // The receipt key never changes; deletions are kept by QueueDeleted above; a
+        // transient engine holds no messages, deduplication ids or measurements.
+        Change::Engine(_)
+        | Change::Message { .. }
+        | Change::Dedup { .. }
+        | Change::Metrics { .. } => {}
+    }
+    Ok(())
+}

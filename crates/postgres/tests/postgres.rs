@@ -1,0 +1,258 @@
+//! The PostgreSQL backend against the machine's real PostgreSQL (127.0.0.1:5432, database
+//! `test`), each test in a schema of its own. Test names carry `postgres`, which is how
+//! `scripts/test --no-services` skips them.
+
+use std::sync::Arc;
+
+use leasehold_backend::{Backend, BackendError};
+use leasehold_engine::{EngineError, Naming, NewMessage, ReceiveRequest};
+use leasehold_postgres::{Options, Postgres, StartError};
+use tokio::task::JoinSet;
+
+const URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A schema of its own, dropped when the test ends.
+struct Schema(String);
+
+impl Schema {
+    async fn new() -> Schema {
+        let name = format!("leasehold_test_{}", rand::random::<u32>());
+        admin(&format!("CREATE SCHEMA {name}")).await;
+        Schema(name)
+    }
+
+    async fn server(&self) -> Postgres {
+        let options = Options {
+            schema: Some(self.0.clone()),
+            ..Options::default()
+        };
+        Postgres::connect(URL, naming(), options).await.unwrap()
+    }
+}
+
+impl Schema {
+    /// Drops the schema: called at the end of a test that passed. A failed test leaves its
+    /// schema for a look (`leasehold_test_*`).
+    async fn drop_all(self, servers: impl IntoIterator<Item = Postgres>) {
+        servers.into_iter().for_each(drop);
+        admin(&format!(
+            "SET lock_timeout = '10s'; DROP SCHEMA {} CASCADE",
+            self.0
+        ))
+        .await;
+    }
+}
+
+async fn admin(sql: &str) {
+    let (client, connection) = tokio_postgres::connect(URL, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client.batch_execute(sql).await.unwrap();
+}
+
+fn naming() -> Naming {
+    Naming {
+        region: "us-east-1".into(),
+        account_id: "000000000000".into(),
+    }
+}
+
+fn receive(max: u32, visibility_s: Option<u32>) -> ReceiveRequest {
+    ReceiveRequest {
+        max_messages: max,
+        visibility_s,
+        attempt_id: None,
+    }
+}
+
+#[tokio::test]
+async fn postgres_a_message_sent_on_one_server_is_received_and_deleted_on_another() {
+    let schema = Schema::new().await;
+    let (a, b) = (schema.server().await, schema.server().await);
+    a.create_queue("q", vec![], vec![]).await.unwrap();
+    let sent = a.send("q", NewMessage::new("hello")).await.unwrap();
+    let taken = b.receive("q", receive(10, Some(30))).await.unwrap();
+    assert_eq!(taken.deliveries.len(), 1);
+    let delivery = &taken.deliveries[0];
+    assert_eq!(delivery.message_id, sent.message_id);
+    assert_eq!(&*delivery.body, "hello");
+    assert_eq!(delivery.receive_count, 1);
+    // Leased: nobody else gets it; the handle from B deletes it on A.
+    assert!(a
+        .receive("q", receive(10, None))
+        .await
+        .unwrap()
+        .deliveries
+        .is_empty());
+    let deleted = a
+        .delete("q", vec![delivery.receipt_handle.clone()])
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![Ok(())]);
+    let counts = b
+        .get_attributes(
+            "q",
+            vec![
+                "ApproximateNumberOfMessages".into(),
+                "ApproximateNumberOfMessagesNotVisible".into(),
+            ],
+        )
+        .await
+        .unwrap();
+    let expected = [
+        ("ApproximateNumberOfMessages", "0"),
+        ("ApproximateNumberOfMessagesNotVisible", "0"),
+    ];
+    assert_eq!(
+        counts,
+        expected
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .to_vec()
+    );
+    schema.drop_all([a, b]).await;
+}
+
+#[tokio::test]
+async fn postgres_leases_end_by_the_clusters_clock_and_count_receives() {
+    let schema = Schema::new().await;
+    let server = schema.server().await;
+    server.freeze_clock(Some(1_000_000)).await.unwrap();
+    server.create_queue("q", vec![], vec![]).await.unwrap();
+    server.send("q", NewMessage::new("m")).await.unwrap();
+    let first = server.receive("q", receive(1, Some(30))).await.unwrap();
+    assert_eq!(first.deliveries.len(), 1);
+    let still = server.receive("q", receive(1, None)).await.unwrap();
+    assert!(still.deliveries.is_empty());
+    assert_eq!(still.next_due_in_ms, Some(30_000));
+    server.freeze_clock(Some(1_030_000)).await.unwrap();
+    let again = server.receive("q", receive(1, None)).await.unwrap();
+    assert_eq!(again.deliveries[0].receive_count, 2);
+    assert_eq!(again.deliveries[0].first_receive_ms, 1_000_000);
+    // The first receive's handle still deletes, as on AWS's standard queues.
+    let old = first.deliveries[0].receipt_handle.clone();
+    assert_eq!(server.delete("q", vec![old]).await.unwrap(), vec![Ok(())]);
+    schema.drop_all([server]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_concurrent_receives_never_share_a_message() {
+    let schema = Schema::new().await;
+    let servers = Arc::new([schema.server().await, schema.server().await]);
+    servers[0].create_queue("q", vec![], vec![]).await.unwrap();
+    let batch = (0..10)
+        .map(|i| NewMessage::new(format!("m{i}")))
+        .collect::<Vec<_>>();
+    for _ in 0..20 {
+        servers[0].send_batch("q", batch.clone()).await.unwrap();
+    }
+    let mut receivers = JoinSet::new();
+    for n in 0..8 {
+        let servers = servers.clone();
+        receivers.spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let taken = servers[n % 2]
+                    .receive("q", receive(10, Some(300)))
+                    .await
+                    .unwrap();
+                if taken.deliveries.is_empty() {
+                    return got;
+                }
+                got.extend(taken.deliveries.into_iter().map(|d| d.message_id));
+            }
+        });
+    }
+    let mut all: Vec<String> = receivers.join_all().await.into_iter().flatten().collect();
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!((total, all.len()), (200, 200));
+    let servers = Arc::into_inner(servers).expect("the receivers are done");
+    schema.drop_all(servers).await;
+}
+
+#[tokio::test]
+async fn postgres_queue_metadata_follows_the_engines_rules() {
+    let schema = Schema::new().await;
+    let server = schema.server().await;
+    let attributes = vec![("VisibilityTimeout".to_string(), "45".to_string())];
+    server
+        .create_queue("q", attributes.clone(), vec![])
+        .await
+        .unwrap();
+    // Idempotent for the same attributes, refused for different ones.
+    server.create_queue("q", attributes, vec![]).await.unwrap();
+    let other = vec![("VisibilityTimeout".to_string(), "46".to_string())];
+    let refused = server.create_queue("q", other, vec![]).await;
+    assert!(matches!(
+        refused,
+        Err(BackendError::Engine(EngineError::QueueAlreadyExists(_)))
+    ));
+    let got = server
+        .get_attributes("q", vec!["VisibilityTimeout".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![("VisibilityTimeout".to_string(), "45".to_string())]
+    );
+    server
+        .tag("q", vec![("team".into(), "a".into())])
+        .await
+        .unwrap();
+    assert_eq!(
+        server.list_tags("q").await.unwrap(),
+        vec![("team".to_string(), "a".to_string())]
+    );
+    server.delete_queue("q").await.unwrap();
+    assert_eq!(
+        server.queue_exists("q").await,
+        Err(BackendError::Engine(EngineError::QueueDoesNotExist))
+    );
+    // A deleted name cannot be reused for a minute, on any server.
+    let other_server = schema.server().await;
+    let recreated = other_server.create_queue("q", vec![], vec![]).await;
+    assert_eq!(
+        recreated,
+        Err(BackendError::Engine(EngineError::QueueDeletedRecently))
+    );
+    schema.drop_all([server, other_server]).await;
+}
+
+#[tokio::test]
+async fn postgres_a_wrong_url_or_an_unreachable_host_is_one_clear_error() {
+    let no_host = Postgres::connect(
+        "postgres://postgres@127.0.0.1:1/test",
+        naming(),
+        Options::default(),
+    )
+    .await;
+    let Err(StartError::Connect(why)) = no_host else {
+        panic!("an unreachable host must fail to connect");
+    };
+    assert!(why.contains("refused"), "{why}");
+    let bad = Postgres::connect("postgres://[::1", naming(), Options::default()).await;
+    assert!(matches!(bad, Err(StartError::Url(_))));
+}
+
+#[tokio::test]
+async fn postgres_a_schema_newer_than_this_build_is_refused() {
+    let schema = Schema::new().await;
+    drop(schema.server().await);
+    admin(&format!(
+        "INSERT INTO {}.refinery_schema_history (version, name, applied_on, checksum) VALUES (99, 'future', 'now', '0')",
+        schema.0
+    ))
+    .await;
+    let options = Options {
+        schema: Some(schema.0.clone()),
+        ..Options::default()
+    };
+    let refused = Postgres::connect(URL, naming(), options).await;
+    let Err(StartError::Schema(why)) = refused else {
+        panic!("a newer schema must be refused");
+    };
+    assert!(why.contains("version 99"), "{why}");
+    schema.drop_all([]).await;
+}
