@@ -126,6 +126,9 @@ pub trait Backend: Send + Sync {
     async fn tick(&self);
     /// Hands over what is not yet durable (the last second's measurements): at shutdown.
     async fn flush(&self);
+    /// Time travel (`--time-travel`, for tests): the clock the backend's rules read has
+    /// jumped `by_ms` forward; answers the backend's instant after the jump.
+    async fn clock_advanced(&self, by_ms: u64) -> Result<u64>;
 }
 
 /// ListQueues' filter and page.

@@ -103,8 +103,13 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9324")]
     bind: SocketAddr,
     /// Keep everything in memory; nothing survives a restart.
-    #[arg(long, conflicts_with_all = ["data_dir", "fsync"])]
+    #[arg(long, conflicts_with_all = ["data_dir", "fsync", "postgres"])]
     in_memory: bool,
+    /// Keep the queues in this PostgreSQL database, shared by every server given the same
+    /// URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). In progress (issue 16):
+    /// standard queues without a RedrivePolicy; the rest is refused as UnsupportedOperation.
+    #[arg(long, env = "LEASEHOLD_POSTGRES_URL", conflicts_with_all = ["data_dir", "fsync"])]
+    postgres: Option<String>,
     /// Where the durable store keeps its data file (leasehold.db).
     #[arg(long, default_value = "./leasehold-data")]
     data_dir: std::path::PathBuf,
@@ -215,7 +220,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ..Limits::default()
         },
     };
-    let state = if args.in_memory {
+    let state = if let Some(url) = &args.postgres {
+        if config.lease_mode == LeaseMode::Strict {
+            return Err(consume::usage(
+                "--lease-mode strict is not yet served with --postgres",
+            ));
+        }
+        let naming = leasehold_engine::Naming {
+            region: config.region.clone(),
+            account_id: config.account_id.clone(),
+        };
+        let options = leasehold_postgres::Options::default();
+        let backend = match leasehold_postgres::Postgres::connect(url, naming, options).await {
+            Err(error @ leasehold_postgres::StartError::Url(_)) => {
+                return Err(consume::usage(format!("--postgres: {error}")))
+            }
+            connected => connected?,
+        };
+        tracing::info!(
+            schema_version = leasehold_postgres::SCHEMA_VERSION,
+            "PostgreSQL backend ready"
+        );
+        AppState::with_backend(config, std::sync::Arc::new(backend))
+    } else if args.in_memory {
         tracing::warn!("serving from memory: nothing survives a restart");
         AppState::new(config)
     } else {

@@ -183,7 +183,13 @@ impl Backend for Postgres {
     }
 
     async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
-        self.claim(queue, request).await
+        let max = request.max_messages as usize;
+        let received = self.claim(queue, request).await?;
+        if received.deliveries.len() == max {
+            // There may be more: pass the turn to the next waiting receive.
+            self.waiters.wake_some(queue, 1);
+        }
+        Ok(received)
     }
 
     async fn record_empty_receive(&self, _queue: &str) {}
@@ -242,4 +248,8 @@ impl Backend for Postgres {
     async fn tick(&self) {}
 
     async fn flush(&self) {}
+
+    async fn clock_advanced(&self, by_ms: u64) -> Result<u64> {
+        self.advance_clock(by_ms).await
+    }
 }

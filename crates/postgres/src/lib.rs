@@ -14,13 +14,15 @@
 
 mod backend;
 mod messages;
+mod notify;
 mod queues;
 mod schema;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use leasehold_backend::BackendError;
+use leasehold_backend::{BackendError, Waiters};
 use leasehold_engine::{Naming, ReceiptSealer};
 use thiserror::Error;
 use tokio_postgres::NoTls;
@@ -32,7 +34,7 @@ pub use schema::SCHEMA_VERSION;
 pub enum StartError {
     #[error("the PostgreSQL URL is not valid: {0}")]
     Url(String),
-    #[error("cannot connect to PostgreSQL: {0}")]
+    #[error("cannot connect to PostgreSQL at {0}")]
     Connect(String),
     #[error("cannot prepare the database: {0}")]
     Schema(String),
@@ -65,7 +67,10 @@ pub struct Postgres {
     naming: Naming,
     receipt_key: [u8; 16],
     sealer: ReceiptSealer,
-    waiters: leasehold_backend::Waiters,
+    waiters: Arc<Waiters>,
+    /// This server's id in its notifications, so it skips its own.
+    server_id: u64,
+    _listener: notify::Listener,
 }
 
 impl Postgres {
@@ -84,7 +89,7 @@ impl Postgres {
             config.options(format!("-c search_path={schema}"));
         }
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -98,23 +103,43 @@ impl Postgres {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StartError::Connect(e.to_string()))?;
-        let mut client = pool
-            .get()
-            .await
-            .map_err(|e| StartError::Connect(cause(&e)))?;
+        let mut client = pool.get().await.map_err(|e| {
+            StartError::Connect(format!("{}: {}", describe(&config_of(url)), cause(&e)))
+        })?;
         let key = schema::prepare(&mut client).await?;
         drop(client);
+        let waiters = Arc::new(Waiters::default());
+        let server_id = rand::random();
+        let listener = notify::Listener::start(config, server_id, waiters.clone())
+            .await
+            .map_err(StartError::Connect)?;
         Ok(Postgres {
             pool,
             naming,
             receipt_key: key,
             sealer: ReceiptSealer::new(key),
-            waiters: leasehold_backend::Waiters::default(),
+            waiters,
+            server_id,
+            _listener: listener,
         })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, BackendError> {
         self.pool.get().await.map_err(|e| unavailable(&e))
+    }
+
+    /// Moves every server's clock `by_ms` forward (time travel); answers the new instant.
+    pub async fn advance_clock(&self, by_ms: u64) -> Result<u64, BackendError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "UPDATE leasehold_cluster SET clock_offset_ms = clock_offset_ms + $1
+                 RETURNING leasehold_now()",
+                &[&to_i64(by_ms)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(to_u64(row.get(0)))
     }
 
     /// Freezes the cluster's clock at `ms` (None: the database's clock again), for tests
@@ -130,20 +155,41 @@ impl Postgres {
     }
 }
 
-/// The innermost cause of an error, which is the one a person can act on.
+/// The innermost cause of an error, the one a person can act on ("Connection refused",
+/// "password authentication failed for user ..."): the outer layers only repeat it.
 fn cause(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        message = format!("{message}: {inner}");
-        source = inner.source();
+    let mut innermost = error;
+    while let Some(inner) = innermost.source() {
+        innermost = inner;
     }
-    message
+    innermost.to_string()
 }
 
 /// A database that cannot answer: the client may retry; nothing was acknowledged.
 fn unavailable(error: &(dyn std::error::Error + 'static)) -> BackendError {
     BackendError::Unavailable(format!("the database did not answer: {}", cause(error)))
+}
+
+fn config_of(url: &str) -> Option<tokio_postgres::Config> {
+    url.parse().ok()
+}
+
+/// Where a URL points, without its password: `postgres@127.0.0.1:5432/test`.
+fn describe(config: &Option<tokio_postgres::Config>) -> String {
+    let Some(config) = config else {
+        return "the database".into();
+    };
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "{}@{host}:{port}/{}",
+        config.get_user().unwrap_or_default(),
+        config.get_dbname().unwrap_or_default()
+    )
 }
 
 fn to_i64(value: u64) -> i64 {

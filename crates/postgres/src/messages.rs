@@ -15,6 +15,7 @@ use leasehold_engine::{
 use leasehold_store::codec;
 use tokio_postgres::Transaction;
 
+use crate::notify::notify;
 use crate::queues::now;
 use crate::{to_i64, to_u64, unavailable, Postgres};
 
@@ -60,6 +61,8 @@ impl Postgres {
                 Err(error) => Err(error),
             });
         }
+        let sent = results.iter().filter(|r| r.is_ok()).count();
+        notify(&tx, self.server_id, queue, sent).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok(results)
     }
@@ -268,6 +271,8 @@ impl Postgres {
             };
             results.push(outcome);
         }
+        let changed = results.iter().filter(|r| r.is_ok()).count();
+        notify(&tx, self.server_id, queue, changed).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok(results)
     }

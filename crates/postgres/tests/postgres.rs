@@ -256,3 +256,22 @@ async fn postgres_a_schema_newer_than_this_build_is_refused() {
     assert!(why.contains("version 99"), "{why}");
     schema.drop_all([]).await;
 }
+
+#[tokio::test]
+async fn postgres_a_send_on_one_server_wakes_a_receive_waiting_on_another() {
+    let schema = Schema::new().await;
+    let (a, b) = (schema.server().await, schema.server().await);
+    a.create_queue("q", vec![], vec![]).await.unwrap();
+    let notify = a.waiter("q");
+    let notified = notify.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    let started = std::time::Instant::now();
+    b.send("q", NewMessage::new("from b")).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(2), notified)
+        .await
+        .expect("the send on b wakes the waiter on a");
+    let waited = started.elapsed();
+    assert!(waited < std::time::Duration::from_millis(500), "{waited:?}");
+    schema.drop_all([a, b]).await;
+}

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use leasehold_engine::Clock;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -31,11 +30,8 @@ pub async fn advance_clock(
         }
     };
     // `as` saturates, and anything near u64::MAX is refused by the range check.
-    if state
-        .clock
-        .advance_ms((seconds * 1000.0).round() as u64)
-        .is_err()
-    {
+    let by_ms = (seconds * 1000.0).round() as u64;
+    if state.clock.advance_ms(by_ms).is_err() {
         return (
             StatusCode::BAD_REQUEST,
             Json(json!({"message": format!(
@@ -44,9 +40,15 @@ pub async fn advance_clock(
             )})),
         );
     }
+    let now_ms = match state.backend.clock_advanced(by_ms).await {
+        Ok(now_ms) => now_ms,
+        Err(error) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"message": error.to_string()})),
+            )
+        }
+    };
     state.backend.wake_all();
-    (
-        StatusCode::OK,
-        Json(json!({ "now_ms": state.clock.now_ms() })),
-    )
+    (StatusCode::OK, Json(json!({ "now_ms": now_ms })))
 }

@@ -94,6 +94,13 @@ impl AppState {
         )))
     }
 
+    /// A server on any backend (the PostgreSQL one, say); its rules read the backend's
+    /// clock, so the server's own is only for time travel's bookkeeping.
+    pub fn with_backend(config: ServerConfig, backend: Arc<dyn Backend>) -> Arc<AppState> {
+        let clock = Arc::new(WallClock::default());
+        Arc::new(AppState::assemble(config, clock, backend))
+    }
+
     fn assemble(
         config: ServerConfig,
         clock: Arc<WallClock>,
