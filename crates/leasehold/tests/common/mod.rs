@@ -60,14 +60,24 @@ pub fn free_port() -> u16 {
 impl Server {
     /// `leasehold serve` with these extra arguments, on `port`, waiting until it listens.
     pub fn start_on(port: u16, extra: &[&str], data_dir: Option<&Path>) -> Server {
+        let mut args: Vec<std::ffi::OsString> = extra.iter().map(Into::into).collect();
+        match data_dir {
+            Some(dir) => args.extend(["--data-dir".into(), dir.into()]),
+            None => args.push("--in-memory".into()),
+        };
+        Self::serve(port, &args)
+    }
+
+    /// `leasehold serve` on the PostgreSQL database at `url`.
+    pub fn start_postgres(url: &str) -> Server {
+        Self::serve(free_port(), &["--postgres".into(), url.into()])
+    }
+
+    fn serve(port: u16, args: &[std::ffi::OsString]) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
         command
             .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-            .args(extra);
-        match data_dir {
-            Some(dir) => command.arg("--data-dir").arg(dir),
-            None => command.arg("--in-memory"),
-        };
+            .args(args);
         let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -1,0 +1,120 @@
+//! Two real `leasehold serve --postgres` processes on one database (the machine's
+//! PostgreSQL, a schema of the test's own), driven through the AWS SDK: any server answers
+//! any request about the same queues.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{create_queue, Server, POSTGRES_URL};
+
+/// A schema of its own on the test database, and the URL that works in it.
+async fn schema() -> (tokio_postgres::Client, String, String) {
+    let (client, connection) = tokio_postgres::connect(POSTGRES_URL, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let name = format!("leasehold_cluster_{}", rand::random::<u32>());
+    client
+        .batch_execute(&format!("CREATE SCHEMA {name}"))
+        .await
+        .unwrap();
+    let url = format!("{POSTGRES_URL}?options=-c%20search_path%3D{name}");
+    (client, name, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_servers_share_queues_and_wake_each_others_long_polls() {
+    let (admin, schema, url) = schema().await;
+    let (a, b) = (Server::start_postgres(&url), Server::start_postgres(&url));
+    let (on_a, on_b) = (a.client(), b.client());
+    let queue = create_queue(&on_a, "shared").await;
+    for i in 0..3 {
+        on_a.send_message()
+            .queue_url(&queue)
+            .message_body(format!("m{i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    // Received on B, deleted on A with B's handles.
+    let got = on_b
+        .receive_message()
+        .queue_url(&queue)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    let mut bodies: Vec<_> = got.iter().filter_map(|m| m.body.clone()).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["m0", "m1", "m2"]);
+    for message in &got {
+        on_a.delete_message()
+            .queue_url(&queue)
+            .receipt_handle(message.receipt_handle.clone().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(common::stored(&on_b, &queue).await, 0);
+
+    // A long poll on B is answered by a send on A, well before its wait ends.
+    let waiting = {
+        let (on_b, queue) = (on_b.clone(), queue.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let out = on_b
+                .receive_message()
+                .queue_url(&queue)
+                .wait_time_seconds(10)
+                .send()
+                .await
+                .unwrap();
+            (started.elapsed(), out.messages.unwrap_or_default())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    on_a.send_message()
+        .queue_url(&queue)
+        .message_body("wake up")
+        .send()
+        .await
+        .unwrap();
+    let (waited, messages) = waiting.await.unwrap();
+    assert_eq!(messages.len(), 1);
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+
+    drop((a, b));
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+#[test]
+fn postgres_a_server_that_cannot_reach_its_database_says_so_in_one_line() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve",
+            "--postgres",
+            "postgres://postgres@127.0.0.1:1/test",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0]
+            .starts_with("leasehold: cannot connect to PostgreSQL at postgres@127.0.0.1:1/test: "),
+        "{stderr}"
+    );
+    let malformed = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--postgres", "postgres://[::1"])
+        .output()
+        .unwrap();
+    assert_eq!(malformed.status.code(), Some(2));
+}
