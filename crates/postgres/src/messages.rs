@@ -21,20 +21,27 @@ use crate::{to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
-/// What only the engine's FIFO and dead-letter rules do is not on PostgreSQL yet: refused
-/// plainly rather than answered by other rules.
+/// What only the engine's FIFO rules do is not on PostgreSQL yet: refused plainly rather
+/// than answered by other rules.
 fn supported(settings: &QueueSettings) -> Result<()> {
     if settings.fifo {
         return Err(BackendError::Unsupported(
             "FIFO queues are not yet served by the PostgreSQL backend".into(),
         ));
     }
-    if settings.redrive.is_some() {
-        return Err(BackendError::Unsupported(
-            "queues with a RedrivePolicy are not yet served by the PostgreSQL backend".into(),
-        ));
-    }
     Ok(())
+}
+
+/// At most this many exhausted messages are dead-lettered by one receive: bounded work per
+/// request; the next receive takes the next ones, and none is ever leased meanwhile.
+const DEAD_LETTERS_PER_RECEIVE: i64 = 100;
+
+/// Where a queue's exhausted messages go: the dead-letter queue's id, the source's ARN,
+/// and after how many receives.
+struct DeadLetterRoute {
+    target_id: u64,
+    source_arn: String,
+    max_receive_count: u32,
 }
 
 fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {
@@ -122,11 +129,21 @@ impl Postgres {
             .unwrap_or(settings.visibility_timeout_s);
         let until = now + u64::from(lease_s) * 1000;
         let oldest_kept = now.saturating_sub(u64::from(settings.retention_s) * 1000);
+        let route = self.dead_letter_route(&tx, queue, &settings).await?;
+        if let Some(route) = &route {
+            self.dead_letter(&tx, queue_id, route, now, oldest_kept)
+                .await?;
+        }
+        // Exhausted messages are never leased, even past what one receive dead-letters.
+        let max_receives = route.map_or(i32::MAX, |r| {
+            i32::try_from(r.max_receive_count).unwrap_or(i32::MAX)
+        });
         let rows = tx
             .query(
                 "WITH picked AS (
                      SELECT seq FROM leasehold_messages
                      WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
+                       AND receive_count < $6
                      ORDER BY seq
                      LIMIT $3
                      FOR UPDATE SKIP LOCKED)
@@ -136,13 +153,15 @@ impl Postgres {
                  FROM picked
                  WHERE m.queue_id = $1 AND m.seq = picked.seq
                  RETURNING m.seq, m.sent_ms, m.receive_count, m.first_receive_ms, m.body,
-                           m.attributes, m.system_attributes",
+                           m.attributes, m.system_attributes, m.message_id,
+                           m.dead_letter_source_arn",
                 &[
                     &to_i64(queue_id),
                     &to_i64(now),
                     &i64::from(request.max_messages),
                     &to_i64(until),
                     &to_i64(oldest_kept),
+                    &max_receives,
                 ],
             )
             .await
@@ -188,8 +207,14 @@ impl Postgres {
             received_ms: now,
         };
         let body: String = row.get(4);
+        let id = match row.get::<_, Option<Vec<u8>>>(7) {
+            Some(kept) => kept.try_into().map_err(|_| {
+                BackendError::Failed("a message id in the database is damaged".into())
+            })?,
+            None => self.sealer.message_id(queue_id, seq),
+        };
         Ok(Delivery {
-            message_id: format_message_id(self.sealer.message_id(queue_id, seq)),
+            message_id: format_message_id(id),
             receipt_handle: self.sealer.seal(receipt),
             body: Arc::from(body),
             attributes: attributes(5)?,
@@ -200,8 +225,107 @@ impl Postgres {
             group_id: None,
             deduplication_id: None,
             sequence_number: None,
-            dead_letter_source_arn: None,
+            dead_letter_source_arn: row.get::<_, Option<String>>(8).map(Arc::from),
         })
+    }
+
+    /// The dead-letter queue a RedrivePolicy sends to, if it still exists: a target that
+    /// no longer exists turns dead-lettering off rather than dropping messages, as the
+    /// engine does.
+    async fn dead_letter_route(
+        &self,
+        tx: &Transaction<'_>,
+        queue: &str,
+        settings: &QueueSettings,
+    ) -> Result<Option<DeadLetterRoute>> {
+        let Some(policy) = &settings.redrive else {
+            return Ok(None);
+        };
+        let Some(target) = self.naming.key_of_arn(&policy.dead_letter_target_arn) else {
+            return Ok(None);
+        };
+        let row = tx
+            .query_opt(
+                "SELECT id FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
+                &[&target],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(row.map(|row| DeadLetterRoute {
+            target_id: to_u64(row.get(0)),
+            source_arn: self.naming.queue_arn(queue),
+            max_receive_count: policy.max_receive_count,
+        }))
+    }
+
+    /// Moves the receivable messages already received `max_receive_count` times to the
+    /// dead-letter queue, in the receive's transaction, keeping their ids, bodies,
+    /// attributes, send times and receive counts, and saying where they came from.
+    async fn dead_letter(
+        &self,
+        tx: &Transaction<'_>,
+        queue_id: u64,
+        route: &DeadLetterRoute,
+        now: u64,
+        oldest_kept: u64,
+    ) -> Result<()> {
+        let max = i32::try_from(route.max_receive_count).unwrap_or(i32::MAX);
+        let exhausted = tx
+            .query(
+                "SELECT seq, message_id FROM leasehold_messages
+                 WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $3
+                   AND receive_count >= $4
+                 ORDER BY seq
+                 LIMIT $5
+                 FOR UPDATE SKIP LOCKED",
+                &[
+                    &to_i64(queue_id),
+                    &to_i64(now),
+                    &to_i64(oldest_kept),
+                    &max,
+                    &DEAD_LETTERS_PER_RECEIVE,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if exhausted.is_empty() {
+            return Ok(());
+        }
+        let (seqs, ids): (Vec<i64>, Vec<Vec<u8>>) = exhausted
+            .iter()
+            .map(|row| {
+                let seq: i64 = row.get(0);
+                let id = row
+                    .get::<_, Option<Vec<u8>>>(1)
+                    .unwrap_or_else(|| self.sealer.message_id(queue_id, to_u64(seq)).to_vec());
+                (seq, id)
+            })
+            .unzip();
+        tx.execute(
+            "WITH moved AS (
+                 DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = ANY($2)
+                 RETURNING *)
+             INSERT INTO leasehold_messages
+                 (queue_id, seq, sent_ms, visible_ms, receive_count, first_receive_ms, body,
+                  attributes, system_attributes, message_id, dead_letter_source_arn)
+             SELECT $3, nextval('leasehold_message_seqs'), moved.sent_ms, $4,
+                    moved.receive_count, moved.first_receive_ms, moved.body, moved.attributes,
+                    moved.system_attributes, ids.id, $5
+             FROM moved JOIN unnest($2::bigint[], $6::bytea[]) AS ids(seq, id)
+                 ON ids.seq = moved.seq
+             ORDER BY moved.seq",
+            &[
+                &to_i64(queue_id),
+                &seqs,
+                &to_i64(route.target_id),
+                &to_i64(now),
+                &route.source_arn,
+                &ids,
+            ],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(())
     }
 
     /// Opens a handle and checks it was issued by this incarnation of the queue.

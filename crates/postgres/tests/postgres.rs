@@ -275,3 +275,45 @@ async fn postgres_a_send_on_one_server_wakes_a_receive_waiting_on_another() {
     assert!(waited < std::time::Duration::from_millis(500), "{waited:?}");
     schema.drop_all([a, b]).await;
 }
+
+#[tokio::test]
+async fn postgres_a_message_received_max_receive_count_times_moves_to_its_dead_letter_queue() {
+    let schema = Schema::new().await;
+    let server = schema.server().await;
+    server.freeze_clock(Some(1_000_000)).await.unwrap();
+    server.create_queue("dlq", vec![], vec![]).await.unwrap();
+    let policy =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"2"}"#;
+    let attributes = vec![("RedrivePolicy".to_string(), policy.to_string())];
+    server
+        .create_queue("src", attributes, vec![])
+        .await
+        .unwrap();
+    let sent = server.send("src", NewMessage::new("poison")).await.unwrap();
+    for n in 1..=2u64 {
+        let taken = server.receive("src", receive(1, Some(10))).await.unwrap();
+        assert_eq!(taken.deliveries.len(), 1, "receive {n}");
+        server
+            .freeze_clock(Some(1_000_000 + n * 10_000))
+            .await
+            .unwrap();
+    }
+    let third = server.receive("src", receive(1, None)).await.unwrap();
+    assert!(third.deliveries.is_empty());
+    let moved = server.receive("dlq", receive(1, None)).await.unwrap();
+    let message = &moved.deliveries[0];
+    assert_eq!(message.message_id, sent.message_id);
+    assert_eq!(&*message.body, "poison");
+    assert_eq!(message.receive_count, 3);
+    assert_eq!(
+        message.dead_letter_source_arn.as_deref(),
+        Some("arn:aws:sqs:us-east-1:000000000000:src")
+    );
+    // The dead-letter queue's handle deletes it there.
+    let handle = message.receipt_handle.clone();
+    assert_eq!(
+        server.delete("dlq", vec![handle]).await.unwrap(),
+        vec![Ok(())]
+    );
+    schema.drop_all([server]).await;
+}

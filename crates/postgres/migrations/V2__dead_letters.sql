@@ -1,0 +1,4 @@
+-- A message dead-lettered from another queue keeps its id and says where it came from.
+ALTER TABLE leasehold_messages
+    ADD COLUMN message_id bytea,
+    ADD COLUMN dead_letter_source_arn text;
