@@ -86,8 +86,28 @@ impl Backend for Postgres {
         Ok(list_queue_keys(&self.naming, keys.iter(), asked)?)
     }
 
-    async fn list_dead_letter_source_queues(&self, _queue: &str, _page: Page) -> Result<QueuePage> {
-        Err(not_yet("ListDeadLetterSourceQueues"))
+    async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
+        self.queue_exists(queue).await?;
+        let client = self.client().await?;
+        let arn = self.naming.queue_arn(queue);
+        let sources: Vec<String> = client
+            .query(
+                "SELECT key FROM leasehold_queues WHERE dead_letter_target_arn = $1",
+                &[&arn],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        // A dead-letter queue is in its sources' region: the engine's listing of that region.
+        let asked = leasehold_engine::QueueListing {
+            region: Some(self.naming.key_parts(queue).0),
+            prefix: None,
+            max_results: page.max,
+            next_token: page.next_token.as_deref(),
+        };
+        Ok(list_queue_keys(&self.naming, sources.iter(), asked)?)
     }
 
     async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {

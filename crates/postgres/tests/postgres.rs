@@ -317,3 +317,44 @@ async fn postgres_a_message_received_max_receive_count_times_moves_to_its_dead_l
     );
     schema.drop_all([server]).await;
 }
+
+#[tokio::test]
+async fn postgres_a_dead_letter_queue_lists_its_sources_and_a_purge_empties_a_queue() {
+    let schema = Schema::new().await;
+    let server = schema.server().await;
+    server.create_queue("dlq", vec![], vec![]).await.unwrap();
+    let policy =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"5"}"#;
+    for source in ["b-src", "a-src"] {
+        let attributes = vec![("RedrivePolicy".to_string(), policy.to_string())];
+        server
+            .create_queue(source, attributes, vec![])
+            .await
+            .unwrap();
+    }
+    let listed = server
+        .list_dead_letter_source_queues("dlq", leasehold_backend::Page::default())
+        .await
+        .unwrap();
+    assert_eq!(listed.names, ["a-src", "b-src"]);
+    for body in ["x", "y"] {
+        server.send("a-src", NewMessage::new(body)).await.unwrap();
+    }
+    server.purge("a-src").await.unwrap();
+    assert!(server
+        .receive("a-src", receive(10, None))
+        .await
+        .unwrap()
+        .deliveries
+        .is_empty());
+    // A second purge within a minute is refused, by the engine's rule.
+    let again = server.purge("a-src").await;
+    assert!(
+        matches!(
+            again,
+            Err(BackendError::Engine(EngineError::PurgeQueueInProgress(_)))
+        ),
+        "{again:?}"
+    );
+    schema.drop_all([server]).await;
+}
