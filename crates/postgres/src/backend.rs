@@ -111,17 +111,17 @@ impl Backend for Postgres {
     }
 
     async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {
-        let (mut attributes, queue_id) = self
+        let (mut attributes, queue_id, settings) = self
             .on_queues(&[queue.to_string()], |e| {
                 let attributes = e.get_attributes(queue, &names)?;
-                Ok((attributes, e.queue_id(queue)?))
+                Ok((attributes, e.queue_id(queue)?, e.settings(queue)?.clone()))
             })
             .await?;
         if attributes
             .iter()
             .any(|(name, _)| COUNTED.contains(&name.as_str()))
         {
-            let counts = self.counts(queue_id).await?;
+            let counts = self.counts(queue_id, &settings).await?;
             for (name, value) in &mut attributes {
                 if let Some(i) = COUNTED.iter().position(|c| c == name) {
                     *value = counts[i].to_string();
@@ -265,7 +265,11 @@ impl Backend for Postgres {
         Vec::new()
     }
 
-    async fn tick(&self) {}
+    async fn tick(&self) {
+        if let Err(error) = self.sweep().await {
+            tracing::warn!(%error, "the retention sweep did not run");
+        }
+    }
 
     async fn flush(&self) {}
 

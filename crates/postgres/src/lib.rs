@@ -17,6 +17,7 @@ mod messages;
 mod notify;
 mod queues;
 mod schema;
+mod sweep;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +71,7 @@ pub struct Postgres {
     waiters: Arc<Waiters>,
     /// This server's id in its notifications, so it skips its own.
     server_id: u64,
+    sweep_clock: sweep::SweepClock,
     _listener: notify::Listener,
 }
 
@@ -120,6 +122,7 @@ impl Postgres {
             sealer: ReceiptSealer::new(key),
             waiters,
             server_id,
+            sweep_clock: sweep::SweepClock::default(),
             _listener: listener,
         })
     }

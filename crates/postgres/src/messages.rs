@@ -440,8 +440,9 @@ impl Postgres {
         Ok(Ok(()))
     }
 
-    /// The queue's messages by state: receivable, in flight (leased), delayed.
-    pub(crate) async fn counts(&self, queue_id: u64) -> Result<[u64; 3]> {
+    /// The queue's messages by state: receivable, in flight (leased), delayed; none past
+    /// the queue's retention, even before the sweep deletes it.
+    pub(crate) async fn counts(&self, queue_id: u64, settings: &QueueSettings) -> Result<[u64; 3]> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let now = now(&tx).await?;
@@ -450,8 +451,12 @@ impl Postgres {
                 "SELECT count(*) FILTER (WHERE visible_ms <= $2),
                         count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NOT NULL),
                         count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NULL)
-                 FROM leasehold_messages WHERE queue_id = $1",
-                &[&to_i64(queue_id), &to_i64(now)],
+                 FROM leasehold_messages WHERE queue_id = $1 AND sent_ms > $3",
+                &[
+                    &to_i64(queue_id),
+                    &to_i64(now),
+                    &to_i64(now.saturating_sub(u64::from(settings.retention_s) * 1000)),
+                ],
             )
             .await
             .map_err(|e| unavailable(&e))?;

@@ -150,16 +150,20 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
                 .redrive
                 .as_ref()
                 .map(|r| r.dead_letter_target_arn.clone());
+            let retention_ms = i64::from(record.meta.settings.retention_s) * 1000;
             tx.execute(
-                "INSERT INTO leasehold_queues (key, id, record, dead_letter_target_arn)
-                 VALUES ($1, $2, $3, $4)
+                "INSERT INTO leasehold_queues (key, id, record, dead_letter_target_arn, retention_ms)
+                 VALUES ($1, $2, $3, $4, $5)
                  ON CONFLICT (key) DO UPDATE
-                 SET record = excluded.record, dead_letter_target_arn = excluded.dead_letter_target_arn",
+                 SET record = excluded.record,
+                     dead_letter_target_arn = excluded.dead_letter_target_arn,
+                     retention_ms = excluded.retention_ms",
                 &[
                     &record.name,
                     &to_i64(record.meta.id),
                     &codec::queue_value(&record),
                     &target,
+                    &retention_ms,
                 ],
             )
             .await

@@ -358,3 +358,38 @@ async fn postgres_a_dead_letter_queue_lists_its_sources_and_a_purge_empties_a_qu
     );
     schema.drop_all([server]).await;
 }
+
+#[tokio::test]
+async fn postgres_messages_past_retention_are_skipped_then_swept() {
+    let schema = Schema::new().await;
+    let (a, b) = (schema.server().await, schema.server().await);
+    a.freeze_clock(Some(1_000_000)).await.unwrap();
+    let attributes = vec![("MessageRetentionPeriod".to_string(), "60".to_string())];
+    a.create_queue("q", attributes, vec![]).await.unwrap();
+    a.send("q", NewMessage::new("old")).await.unwrap();
+    a.freeze_clock(Some(1_061_000)).await.unwrap();
+    a.send("q", NewMessage::new("new")).await.unwrap();
+    let count = a
+        .get_attributes("q", vec!["ApproximateNumberOfMessages".into()])
+        .await
+        .unwrap();
+    assert_eq!(count[0].1, "1");
+    // Both servers tick at once; the expired row goes, the other stays.
+    tokio::join!(a.tick(), b.tick());
+    let rows = rows_in(&schema).await;
+    assert_eq!(rows, 1);
+    let taken = b.receive("q", receive(10, None)).await.unwrap();
+    let bodies: Vec<_> = taken.deliveries.iter().map(|d| &*d.body).collect();
+    assert_eq!(bodies, ["new"]);
+    schema.drop_all([a, b]).await;
+}
+
+/// Messages stored in the schema's table, whatever their state.
+async fn rows_in(schema: &Schema) -> i64 {
+    let (client, connection) = tokio_postgres::connect(URL, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let sql = format!("SELECT count(*) FROM {}.leasehold_messages", schema.0);
+    client.query_one(&sql, &[]).await.unwrap().get(0)
+}

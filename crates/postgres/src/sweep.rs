@@ -1,0 +1,68 @@
+//! Background work, once in the cluster: whichever server takes the sweep's advisory lock
+//! first in a round does it, and a server that dies simply stops taking it. Today: messages
+//! past their queue's MessageRetentionPeriod are deleted (receives and counts already skip
+//! them), a bounded number per round.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use leasehold_backend::BackendError;
+
+use crate::{unavailable, Postgres};
+
+/// Any constant: the advisory lock of the cluster's sweep.
+const SWEEP_LOCK: i64 = 0x6c65_6173_6573_7765;
+/// How often one server tries to sweep.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// Rows deleted at most per round, so one round is a short transaction.
+const SWEEP_ROWS: i64 = 10_000;
+
+/// When this server last swept.
+#[derive(Default)]
+pub(crate) struct SweepClock(Mutex<Option<Instant>>);
+
+impl SweepClock {
+    /// Whether a round is due, marking it taken.
+    fn due(&self) -> bool {
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+}
+
+impl Postgres {
+    /// One round of the sweep, if due here and no other server is doing it; answers how
+    /// many messages it deleted.
+    pub(crate) async fn sweep(&self) -> Result<u64, BackendError> {
+        if !self.sweep_clock.due() {
+            return Ok(0);
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let taken = tx
+            .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SWEEP_LOCK])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if !taken.get::<_, bool>(0) {
+            return Ok(0);
+        }
+        let deleted = tx
+            .execute(
+                "DELETE FROM leasehold_messages m USING (
+                     SELECT m.queue_id, m.seq
+                     FROM leasehold_messages m JOIN leasehold_queues q ON q.id = m.queue_id
+                     WHERE m.sent_ms <= leasehold_now() - q.retention_ms
+                     LIMIT $1
+                     FOR UPDATE OF m SKIP LOCKED) expired
+                 WHERE m.queue_id = expired.queue_id AND m.seq = expired.seq",
+                &[&SWEEP_ROWS],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok(deleted)
+    }
+}
