@@ -6,3 +6,7 @@ ALTER TABLE leasehold_messages
 -- A queue's MessageRetentionPeriod beside its record, for the cluster's retention sweep.
 ALTER TABLE leasehold_queues
     ADD COLUMN retention_ms bigint NOT NULL DEFAULT 345600000;
+
+-- Standard queues hand out the oldest message first by send time, as the engine does (a
+-- message dead-lettered in keeps its send time).
+CREATE INDEX leasehold_messages_by_age ON leasehold_messages (queue_id, sent_ms, seq);

@@ -144,7 +144,7 @@ impl Postgres {
                      SELECT seq FROM leasehold_messages
                      WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
                        AND receive_count < $6
-                     ORDER BY seq
+                     ORDER BY sent_ms, seq
                      LIMIT $3
                      FOR UPDATE SKIP LOCKED)
                  UPDATE leasehold_messages m
@@ -166,11 +166,13 @@ impl Postgres {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let mut deliveries = rows
+        let mut claimed = rows
             .iter()
-            .map(|row| self.delivery(queue_id, now, row))
+            .map(|row| Ok((row.get::<_, i64>(0), self.delivery(queue_id, now, row)?)))
             .collect::<Result<Vec<_>>>()?;
-        deliveries.sort_by_key(|d| d.sent_ms);
+        // RETURNING keeps no order: oldest first, as claimed.
+        claimed.sort_by_key(|(seq, d)| (d.sent_ms, *seq));
+        let deliveries = claimed.into_iter().map(|(_, d)| d).collect();
         let next_due = tx
             .query_one(
                 "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2",
@@ -275,7 +277,7 @@ impl Postgres {
                 "SELECT seq, message_id FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $3
                    AND receive_count >= $4
-                 ORDER BY seq
+                 ORDER BY sent_ms, seq
                  LIMIT $5
                  FOR UPDATE SKIP LOCKED",
                 &[
