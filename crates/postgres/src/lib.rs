@@ -158,6 +158,15 @@ impl Postgres {
     }
 }
 
+/// A statement prepared once per connection and kept: a command then costs one round trip
+/// per statement, not two.
+async fn cached(
+    tx: &deadpool_postgres::Transaction<'_>,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, BackendError> {
+    tx.prepare_cached(sql).await.map_err(|e| unavailable(&e))
+}
+
 /// The innermost cause of an error, the one a person can act on ("Connection refused",
 /// "password authentication failed for user ..."): the outer layers only repeat it.
 fn cause(error: &(dyn std::error::Error + 'static)) -> String {

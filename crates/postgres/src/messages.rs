@@ -7,17 +7,17 @@
 
 use std::sync::Arc;
 
+use deadpool_postgres::Transaction;
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{
     format_message_id, Delivery, EngineError, MsgKey, NewMessage, QueueSettings, Receipt,
     ReceiveRequest, Sent, MAX_VISIBILITY_TIMEOUT_S,
 };
 use leasehold_store::codec;
-use tokio_postgres::Transaction;
 
 use crate::notify::notify;
 use crate::queues::now;
-use crate::{to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -86,10 +86,14 @@ impl Postgres {
         let visible = now + u64::from(delay_s) * 1000;
         let row = tx
             .query_one(
-                "INSERT INTO leasehold_messages
+                &cached(
+                    tx,
+                    "INSERT INTO leasehold_messages
                      (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes)
                  VALUES ($1, nextval('leasehold_message_seqs'), $2, $3, $4, $5, $6)
                  RETURNING seq",
+                )
+                .await?,
                 &[
                     &to_i64(queue_id),
                     &to_i64(now),
@@ -140,7 +144,9 @@ impl Postgres {
         });
         let rows = tx
             .query(
-                "WITH picked AS (
+                &cached(
+                    &tx,
+                    "WITH picked AS (
                      SELECT seq FROM leasehold_messages
                      WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
                        AND receive_count < $6
@@ -155,6 +161,8 @@ impl Postgres {
                  RETURNING m.seq, m.sent_ms, m.receive_count, m.first_receive_ms, m.body,
                            m.attributes, m.system_attributes, m.message_id,
                            m.dead_letter_source_arn",
+                )
+                .await?,
                 &[
                     &to_i64(queue_id),
                     &to_i64(now),
@@ -175,7 +183,7 @@ impl Postgres {
         let deliveries = claimed.into_iter().map(|(_, d)| d).collect();
         let next_due = tx
             .query_one(
-                "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2",
+                &cached(&tx, "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2").await?,
                 &[&to_i64(queue_id), &to_i64(now)],
             )
             .await
@@ -248,7 +256,11 @@ impl Postgres {
         };
         let row = tx
             .query_opt(
-                "SELECT id FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
+                &cached(
+                    tx,
+                    "SELECT id FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
+                )
+                .await?,
                 &[&target],
             )
             .await
@@ -274,12 +286,16 @@ impl Postgres {
         let max = i32::try_from(route.max_receive_count).unwrap_or(i32::MAX);
         let exhausted = tx
             .query(
-                "SELECT seq, message_id FROM leasehold_messages
+                &cached(
+                    tx,
+                    "SELECT seq, message_id FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $3
                    AND receive_count >= $4
                  ORDER BY sent_ms, seq
                  LIMIT $5
                  FOR UPDATE SKIP LOCKED",
+                )
+                .await?,
                 &[
                     &to_i64(queue_id),
                     &to_i64(now),
@@ -304,7 +320,9 @@ impl Postgres {
             })
             .unzip();
         tx.execute(
-            "WITH moved AS (
+            &cached(
+                tx,
+                "WITH moved AS (
                  DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = ANY($2)
                  RETURNING *)
              INSERT INTO leasehold_messages
@@ -316,6 +334,8 @@ impl Postgres {
              FROM moved JOIN unnest($2::bigint[], $6::bytea[]) AS ids(seq, id)
                  ON ids.seq = moved.seq
              ORDER BY moved.seq",
+            )
+            .await?,
             &[
                 &to_i64(queue_id),
                 &seqs,
@@ -359,7 +379,7 @@ impl Postgres {
                 }
             };
             tx.execute(
-                "DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 AND sent_ms = $3",
+                &cached(&tx, "DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 AND sent_ms = $3").await?,
                 &[
                     &to_i64(queue_id),
                     &to_i64(receipt.key.seq),
@@ -414,7 +434,7 @@ impl Postgres {
         let key = [&to_i64(receipt.queue_id), &to_i64(receipt.key.seq)];
         let row = tx
             .query_opt(
-                "SELECT received_ms FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 FOR UPDATE",
+                &cached(tx, "SELECT received_ms FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 FOR UPDATE").await?,
                 &[key[0], key[1]],
             )
             .await
@@ -434,7 +454,11 @@ impl Postgres {
         }
         let until = now + u64::from(timeout_s) * 1000;
         tx.execute(
-            "UPDATE leasehold_messages SET visible_ms = $3 WHERE queue_id = $1 AND seq = $2",
+            &cached(
+                tx,
+                "UPDATE leasehold_messages SET visible_ms = $3 WHERE queue_id = $1 AND seq = $2",
+            )
+            .await?,
             &[key[0], key[1], &to_i64(until)],
         )
         .await
@@ -450,10 +474,14 @@ impl Postgres {
         let now = now(&tx).await?;
         let row = tx
             .query_one(
-                "SELECT count(*) FILTER (WHERE visible_ms <= $2),
+                &cached(
+                    &tx,
+                    "SELECT count(*) FILTER (WHERE visible_ms <= $2),
                         count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NOT NULL),
                         count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NULL)
                  FROM leasehold_messages WHERE queue_id = $1 AND sent_ms > $3",
+                )
+                .await?,
                 &[
                     &to_i64(queue_id),
                     &to_i64(now),

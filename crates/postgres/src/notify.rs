@@ -6,12 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use deadpool_postgres::Transaction;
 use leasehold_backend::Waiters;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Config, NoTls, Transaction};
+use tokio_postgres::{AsyncMessage, Config, NoTls};
 
-use crate::{cause, unavailable};
+use crate::{cached, cause, unavailable};
 
 const CHANNEL: &str = "leasehold_ready";
 
@@ -30,9 +31,12 @@ pub(crate) async fn notify(
         return Ok(());
     }
     let payload = format!("{server} {count} {queue}");
-    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
-        .await
-        .map_err(|e| unavailable(&e))?;
+    tx.execute(
+        &cached(tx, "SELECT pg_notify($1, $2)").await?,
+        &[&CHANNEL, &payload],
+    )
+    .await
+    .map_err(|e| unavailable(&e))?;
     Ok(())
 }
 

@@ -5,22 +5,22 @@
 
 use std::sync::Arc;
 
+use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::{
     Change, Engine, EngineConfig, EngineError, EngineRecord, ManualClock, QueueRecord,
     QueueSettings, Snapshot,
 };
 use leasehold_store::codec;
-use tokio_postgres::Transaction;
 
-use crate::{to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
 /// The instant of the cluster's clock, read in the transaction.
 pub(crate) async fn now(tx: &Transaction<'_>) -> Result<u64> {
     let row = tx
-        .query_one("SELECT leasehold_now()", &[])
+        .query_one(&cached(tx, "SELECT leasehold_now()").await?, &[])
         .await
         .map_err(|e| unavailable(&e))?;
     Ok(to_u64(row.get(0)))
@@ -43,7 +43,7 @@ impl Postgres {
         sorted.dedup();
         for key in &sorted {
             tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &cached(&tx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))").await?,
                 &[key],
             )
             .await
@@ -52,7 +52,11 @@ impl Postgres {
         let now = now(&tx).await?;
         let records = tx
             .query(
-                "SELECT record FROM leasehold_queues WHERE key = ANY($1)",
+                &cached(
+                    &tx,
+                    "SELECT record FROM leasehold_queues WHERE key = ANY($1)",
+                )
+                .await?,
                 &[&sorted],
             )
             .await
@@ -62,7 +66,11 @@ impl Postgres {
             .collect::<Result<Vec<QueueRecord>>>()?;
         let deleted_at = tx
             .query(
-                "SELECT key, deleted_ms FROM leasehold_deleted_queues WHERE key = ANY($1)",
+                &cached(
+                    &tx,
+                    "SELECT key, deleted_ms FROM leasehold_deleted_queues WHERE key = ANY($1)",
+                )
+                .await?,
                 &[&sorted],
             )
             .await
@@ -72,7 +80,10 @@ impl Postgres {
             .collect();
         let next_queue_id = if records.len() < sorted.len() {
             let row = tx
-                .query_one("SELECT nextval('leasehold_queue_ids')", &[])
+                .query_one(
+                    &cached(&tx, "SELECT nextval('leasehold_queue_ids')").await?,
+                    &[],
+                )
                 .await
                 .map_err(db)?;
             to_u64(row.get(0))
@@ -123,7 +134,11 @@ impl Postgres {
     ) -> Result<(u64, QueueSettings)> {
         let row = tx
             .query_opt(
-                "SELECT record FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
+                &cached(
+                    tx,
+                    "SELECT record FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
+                )
+                .await?,
                 &[&key],
             )
             .await
@@ -152,12 +167,12 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
                 .map(|r| r.dead_letter_target_arn.clone());
             let retention_ms = i64::from(record.meta.settings.retention_s) * 1000;
             tx.execute(
-                "INSERT INTO leasehold_queues (key, id, record, dead_letter_target_arn, retention_ms)
+                &cached(tx, "INSERT INTO leasehold_queues (key, id, record, dead_letter_target_arn, retention_ms)
                  VALUES ($1, $2, $3, $4, $5)
                  ON CONFLICT (key) DO UPDATE
                  SET record = excluded.record,
                      dead_letter_target_arn = excluded.dead_letter_target_arn,
-                     retention_ms = excluded.retention_ms",
+                     retention_ms = excluded.retention_ms").await?,
                 &[
                     &record.name,
                     &to_i64(record.meta.id),
@@ -169,7 +184,7 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
             .await
             .map_err(db)?;
             tx.execute(
-                "DELETE FROM leasehold_deleted_queues WHERE key = $1",
+                &cached(tx, "DELETE FROM leasehold_deleted_queues WHERE key = $1").await?,
                 &[&record.name],
             )
             .await
@@ -179,7 +194,11 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
             let id = to_i64(queue_id);
             let gone = tx
                 .query_opt(
-                    "DELETE FROM leasehold_queues WHERE id = $1 RETURNING key",
+                    &cached(
+                        tx,
+                        "DELETE FROM leasehold_queues WHERE id = $1 RETURNING key",
+                    )
+                    .await?,
                     &[&id],
                 )
                 .await
@@ -187,22 +206,29 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
             if let Some(row) = gone {
                 let key: String = row.get(0);
                 tx.execute(
-                    "INSERT INTO leasehold_deleted_queues (key, deleted_ms) VALUES ($1, $2)
+                    &cached(
+                        tx,
+                        "INSERT INTO leasehold_deleted_queues (key, deleted_ms) VALUES ($1, $2)
                      ON CONFLICT (key) DO UPDATE SET deleted_ms = excluded.deleted_ms",
+                    )
+                    .await?,
                     &[&key, &to_i64(now)],
                 )
                 .await
                 .map_err(db)?;
             }
-            tx.execute("DELETE FROM leasehold_messages WHERE queue_id = $1", &[&id])
-                .await
-                .map_err(db)?;
+            tx.execute(
+                &cached(tx, "DELETE FROM leasehold_messages WHERE queue_id = $1").await?,
+                &[&id],
+            )
+            .await
+            .map_err(db)?;
         }
         Change::Purged { queue_id, .. } => {
             // The engine numbers messages per queue; here every message the purge's
             // transaction sees goes.
             tx.execute(
-                "DELETE FROM leasehold_messages WHERE queue_id = $1",
+                &cached(tx, "DELETE FROM leasehold_messages WHERE queue_id = $1").await?,
                 &[&to_i64(queue_id)],
             )
             .await

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_backend::BackendError;
 
-use crate::{unavailable, Postgres};
+use crate::{cached, unavailable, Postgres};
 
 /// Any constant: the advisory lock of the cluster's sweep.
 const SWEEP_LOCK: i64 = 0x6c65_6173_6573_7765;
@@ -43,7 +43,10 @@ impl Postgres {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let taken = tx
-            .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SWEEP_LOCK])
+            .query_one(
+                &cached(&tx, "SELECT pg_try_advisory_xact_lock($1)").await?,
+                &[&SWEEP_LOCK],
+            )
             .await
             .map_err(|e| unavailable(&e))?;
         if !taken.get::<_, bool>(0) {
@@ -51,13 +54,17 @@ impl Postgres {
         }
         let deleted = tx
             .execute(
-                "DELETE FROM leasehold_messages m USING (
+                &cached(
+                    &tx,
+                    "DELETE FROM leasehold_messages m USING (
                      SELECT m.queue_id, m.seq
                      FROM leasehold_messages m JOIN leasehold_queues q ON q.id = m.queue_id
                      WHERE m.sent_ms <= leasehold_now() - q.retention_ms
                      LIMIT $1
                      FOR UPDATE OF m SKIP LOCKED) expired
                  WHERE m.queue_id = expired.queue_id AND m.seq = expired.seq",
+                )
+                .await?,
                 &[&SWEEP_ROWS],
             )
             .await
