@@ -87,6 +87,7 @@ impl Postgres {
             .parse()
             .map_err(|e: tokio_postgres::Error| StartError::Url(e.to_string()))?;
         config.connect_timeout(options.connect_timeout);
+        let at = describe(&config);
         if let Some(schema) = &options.schema {
             config.options(format!("-c search_path={schema}"));
         }
@@ -104,17 +105,18 @@ impl Postgres {
             .recycle_timeout(Some(options.connect_timeout))
             .runtime(Runtime::Tokio1)
             .build()
-            .map_err(|e| StartError::Connect(e.to_string()))?;
-        let mut client = pool.get().await.map_err(|e| {
-            StartError::Connect(format!("{}: {}", describe(&config_of(url)), cause(&e)))
-        })?;
+            .map_err(|e| StartError::Connect(format!("{at}: {e}")))?;
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|e| StartError::Connect(format!("{at}: {}", cause(&e))))?;
         let key = schema::prepare(&mut client).await?;
         drop(client);
         let waiters = Arc::new(Waiters::default());
         let server_id = rand::random();
         let listener = notify::Listener::start(config, server_id, waiters.clone())
             .await
-            .map_err(StartError::Connect)?;
+            .map_err(|why| StartError::Connect(format!("{at}: {why}")))?;
         Ok(Postgres {
             pool,
             naming,
@@ -182,15 +184,8 @@ fn unavailable(error: &(dyn std::error::Error + 'static)) -> BackendError {
     BackendError::Unavailable(format!("the database did not answer: {}", cause(error)))
 }
 
-fn config_of(url: &str) -> Option<tokio_postgres::Config> {
-    url.parse().ok()
-}
-
 /// Where a URL points, without its password: `postgres@127.0.0.1:5432/test`.
-fn describe(config: &Option<tokio_postgres::Config>) -> String {
-    let Some(config) = config else {
-        return "the database".into();
-    };
+fn describe(config: &tokio_postgres::Config) -> String {
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
         Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
