@@ -178,10 +178,9 @@ impl Backend for Postgres {
 
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
         let sent = self.send_all(queue, vec![message]).await?;
-        let sent = sent
-            .into_iter()
-            .next()
-            .unwrap_or(Err(EngineError::QueueDoesNotExist))?;
+        let sent = sent.into_iter().next().ok_or_else(|| {
+            BackendError::Failed("a send of one message answered nothing".into())
+        })??;
         self.waiters.wake_some(queue, 1);
         Ok(sent)
     }
