@@ -55,8 +55,9 @@ pub struct Received {
     pub deliveries: Vec<Delivery>,
     /// The queue's own ReceiveMessageWaitTimeSeconds, for a receive that names no wait.
     pub queue_wait_s: u32,
-    /// In how many milliseconds a delay or a lease of the queue ends by itself, making a
-    /// message receivable without anybody's command: when a long poll looks again.
+    /// For a receive that found nothing: in how many milliseconds a delay or a lease of the
+    /// queue ends by itself, making a message receivable without anybody's command, which is
+    /// when a long poll looks again. None when messages were delivered.
     pub next_due_in_ms: Option<u64>,
 }
 

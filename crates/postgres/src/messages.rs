@@ -180,15 +180,18 @@ impl Postgres {
             .collect::<Result<Vec<_>>>()?;
         // RETURNING keeps no order: oldest first, as claimed.
         claimed.sort_by_key(|(seq, d)| (d.sent_ms, *seq));
-        let deliveries = claimed.into_iter().map(|(_, d)| d).collect();
-        let next_due = tx
-            .query_one(
+        let deliveries: Vec<Delivery> = claimed.into_iter().map(|(_, d)| d).collect();
+        let next_due = if deliveries.is_empty() {
+            tx.query_one(
                 &cached(&tx, "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2").await?,
                 &[&to_i64(queue_id), &to_i64(now)],
             )
             .await
             .map_err(|e| unavailable(&e))?
-            .get::<_, Option<i64>>(0);
+            .get::<_, Option<i64>>(0)
+        } else {
+            None
+        };
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok(Received {
             deliveries,

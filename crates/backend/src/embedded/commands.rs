@@ -132,7 +132,10 @@ impl Backend for Embedded {
                 let queue_wait_s = e.settings(queue)?.receive_wait_s;
                 let more = e.counts(queue).is_ok_and(|c| c.visible > 0);
                 let now = e.now_ms();
-                let next_due_in_ms = e.next_due(queue).map(|due| due.saturating_sub(now));
+                let next_due_in_ms = deliveries
+                    .is_empty()
+                    .then(|| e.next_due(queue).map(|due| due.saturating_sub(now)))
+                    .flatten();
                 let received = Received {
                     deliveries,
                     queue_wait_s,
