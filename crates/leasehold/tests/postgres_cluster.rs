@@ -30,23 +30,10 @@ async fn postgres_two_servers_share_queues_and_wake_each_others_long_polls() {
     let (on_a, on_b) = (a.client(), b.client());
     let queue = create_queue(&on_a, "shared").await;
     for i in 0..3 {
-        on_a.send_message()
-            .queue_url(&queue)
-            .message_body(format!("m{i}"))
-            .send()
-            .await
-            .unwrap();
+        common::send(&on_a, &queue, &format!("m{i}")).await;
     }
     // Received on B, deleted on A with B's handles.
-    let got = on_b
-        .receive_message()
-        .queue_url(&queue)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap()
-        .messages
-        .unwrap_or_default();
+    let got = common::receive_ten(&on_b, &queue).await;
     let mut bodies: Vec<_> = got.iter().filter_map(|m| m.body.clone()).collect();
     bodies.sort();
     assert_eq!(bodies, ["m0", "m1", "m2"]);
@@ -76,12 +63,7 @@ async fn postgres_two_servers_share_queues_and_wake_each_others_long_polls() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    on_a.send_message()
-        .queue_url(&queue)
-        .message_body("wake up")
-        .send()
-        .await
-        .unwrap();
+    common::send(&on_a, &queue, "wake up").await;
     let (waited, messages) = waiting.await.unwrap();
     assert_eq!(messages.len(), 1);
     assert!(waited < Duration::from_secs(3), "{waited:?}");

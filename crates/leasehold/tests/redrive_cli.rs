@@ -135,15 +135,7 @@ async fn a_fifo_redrive_keeps_each_groups_order_and_a_second_run_moves_nothing()
     );
     let mut order: Vec<String> = Vec::new();
     loop {
-        let got = sqs
-            .receive_message()
-            .queue_url(&source)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .unwrap()
-            .messages
-            .unwrap_or_default();
+        let got = common::receive_ten(&sqs, &source).await;
         if got.is_empty() {
             break;
         }

@@ -13,6 +13,7 @@ use leasehold_engine::{
     ReceiveRequest, RedrivePolicy, Sent,
 };
 use tokio::sync::Notify;
+use tokio_postgres::types::ToSql;
 
 use crate::{unavailable, Postgres};
 
@@ -30,6 +31,16 @@ fn not_yet(what: &str) -> BackendError {
 }
 
 impl Postgres {
+    /// The queue keys a query selects.
+    async fn keys(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<String>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(sql, params)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
     /// The queue's key, and that of the dead-letter queue a RedrivePolicy among `attributes`
     /// names, whose rules the engine checks against it.
     fn with_target(&self, queue: &str, attributes: &Pairs) -> Vec<String> {
@@ -69,14 +80,7 @@ impl Backend for Postgres {
     }
 
     async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
-        let client = self.client().await?;
-        let keys: Vec<String> = client
-            .query("SELECT key FROM leasehold_queues", &[])
-            .await
-            .map_err(|e| unavailable(&e))?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let keys = self.keys("SELECT key FROM leasehold_queues", &[]).await?;
         let asked = leasehold_engine::QueueListing {
             region: listing.region.as_deref(),
             prefix: listing.prefix.as_deref(),
@@ -88,18 +92,9 @@ impl Backend for Postgres {
 
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
         self.queue_exists(queue).await?;
-        let client = self.client().await?;
         let arn = self.naming.queue_arn(queue);
-        let sources: Vec<String> = client
-            .query(
-                "SELECT key FROM leasehold_queues WHERE dead_letter_target_arn = $1",
-                &[&arn],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let sql = "SELECT key FROM leasehold_queues WHERE dead_letter_target_arn = $1";
+        let sources = self.keys(sql, &[&arn]).await?;
         // A dead-letter queue is in its sources' region: the engine's listing of that region.
         let asked = leasehold_engine::QueueListing {
             region: Some(self.naming.key_parts(queue).0),

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use leasehold_backend::{Backend, Embedded, EngineSetup};
-use leasehold_engine::{EngineConfig, ManualClock, Naming, NewMessage, ReceiveRequest};
-use leasehold_postgres::{Options, Postgres};
+use leasehold_engine::{EngineConfig, ManualClock, NewMessage, ReceiveRequest};
+mod common;
+use common::Schema;
 use proptest::prelude::*;
 
-const URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const START_MS: u64 = 1_700_000_000_000;
 const QUEUES: [&str; 3] = ["a", "b", "dlq"];
 
@@ -185,19 +185,8 @@ impl Side<'_> {
 }
 
 async fn compare(commands: Vec<Command>) -> Result<(), String> {
-    let schema = format!("leasehold_model_{}", rand::random::<u32>());
-    admin(&format!("CREATE SCHEMA {schema}")).await;
-    let naming = Naming {
-        region: "us-east-1".into(),
-        account_id: "000000000000".into(),
-    };
-    let options = Options {
-        schema: Some(schema.clone()),
-        ..Options::default()
-    };
-    let postgres = Postgres::connect(URL, naming, options)
-        .await
-        .map_err(|e| e.to_string())?;
+    let schema = Schema::new().await;
+    let postgres = schema.server().await;
     let clock = ManualClock::new(START_MS);
     let embedded = Embedded::in_memory(EngineSetup {
         clock: Arc::new(clock.clone()),
@@ -238,17 +227,8 @@ async fn compare(commands: Vec<Command>) -> Result<(), String> {
             break;
         }
     }
-    drop(postgres);
-    admin(&format!("DROP SCHEMA {schema} CASCADE")).await;
+    schema.drop_all([postgres]).await;
     outcome
-}
-
-async fn admin(sql: &str) {
-    let (client, connection) = tokio_postgres::connect(URL, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client.batch_execute(sql).await.unwrap();
 }
 
 proptest! {

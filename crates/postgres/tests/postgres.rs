@@ -5,58 +5,12 @@
 use std::sync::Arc;
 
 use leasehold_backend::{Backend, BackendError};
-use leasehold_engine::{EngineError, Naming, NewMessage, ReceiveRequest};
+use leasehold_engine::{EngineError, NewMessage, ReceiveRequest};
 use leasehold_postgres::{Options, Postgres, StartError};
+
+mod common;
+use common::{admin, naming, Schema, URL};
 use tokio::task::JoinSet;
-
-const URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-/// A schema of its own, dropped when the test ends.
-struct Schema(String);
-
-impl Schema {
-    async fn new() -> Schema {
-        let name = format!("leasehold_test_{}", rand::random::<u32>());
-        admin(&format!("CREATE SCHEMA {name}")).await;
-        Schema(name)
-    }
-
-    async fn server(&self) -> Postgres {
-        let options = Options {
-            schema: Some(self.0.clone()),
-            ..Options::default()
-        };
-        Postgres::connect(URL, naming(), options).await.unwrap()
-    }
-}
-
-impl Schema {
-    /// Drops the schema: called at the end of a test that passed. A failed test leaves its
-    /// schema for a look (`leasehold_test_*`).
-    async fn drop_all(self, servers: impl IntoIterator<Item = Postgres>) {
-        servers.into_iter().for_each(drop);
-        admin(&format!(
-            "SET lock_timeout = '10s'; DROP SCHEMA {} CASCADE",
-            self.0
-        ))
-        .await;
-    }
-}
-
-async fn admin(sql: &str) {
-    let (client, connection) = tokio_postgres::connect(URL, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client.batch_execute(sql).await.unwrap();
-}
-
-fn naming() -> Naming {
-    Naming {
-        region: "us-east-1".into(),
-        account_id: "000000000000".into(),
-    }
-}
 
 fn receive(max: u32, visibility_s: Option<u32>) -> ReceiveRequest {
     ReceiveRequest {

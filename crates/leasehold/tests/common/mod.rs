@@ -128,6 +128,18 @@ pub fn client(port: u16) -> Client {
     Client::from_conf(config)
 }
 
+/// One receive of up to ten messages, not waiting.
+pub async fn receive_ten(sqs: &Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+    sqs.receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default()
+}
+
 /// Visible plus in-flight plus delayed messages of a queue.
 pub async fn stored(sqs: &Client, url: &str) -> u64 {
     let out = sqs
