@@ -115,14 +115,7 @@ impl Postgres {
     /// One receive: claims up to `max_messages` receivable messages, oldest first, and
     /// starts their leases.
     pub(crate) async fn claim(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
-        if !(1..=10).contains(&request.max_messages) {
-            return Err(EngineError::out_of_range(
-                "MaxNumberOfMessages",
-                request.max_messages,
-                "Must be between 1 and 10, if provided.",
-            )
-            .into());
-        }
+        request.check()?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;

@@ -58,7 +58,7 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(queue, visibility_s, redrive)| Command::Create { queue, visibility_s, redrive }),
         4 => (queue.clone(), any::<u8>(), prop_oneof![3 => Just(0u32), 1 => Just(10)])
             .prop_map(|(queue, body, delay_s)| Command::Send { queue, body, delay_s }),
-        4 => (queue.clone(), 1..4u32, prop_oneof![Just(None), Just(Some(0u32)), Just(Some(20))])
+        4 => (queue.clone(), prop_oneof![6 => 1..4u32, 1 => Just(0u32), 1 => Just(11)], prop_oneof![Just(None), Just(Some(0u32)), Just(Some(20)), Just(Some(43_201))])
             .prop_map(|(queue, max, visibility_s)| Command::Receive { queue, max, visibility_s }),
         2 => (queue.clone(), 0..8usize).prop_map(|(queue, handle)| Command::Delete { queue, handle }),
         1 => (queue.clone(), 0..8usize, prop_oneof![Just(0u32), Just(15), Just(43_201)])

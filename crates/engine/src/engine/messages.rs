@@ -28,6 +28,28 @@ impl ReceiveRequest {
     }
 }
 
+impl ReceiveRequest {
+    /// AWS's ranges for what a receive asks, checked before anything else (any backend
+    /// checks them the same way).
+    pub fn check(&self) -> Result<()> {
+        if !(1..=10).contains(&self.max_messages) {
+            return Err(EngineError::out_of_range(
+                "MaxNumberOfMessages",
+                self.max_messages,
+                "Must be between 1 and 10, if provided.",
+            ));
+        }
+        if let Some(v) = self.visibility_s.filter(|v| *v > MAX_VISIBILITY_TIMEOUT_S) {
+            return Err(EngineError::out_of_range(
+                "VisibilityTimeout",
+                v,
+                "Must be >= 0 and <= 43200, if provided.",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Engine {
     /// SendMessage: validates against the queue's rules, then stores.
     pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
@@ -70,23 +92,7 @@ impl Engine {
     /// ReceiveMessage without waiting: leases what is ready now. A message already received
     /// maxReceiveCount times moves to the dead-letter queue instead of being returned.
     pub fn receive(&mut self, name: &str, request: &ReceiveRequest) -> Result<Vec<Delivery>> {
-        if !(1..=10).contains(&request.max_messages) {
-            return Err(EngineError::out_of_range(
-                "MaxNumberOfMessages",
-                request.max_messages,
-                "Must be between 1 and 10, if provided.",
-            ));
-        }
-        if let Some(v) = request
-            .visibility_s
-            .filter(|v| *v > MAX_VISIBILITY_TIMEOUT_S)
-        {
-            return Err(EngineError::out_of_range(
-                "VisibilityTimeout",
-                v,
-                "Must be >= 0 and <= 43200, if provided.",
-            ));
-        }
+        request.check()?;
         let dead_letter_queue = self.live_dead_letter_target(name)?;
         let (queue, now) = self.queue_now(name)?;
         let params = ReceiveParams {
