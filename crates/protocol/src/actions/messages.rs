@@ -30,12 +30,14 @@ pub(crate) async fn send_message_batch(
     let (queue, entries) = open(backend, ctx, input.queue_url, input.entries, entry_name).await?;
     let (passed, outline) = sort(entries, prepare);
     let (messages, checksums): (Vec<_>, Vec<_>) = passed.into_iter().unzip();
+    // Each result with the checksums of its own entry, whether or not the entries before it
+    // were sent.
     let results = backend.send_batch(&queue, messages).await?;
-    let mut checksums = checksums.into_iter();
-    Ok(outline.answer(results, |id, sent| {
-        let sums = checksums.next().expect("one checksum per entry sent");
-        sums.answer(Some(id), sent)
-    }))
+    let results = results
+        .into_iter()
+        .zip(checksums)
+        .map(|(result, sums)| result.map(|sent| (sent, sums)));
+    Ok(outline.answer(results, |id, (sent, sums)| sums.answer(Some(id), sent)))
 }
 
 pub(crate) async fn delete_message(

@@ -223,6 +223,19 @@ async fn messages_larger_than_the_queue_limit_are_refused() {
         .unwrap();
     let sent: Vec<&str> = out.successful().iter().map(|e| e.id()).collect();
     assert_eq!(sent, ["e0", "e2"]);
+    // Each sent entry answers its own body's checksum, also after an entry that failed.
+    let alone = s
+        .sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body("y".repeat(600))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.successful()[1].md5_of_message_body(),
+        alone.md5_of_message_body().unwrap()
+    );
     let failed = &out.failed()[0];
     assert_eq!(
         (failed.id(), failed.code(), failed.sender_fault()),
