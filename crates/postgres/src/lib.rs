@@ -13,6 +13,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod backend;
+mod dead_letters;
 mod messages;
 mod notify;
 mod queues;
