@@ -16,20 +16,16 @@ use leasehold_engine::{
 use leasehold_store::codec;
 
 use crate::notify::notify;
-use crate::queues::now;
+use crate::queues::{decode, now};
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
-/// What only the engine's FIFO rules do is not on PostgreSQL yet: refused plainly rather
-/// than answered by other rules.
-fn supported(settings: &QueueSettings) -> Result<()> {
-    if settings.fifo {
-        return Err(BackendError::Unsupported(
-            "FIFO queues are not yet served by the PostgreSQL backend".into(),
-        ));
-    }
-    Ok(())
+/// The queue a message command works on, and the cluster's instant for it.
+struct Opened {
+    id: u64,
+    settings: QueueSettings,
+    now: u64,
 }
 
 fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {
@@ -37,6 +33,31 @@ fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> 
 }
 
 impl Postgres {
+    /// The queue's id and settings and the cluster's instant, read in one statement; the
+    /// queue is held against deletion until the transaction ends. What only the engine's
+    /// FIFO rules do is not on PostgreSQL yet: refused plainly rather than answered by other
+    /// rules.
+    async fn open_queue(&self, tx: &Transaction<'_>, key: &str) -> Result<Opened> {
+        let sql =
+            "SELECT record, leasehold_now() FROM leasehold_queues WHERE key = $1 FOR KEY SHARE";
+        let row = tx
+            .query_opt(&cached(tx, sql).await?, &[&key])
+            .await
+            .map_err(|e| unavailable(&e))?
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        let record = decode(row.get(0))?;
+        if record.meta.settings.fifo {
+            return Err(BackendError::Unsupported(
+                "FIFO queues are not yet served by the PostgreSQL backend".into(),
+            ));
+        }
+        Ok(Opened {
+            id: record.meta.id,
+            settings: record.meta.settings,
+            now: to_u64(row.get(1)),
+        })
+    }
+
     /// Sends each message, checked by the engine's own rules against the queue's settings,
     /// in one transaction.
     pub(crate) async fn send_all(
@@ -46,9 +67,11 @@ impl Postgres {
     ) -> Result<Vec<std::result::Result<Sent, EngineError>>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;
-        supported(&settings)?;
-        let now = now(&tx).await?;
+        let Opened {
+            id: queue_id,
+            settings,
+            now,
+        } = self.open_queue(&tx, queue).await?;
         let mut results = Vec::with_capacity(messages.len());
         for message in messages {
             results.push(match message.validate(&settings) {
@@ -106,9 +129,11 @@ impl Postgres {
         request.check()?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;
-        supported(&settings)?;
-        let now = now(&tx).await?;
+        let Opened {
+            id: queue_id,
+            settings,
+            now,
+        } = self.open_queue(&tx, queue).await?;
         let lease_s = request
             .visibility_s
             .unwrap_or(settings.visibility_timeout_s);
@@ -240,8 +265,7 @@ impl Postgres {
     ) -> Result<Vec<std::result::Result<(), EngineError>>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;
-        supported(&settings)?;
+        let queue_id = self.open_queue(&tx, queue).await?.id;
         let mut results = Vec::with_capacity(handles.len());
         for handle in handles {
             let receipt = match self.open(queue_id, &handle) {
@@ -276,9 +300,9 @@ impl Postgres {
     ) -> Result<Vec<std::result::Result<(), EngineError>>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let (queue_id, settings) = self.queue_for_messages(&tx, queue).await?;
-        supported(&settings)?;
-        let now = now(&tx).await?;
+        let Opened {
+            id: queue_id, now, ..
+        } = self.open_queue(&tx, queue).await?;
         let mut results = Vec::with_capacity(changes.len());
         for (handle, timeout_s) in changes {
             let outcome = match self.open(queue_id, &handle) {

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::{
-    Change, Engine, EngineConfig, EngineError, EngineRecord, ManualClock, QueueRecord,
-    QueueSettings, Snapshot,
+    Change, Engine, EngineConfig, EngineError, EngineRecord, ManualClock, QueueRecord, Snapshot,
 };
 use leasehold_store::codec;
 
@@ -124,32 +123,9 @@ impl Postgres {
         };
         Engine::restore(Arc::new(ManualClock::new(now)), config, snapshot)
     }
-
-    /// A queue's id and settings, for the commands on its messages; the queue is held
-    /// against deletion until the transaction ends.
-    pub(crate) async fn queue_for_messages(
-        &self,
-        tx: &Transaction<'_>,
-        key: &str,
-    ) -> Result<(u64, QueueSettings)> {
-        let row = tx
-            .query_opt(
-                &cached(
-                    tx,
-                    "SELECT record FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
-                )
-                .await?,
-                &[&key],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?
-            .ok_or(EngineError::QueueDoesNotExist)?;
-        let record = decode(row.get(0))?;
-        Ok((record.meta.id, record.meta.settings))
-    }
 }
 
-fn decode(bytes: &[u8]) -> Result<QueueRecord> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<QueueRecord> {
     codec::decode_queue(bytes).map_err(|e| {
         BackendError::Failed(format!("a queue record in the database is damaged: {e}"))
     })
