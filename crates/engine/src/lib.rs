@@ -20,13 +20,13 @@ mod table;
 
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
-    is_region, list_queue_keys, validate_queue_name, Engine, EngineConfig, LeaseReport, MoveTask,
-    MoveTaskInfo, MoveTaskStatus, Naming, QueueListing, QueuePage, ReceiveRequest,
-    MAX_LIST_RESULTS,
+    check_batch, is_region, list_queue_keys, validate_queue_name, Engine, EngineConfig,
+    LeaseReport, MoveTask, MoveTaskInfo, MoveTaskStatus, Naming, QueueListing, QueuePage,
+    ReceiveRequest, MAX_LIST_RESULTS,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use error::{EngineError, Result};
-pub use fifo::{DedupKey, Original};
+pub use fifo::{content_deduplication_id, DedupKey, Original, FIFO_WINDOW_MS};
 pub use lease_stats::{
     Buckets, Counts, MetricsRecord, Summary as DurationSummary, WindowedRecord, HOLD_BUCKETS_MS,
     METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,

@@ -172,7 +172,7 @@ impl Backend for Postgres {
     }
 
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
-        let sent = self.send_all(queue, vec![message]).await?;
+        let sent = self.send_all(queue, vec![message], false).await?;
         let sent = sent.into_iter().next().ok_or_else(|| {
             BackendError::Failed("a send of one message answered nothing".into())
         })??;
@@ -185,12 +185,7 @@ impl Backend for Postgres {
         queue: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent, EngineError>>> {
-        let total: usize = messages.iter().map(NewMessage::size).sum();
-        let limit = leasehold_engine::MAX_MESSAGE_SIZE as usize;
-        if total > limit {
-            return Err(EngineError::BatchRequestTooLong(limit, total).into());
-        }
-        let results = self.send_all(queue, messages).await?;
+        let results = self.send_all(queue, messages, true).await?;
         self.waiters
             .wake_some(queue, results.iter().filter(|r| r.is_ok()).count());
         Ok(results)

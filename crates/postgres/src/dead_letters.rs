@@ -1,12 +1,13 @@
-//! Dead-lettering on PostgreSQL: inside a receive's transaction, before it claims, the
-//! receivable messages already received maxReceiveCount times move to the dead-letter queue,
-//! keeping their ids, bodies, attributes, send times and receive counts, and naming their
-//! source, as the engine's `Queue::accept_dead_letter` does.
+//! Dead-lettering on PostgreSQL: inside a receive's transaction, the receivable messages
+//! already received maxReceiveCount times that the receive passes move to the dead-letter
+//! queue, keeping their ids, bodies, attributes, send times and receive counts, and naming
+//! their source, as the engine's `Queue::accept_dead_letter` does.
 
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::QueueSettings;
 
+use crate::messages::{Lease, Opened};
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -57,44 +58,70 @@ impl Postgres {
         }))
     }
 
-    /// Moves the receivable messages already received `max_receive_count` times to the
-    /// dead-letter queue, in the receive's transaction, keeping their ids, bodies,
-    /// attributes, send times and receive counts, and saying where they came from.
-    pub(crate) async fn dead_letter(
+    /// The receivable messages of a standard queue already received `max_receives` times,
+    /// oldest first, up to the key `before` (excluded).
+    pub(crate) async fn exhausted(
         &self,
         tx: &Transaction<'_>,
         queue_id: u64,
-        route: &DeadLetterRoute,
-        now: u64,
-        oldest_kept: u64,
-    ) -> Result<()> {
-        let max = i32::try_from(route.max_receive_count).unwrap_or(i32::MAX);
-        let exhausted = tx
+        lease: &Lease,
+        before: (u64, u64),
+    ) -> Result<Vec<i64>> {
+        let rows = tx
             .query(
                 &cached(
                     tx,
-                    "SELECT seq, message_id FROM leasehold_messages
+                    "SELECT seq FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $3
-                   AND receive_count >= $4
+                   AND receive_count >= $4 AND (sent_ms, seq) < ($5, $6)
                  ORDER BY sent_ms, seq
-                 LIMIT $5
+                 LIMIT $7
                  FOR UPDATE SKIP LOCKED",
                 )
                 .await?,
                 &[
                     &to_i64(queue_id),
-                    &to_i64(now),
-                    &to_i64(oldest_kept),
-                    &max,
+                    &to_i64(lease.now),
+                    &to_i64(lease.oldest_kept),
+                    &lease.max_receives,
+                    &to_i64(before.0),
+                    &to_i64(before.1),
                     &DEAD_LETTERS_PER_RECEIVE,
                 ],
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        if exhausted.is_empty() {
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Moves the messages `seqs` names, in that order, to the dead-letter queue in the
+    /// receive's transaction, keeping their ids, bodies, attributes, groups, receive counts
+    /// and (into a standard queue) send times, and saying where they came from. A FIFO
+    /// dead-letter queue stamps them anew, after what its groups already hold, as AWS does.
+    pub(crate) async fn dead_letter(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        route: &DeadLetterRoute,
+        seqs: &[i64],
+    ) -> Result<()> {
+        if seqs.is_empty() {
             return Ok(());
         }
-        let (seqs, ids): (Vec<i64>, Vec<Vec<u8>>) = exhausted
+        let queue_id = opened.id;
+        let kept_ids = tx
+            .query(
+                &cached(
+                    tx,
+                    "SELECT seq, message_id FROM leasehold_messages
+                     WHERE queue_id = $1 AND seq = ANY($2)",
+                )
+                .await?,
+                &[&to_i64(queue_id), &seqs],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let (seqs_with_ids, ids): (Vec<i64>, Vec<Vec<u8>>) = kept_ids
             .iter()
             .map(|row| {
                 let seq: i64 = row.get(0);
@@ -104,6 +131,21 @@ impl Postgres {
                 (seq, id)
             })
             .unzip();
+        let fifo = opened.settings.fifo;
+        if fifo {
+            tx.execute(
+                &cached(
+                    tx,
+                    "SELECT pg_advisory_xact_lock(hashtextextended('send ' || g, $1))
+                     FROM (SELECT DISTINCT group_id AS g FROM leasehold_messages
+                           WHERE queue_id = $2 AND seq = ANY($3) ORDER BY 1) groups",
+                )
+                .await?,
+                &[&to_i64(route.target_id), &to_i64(queue_id), &seqs],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        }
         tx.execute(
             &cached(
                 tx,
@@ -112,22 +154,27 @@ impl Postgres {
                  RETURNING *)
              INSERT INTO leasehold_messages
                  (queue_id, seq, sent_ms, visible_ms, receive_count, first_receive_ms, body,
-                  attributes, system_attributes, message_id, dead_letter_source_arn)
-             SELECT $3, nextval('leasehold_message_seqs'), moved.sent_ms, $4,
+                  attributes, system_attributes, message_id, dead_letter_source_arn,
+                  group_id, deduplication_id)
+             SELECT $3, nextval('leasehold_message_seqs'),
+                    CASE WHEN $8 THEN $4 ELSE moved.sent_ms END, $4,
                     moved.receive_count, moved.first_receive_ms, moved.body, moved.attributes,
-                    moved.system_attributes, ids.id, $5
-             FROM moved JOIN unnest($2::bigint[], $6::bytea[]) AS ids(seq, id)
-                 ON ids.seq = moved.seq
-             ORDER BY moved.seq",
+                    moved.system_attributes, ids.id, $5, moved.group_id, moved.deduplication_id
+             FROM moved
+             JOIN unnest($6::bigint[], $7::bytea[]) AS ids(seq, id) ON ids.seq = moved.seq
+             JOIN unnest($2::bigint[]) WITH ORDINALITY AS walk(seq, n) ON walk.seq = moved.seq
+             ORDER BY walk.n",
             )
             .await?,
             &[
                 &to_i64(queue_id),
                 &seqs,
                 &to_i64(route.target_id),
-                &to_i64(now),
+                &to_i64(opened.now),
                 &route.source_arn,
+                &seqs_with_ids,
                 &ids,
+                &fifo,
             ],
         )
         .await

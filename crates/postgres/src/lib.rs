@@ -14,6 +14,7 @@
 
 mod backend;
 mod dead_letters;
+mod fifo;
 mod messages;
 mod notify;
 mod queues;

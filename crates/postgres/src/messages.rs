@@ -2,19 +2,22 @@
 //! oldest receivable rows with `FOR UPDATE SKIP LOCKED` and starts their leases in the same
 //! statement, so concurrent receivers on any server never share a message under a live
 //! lease; a delete or a visibility change opens the receipt handle with the cluster's key.
-//! Standard queues, as the engine's `LeaseMode::Aws` treats them (any issued handle
-//! deletes; a visibility change needs the message, not the current lease).
+//! Standard queues as the engine's `LeaseMode::Aws` treats them (any issued handle deletes;
+//! a visibility change needs the message, not the current lease); FIFO queues, whose group
+//! walk, deduplication and receive attempts are in `fifo.rs`, refuse a handle whose lease is
+//! over, as the engine does in either mode.
 
 use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{
-    format_message_id, Delivery, EngineError, MsgKey, NewMessage, QueueSettings, Receipt,
-    ReceiveRequest, Sent, MAX_VISIBILITY_TIMEOUT_S,
+    check_batch, format_message_id, Delivery, EngineError, MsgKey, NewMessage, QueueSettings,
+    Receipt, ReceiveRequest, Sent, MAX_VISIBILITY_TIMEOUT_S,
 };
 use leasehold_store::codec;
 
+use crate::dead_letters::DeadLetterRoute;
 use crate::notify::notify;
 use crate::queues::{decode, now};
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};
@@ -22,11 +25,32 @@ use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 type Result<T> = std::result::Result<T, BackendError>;
 
 /// The queue a message command works on, and the cluster's instant for it.
-struct Opened {
-    id: u64,
-    settings: QueueSettings,
-    now: u64,
+pub(crate) struct Opened {
+    pub(crate) id: u64,
+    pub(crate) settings: QueueSettings,
+    pub(crate) now: u64,
 }
+
+/// What one receive leases: from `now` until `until`; messages sent at or before
+/// `oldest_kept` are past retention; a message received `max_receives` times is exhausted.
+pub(crate) struct Lease {
+    pub(crate) now: u64,
+    pub(crate) until: u64,
+    pub(crate) oldest_kept: u64,
+    pub(crate) max_receives: i32,
+}
+
+/// The columns a delivery is made from (`Postgres::delivery`), of `leasehold_messages m`.
+macro_rules! delivery_columns {
+    () => {
+        "m.seq, m.sent_ms, m.receive_count, m.first_receive_ms, m.body, m.attributes,
+         m.system_attributes, m.message_id, m.dead_letter_source_arn, m.received_ms,
+         m.group_id, m.deduplication_id"
+    };
+}
+pub(crate) use delivery_columns;
+/// How many columns `delivery_columns!()` names.
+pub(crate) const DELIVERY_COLUMNS: usize = 12;
 
 fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {
     (!attributes.is_empty()).then(|| codec::attributes_value(attributes))
@@ -34,9 +58,7 @@ fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> 
 
 impl Postgres {
     /// The queue's id and settings and the cluster's instant, read in one statement; the
-    /// queue is held against deletion until the transaction ends. What only the engine's
-    /// FIFO rules do is not on PostgreSQL yet: refused plainly rather than answered by other
-    /// rules.
+    /// queue is held against deletion until the transaction ends.
     async fn open_queue(&self, tx: &Transaction<'_>, key: &str) -> Result<Opened> {
         let sql =
             "SELECT record, leasehold_now() FROM leasehold_queues WHERE key = $1 FOR KEY SHARE";
@@ -46,11 +68,6 @@ impl Postgres {
             .map_err(|e| unavailable(&e))?
             .ok_or(EngineError::QueueDoesNotExist)?;
         let record = decode(row.get(0))?;
-        if record.meta.settings.fifo {
-            return Err(BackendError::Unsupported(
-                "FIFO queues are not yet served by the PostgreSQL backend".into(),
-            ));
-        }
         Ok(Opened {
             id: record.meta.id,
             settings: record.meta.settings,
@@ -59,23 +76,24 @@ impl Postgres {
     }
 
     /// Sends each message, checked by the engine's own rules against the queue's settings,
-    /// in one transaction.
+    /// in one transaction; a batch first passes the checks that fail it whole.
     pub(crate) async fn send_all(
         &self,
         queue: &str,
         messages: Vec<NewMessage>,
+        batch: bool,
     ) -> Result<Vec<std::result::Result<Sent, EngineError>>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let Opened {
-            id: queue_id,
-            settings,
-            now,
-        } = self.open_queue(&tx, queue).await?;
+        let opened = self.open_queue(&tx, queue).await?;
+        if batch {
+            check_batch(&opened.settings, &messages)?;
+        }
         let mut results = Vec::with_capacity(messages.len());
         for message in messages {
-            results.push(match message.validate(&settings) {
-                Ok(()) => Ok(self.insert(&tx, queue_id, &settings, now, message).await?),
+            results.push(match message.validate(&opened.settings) {
+                Ok(()) if opened.settings.fifo => Ok(self.send_fifo(&tx, &opened, message).await?),
+                Ok(()) => Ok(self.insert(&tx, &opened, message, None).await?),
                 Err(error) => Err(error),
             });
         }
@@ -85,112 +103,90 @@ impl Postgres {
         Ok(results)
     }
 
-    async fn insert(
+    /// Stores one message; a FIFO message comes with the sequence number and deduplication
+    /// id `fifo.rs` reserved for it, a standard one takes the next number.
+    pub(crate) async fn insert(
         &self,
         tx: &Transaction<'_>,
-        queue_id: u64,
-        settings: &QueueSettings,
-        now: u64,
+        opened: &Opened,
         message: NewMessage,
+        reserved: Option<(i64, &str)>,
     ) -> Result<Sent> {
-        let delay_s = message.delay_s.unwrap_or(settings.delay_s);
-        let visible = now + u64::from(delay_s) * 1000;
+        let settings = &opened.settings;
+        // FIFO queues have no per-message delay: the queue's applies, whatever the send says.
+        let delay_s = match message.delay_s {
+            Some(delay) if !settings.fifo => delay,
+            _ => settings.delay_s,
+        };
+        let visible = opened.now + u64::from(delay_s) * 1000;
         let row = tx
             .query_one(
                 &cached(
                     tx,
                     "INSERT INTO leasehold_messages
-                     (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes)
-                 VALUES ($1, nextval('leasehold_message_seqs'), $2, $3, $4, $5, $6)
+                     (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
+                      group_id, deduplication_id)
+                 VALUES ($1, coalesce($7, nextval('leasehold_message_seqs')), $2, $3, $4, $5, $6,
+                         $8, $9)
                  RETURNING seq",
                 )
                 .await?,
                 &[
-                    &to_i64(queue_id),
-                    &to_i64(now),
+                    &to_i64(opened.id),
+                    &to_i64(opened.now),
                     &to_i64(visible),
                     &message.body,
                     &encoded(&message.attributes),
                     &encoded(&message.system_attributes),
+                    &reserved.map(|(seq, _)| seq),
+                    &message.group_id,
+                    &reserved.map(|(_, dedup)| dedup),
                 ],
             )
             .await
             .map_err(|e| unavailable(&e))?;
         let seq = to_u64(row.get(0));
         Ok(Sent {
-            message_id: format_message_id(self.sealer.message_id(queue_id, seq)),
-            sequence_number: None,
+            message_id: format_message_id(self.sealer.message_id(opened.id, seq)),
+            sequence_number: settings.fifo.then_some(seq),
         })
     }
 
-    /// One receive: claims up to `max_messages` receivable messages, oldest first, and
-    /// starts their leases.
+    /// One receive: leases up to `max_messages` receivable messages, oldest first (FIFO:
+    /// by group, in order), and moves those already received maxReceiveCount times that it
+    /// passes on the way to the dead-letter queue, as the engine's receive does.
     pub(crate) async fn claim(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
         request.check()?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let Opened {
-            id: queue_id,
-            settings,
-            now,
-        } = self.open_queue(&tx, queue).await?;
+        let opened = self.open_queue(&tx, queue).await?;
+        let (now, settings) = (opened.now, &opened.settings);
         let lease_s = request
             .visibility_s
             .unwrap_or(settings.visibility_timeout_s);
-        let until = now + u64::from(lease_s) * 1000;
-        let oldest_kept = now.saturating_sub(u64::from(settings.retention_s) * 1000);
-        let route = self.dead_letter_route(&tx, queue, &settings).await?;
-        if let Some(route) = &route {
-            self.dead_letter(&tx, queue_id, route, now, oldest_kept)
-                .await?;
-        }
-        // Exhausted messages are never leased, even past what one receive dead-letters.
-        let max_receives = route.map_or(i32::MAX, |r| {
-            i32::try_from(r.max_receive_count).unwrap_or(i32::MAX)
-        });
-        let rows = tx
-            .query(
-                &cached(
-                    &tx,
-                    "WITH picked AS (
-                     SELECT seq FROM leasehold_messages
-                     WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
-                       AND receive_count < $6
-                     ORDER BY sent_ms, seq
-                     LIMIT $3
-                     FOR UPDATE SKIP LOCKED)
-                 UPDATE leasehold_messages m
-                 SET visible_ms = $4, receive_count = m.receive_count + 1,
-                     first_receive_ms = coalesce(m.first_receive_ms, $2), received_ms = $2
-                 FROM picked
-                 WHERE m.queue_id = $1 AND m.seq = picked.seq
-                 RETURNING m.seq, m.sent_ms, m.receive_count, m.first_receive_ms, m.body,
-                           m.attributes, m.system_attributes, m.message_id,
-                           m.dead_letter_source_arn",
-                )
-                .await?,
-                &[
-                    &to_i64(queue_id),
-                    &to_i64(now),
-                    &i64::from(request.max_messages),
-                    &to_i64(until),
-                    &to_i64(oldest_kept),
-                    &max_receives,
-                ],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-        let mut claimed = rows
-            .iter()
-            .map(|row| Ok((row.get::<_, i64>(0), self.delivery(queue_id, now, row)?)))
-            .collect::<Result<Vec<_>>>()?;
-        // RETURNING keeps no order: oldest first, as claimed.
-        claimed.sort_by_key(|(seq, d)| (d.sent_ms, *seq));
-        let deliveries: Vec<Delivery> = claimed.into_iter().map(|(_, d)| d).collect();
+        let route = self.dead_letter_route(&tx, queue, settings).await?;
+        let lease = Lease {
+            now,
+            until: now + u64::from(lease_s) * 1000,
+            oldest_kept: now.saturating_sub(u64::from(settings.retention_s) * 1000),
+            // Exhausted messages are never leased, even past what one receive dead-letters.
+            max_receives: route.as_ref().map_or(i32::MAX, |r| {
+                i32::try_from(r.max_receive_count).unwrap_or(i32::MAX)
+            }),
+        };
+        let max = i64::from(request.max_messages);
+        let deliveries = if settings.fifo {
+            let attempt = request.attempt_id.as_deref();
+            self.claim_fifo(&tx, &opened, &lease, route.as_ref(), max, attempt)
+                .await?
+        } else {
+            self.claim_standard(&tx, &opened, &lease, route.as_ref(), max)
+                .await?
+        };
         let next_due = if deliveries.is_empty() {
             tx.query_one(
                 &cached(&tx, "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2").await?,
-                &[&to_i64(queue_id), &to_i64(now)],
+                &[&to_i64(opened.id), &to_i64(now)],
             )
             .await
             .map_err(|e| unavailable(&e))?
@@ -206,7 +202,75 @@ impl Postgres {
         })
     }
 
-    fn delivery(&self, queue_id: u64, now: u64, row: &tokio_postgres::Row) -> Result<Delivery> {
+    /// A standard queue's receive: one statement claims the oldest receivable messages that
+    /// are not exhausted; then the exhausted ones older than the last claimed (all of them if
+    /// the receive is not full) move to the dead-letter queue.
+    async fn claim_standard(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        lease: &Lease,
+        route: Option<&DeadLetterRoute>,
+        max: i64,
+    ) -> Result<Vec<Delivery>> {
+        let sql = concat!(
+            "WITH picked AS (
+                 SELECT seq FROM leasehold_messages
+                 WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
+                   AND receive_count < $6
+                 ORDER BY sent_ms, seq
+                 LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE leasehold_messages m
+             SET visible_ms = $4, receive_count = m.receive_count + 1,
+                 first_receive_ms = coalesce(m.first_receive_ms, $2), received_ms = $2
+             FROM picked
+             WHERE m.queue_id = $1 AND m.seq = picked.seq
+             RETURNING ",
+            delivery_columns!()
+        );
+        let rows = tx
+            .query(
+                &cached(tx, sql).await?,
+                &[
+                    &to_i64(opened.id),
+                    &to_i64(lease.now),
+                    &max,
+                    &to_i64(lease.until),
+                    &to_i64(lease.oldest_kept),
+                    &lease.max_receives,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut claimed = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    (to_u64(row.get(1)), to_u64(row.get(0))),
+                    self.delivery(opened, row)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // RETURNING keeps no order: oldest first, as claimed.
+        claimed.sort_by_key(|(key, _)| *key);
+        if let Some(route) = route {
+            // A full receive stops at its last message; one that is not full passed them all.
+            let bound = match claimed.last() {
+                Some((key, _)) if claimed.len() as i64 == max => *key,
+                _ => (u64::MAX, u64::MAX),
+            };
+            let exhausted = self.exhausted(tx, opened.id, lease, bound).await?;
+            self.dead_letter(tx, opened, route, &exhausted).await?;
+        }
+        let deliveries = claimed.into_iter().map(|(_, d)| d).collect();
+        Ok(deliveries)
+    }
+
+    /// A delivery from a row of `delivery_columns!()`; its receipt names the lease the row
+    /// holds now.
+    pub(crate) fn delivery(&self, opened: &Opened, row: &tokio_postgres::Row) -> Result<Delivery> {
+        let queue_id = opened.id;
         let seq = to_u64(row.get(0));
         let sent_ms = to_u64(row.get(1));
         let receive_count: i32 = row.get(2);
@@ -219,11 +283,12 @@ impl Postgres {
                     BackendError::Failed(format!("a message in the database is damaged: {e}"))
                 })
         };
+        let received_ms = row.get::<_, Option<i64>>(9).map_or(opened.now, to_u64);
         let receipt = Receipt {
             queue_id,
             key: MsgKey { sent_ms, seq },
             receive_no,
-            received_ms: now,
+            received_ms,
         };
         let body: String = row.get(4);
         let id = match row.get::<_, Option<Vec<u8>>>(7) {
@@ -232,6 +297,7 @@ impl Postgres {
             })?,
             None => self.sealer.message_id(queue_id, seq),
         };
+        let text = |index: usize| row.get::<_, Option<String>>(index).map(Arc::from);
         Ok(Delivery {
             message_id: format_message_id(id),
             receipt_handle: self.sealer.seal(receipt),
@@ -239,12 +305,12 @@ impl Postgres {
             attributes: attributes(5)?,
             system_attributes: attributes(6)?,
             sent_ms,
-            first_receive_ms: row.get::<_, Option<i64>>(3).map_or(now, to_u64),
+            first_receive_ms: row.get::<_, Option<i64>>(3).map_or(opened.now, to_u64),
             receive_count: receive_no,
-            group_id: None,
-            deduplication_id: None,
-            sequence_number: None,
-            dead_letter_source_arn: row.get::<_, Option<String>>(8).map(Arc::from),
+            group_id: text(10),
+            deduplication_id: text(11),
+            sequence_number: opened.settings.fifo.then_some(seq),
+            dead_letter_source_arn: text(8),
         })
     }
 
@@ -257,7 +323,8 @@ impl Postgres {
     }
 
     /// Deletes the message each handle names. Deleting twice, or after retention dropped
-    /// the message, succeeds, as on AWS.
+    /// the message, succeeds, as on AWS; on a FIFO queue only the message's current, live
+    /// lease deletes it, and the group's next message becomes receivable.
     pub(crate) async fn delete_all(
         &self,
         queue: &str,
@@ -265,30 +332,71 @@ impl Postgres {
     ) -> Result<Vec<std::result::Result<(), EngineError>>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let queue_id = self.open_queue(&tx, queue).await?.id;
+        let opened = self.open_queue(&tx, queue).await?;
         let mut results = Vec::with_capacity(handles.len());
         for handle in handles {
-            let receipt = match self.open(queue_id, &handle) {
-                Ok(receipt) => receipt,
-                Err(error) => {
-                    results.push(Err(error));
-                    continue;
-                }
-            };
-            tx.execute(
-                &cached(&tx, "DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 AND sent_ms = $3").await?,
+            results.push(match self.open(opened.id, &handle) {
+                Ok(receipt) => self.delete_one(&tx, &opened, &receipt, &handle).await?,
+                Err(error) => Err(error),
+            });
+        }
+        let fifo = opened.settings.fifo;
+        let unblocked = if fifo {
+            results.iter().filter(|r| r.is_ok()).count()
+        } else {
+            0
+        };
+        notify(&tx, self.server_id, queue, unblocked).await?;
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        self.waiters.wake_some(queue, unblocked);
+        Ok(results)
+    }
+
+    async fn delete_one(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        receipt: &Receipt,
+        handle: &str,
+    ) -> Result<std::result::Result<(), EngineError>> {
+        let fifo = opened.settings.fifo;
+        let key = [&to_i64(opened.id), &to_i64(receipt.key.seq)];
+        let deleted = tx
+            .execute(
+                &cached(
+                    tx,
+                    "DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = $2
+                     AND (NOT $3 OR (receive_count = $4 AND visible_ms > $5))",
+                )
+                .await?,
                 &[
-                    &to_i64(queue_id),
-                    &to_i64(receipt.key.seq),
-                    &to_i64(receipt.key.sent_ms),
+                    key[0],
+                    key[1],
+                    &fifo,
+                    &i32::try_from(receipt.receive_no).unwrap_or(i32::MAX),
+                    &to_i64(opened.now),
                 ],
             )
             .await
             .map_err(|e| unavailable(&e))?;
-            results.push(Ok(()));
+        if deleted > 0 || !fifo {
+            return Ok(Ok(()));
         }
-        tx.commit().await.map_err(|e| unavailable(&e))?;
-        Ok(results)
+        let kept = tx
+            .query_opt(
+                &cached(
+                    tx,
+                    "SELECT 1 FROM leasehold_messages WHERE queue_id = $1 AND seq = $2",
+                )
+                .await?,
+                &[key[0], key[1]],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(match kept {
+            Some(_) => Err(EngineError::ReceiptHandleExpired(handle.to_string())),
+            None => Ok(()),
+        })
     }
 
     /// Gives each handle's message a new visibility timeout from now, held to the 12-hour
@@ -300,14 +408,12 @@ impl Postgres {
     ) -> Result<Vec<std::result::Result<(), EngineError>>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let Opened {
-            id: queue_id, now, ..
-        } = self.open_queue(&tx, queue).await?;
+        let opened = self.open_queue(&tx, queue).await?;
         let mut results = Vec::with_capacity(changes.len());
         for (handle, timeout_s) in changes {
-            let outcome = match self.open(queue_id, &handle) {
+            let outcome = match self.open(opened.id, &handle) {
                 Ok(receipt) => {
-                    self.change_one(&tx, &receipt, &handle, now, timeout_s)
+                    self.change_one(&tx, &opened, &receipt, &handle, timeout_s)
                         .await?
                 }
                 Err(error) => Err(error),
@@ -323,15 +429,16 @@ impl Postgres {
     async fn change_one(
         &self,
         tx: &Transaction<'_>,
+        opened: &Opened,
         receipt: &Receipt,
         handle: &str,
-        now: u64,
         timeout_s: u32,
     ) -> Result<std::result::Result<(), EngineError>> {
+        let now = opened.now;
         let key = [&to_i64(receipt.queue_id), &to_i64(receipt.key.seq)];
         let row = tx
             .query_opt(
-                &cached(tx, "SELECT received_ms FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 FOR UPDATE").await?,
+                &cached(tx, "SELECT received_ms, receive_count, visible_ms FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 FOR UPDATE").await?,
                 &[key[0], key[1]],
             )
             .await
@@ -339,6 +446,11 @@ impl Postgres {
         let Some(row) = row else {
             return Ok(Err(EngineError::MessageNotAvailable(handle.to_string())));
         };
+        let live = i64::from(row.get::<_, i32>(1)) == i64::from(receipt.receive_no)
+            && to_u64(row.get(2)) > now;
+        if opened.settings.fifo && !live {
+            return Ok(Err(EngineError::ReceiptHandleExpired(handle.to_string())));
+        }
         // SQS counts in whole seconds: the lease so far, rounded down, plus the new timeout.
         let lease_start = row.get::<_, Option<i64>>(0).map_or(now, to_u64);
         let held_s = now.saturating_sub(lease_start) / 1000;

@@ -193,22 +193,12 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
                 .await
                 .map_err(db)?;
             }
-            tx.execute(
-                &cached(tx, "DELETE FROM leasehold_messages WHERE queue_id = $1").await?,
-                &[&id],
-            )
-            .await
-            .map_err(db)?;
+            forget_messages(tx, queue_id).await?;
         }
         Change::Purged { queue_id, .. } => {
             // The engine numbers messages per queue; here every message the purge's
             // transaction sees goes.
-            tx.execute(
-                &cached(tx, "DELETE FROM leasehold_messages WHERE queue_id = $1").await?,
-                &[&to_i64(queue_id)],
-            )
-            .await
-            .map_err(db)?;
+            forget_messages(tx, queue_id).await?;
         }
         // The receipt key never changes; deletions are kept by QueueDeleted above; a
         // transient engine holds no messages, deduplication ids or measurements.
@@ -216,6 +206,21 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
         | Change::Message { .. }
         | Change::Dedup { .. }
         | Change::Metrics { .. } => {}
+    }
+    Ok(())
+}
+
+/// Deletes a queue's messages, deduplication ids and receive attempts: AWS forgets the
+/// deduplication window with the messages, so a purged id may be sent again.
+async fn forget_messages(tx: &Transaction<'_>, queue_id: u64) -> Result<()> {
+    for sql in [
+        "DELETE FROM leasehold_messages WHERE queue_id = $1",
+        "DELETE FROM leasehold_dedup WHERE queue_id = $1",
+        "DELETE FROM leasehold_receive_attempts WHERE queue_id = $1",
+    ] {
+        tx.execute(&cached(tx, sql).await?, &[&to_i64(queue_id)])
+            .await
+            .map_err(|e| unavailable(&e))?;
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Background work, once in the cluster: whichever server takes the sweep's advisory lock
 //! first in a round does it, and a server that dies simply stops taking it. Today: messages
 //! past their queue's MessageRetentionPeriod are deleted (receives and counts already skip
-//! them), a bounded number per round.
+//! them), and FIFO deduplication ids and receive attempts past their window, a bounded
+//! number per round.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -69,6 +70,22 @@ impl Postgres {
             )
             .await
             .map_err(|e| unavailable(&e))?;
+        // FIFO deduplication ids and receive attempts past their five minutes: lookups
+        // already ignore them.
+        for sql in [
+            "DELETE FROM leasehold_dedup d USING (
+                 SELECT queue_id, scope, dedup_id FROM leasehold_dedup
+                 WHERE expires_ms <= leasehold_now() LIMIT $1) old
+             WHERE (d.queue_id, d.scope, d.dedup_id) = (old.queue_id, old.scope, old.dedup_id)",
+            "DELETE FROM leasehold_receive_attempts a USING (
+                 SELECT queue_id, attempt_id FROM leasehold_receive_attempts
+                 WHERE expires_ms <= leasehold_now() LIMIT $1) old
+             WHERE (a.queue_id, a.attempt_id) = (old.queue_id, old.attempt_id)",
+        ] {
+            tx.execute(&cached(&tx, sql).await?, &[&SWEEP_ROWS])
+                .await
+                .map_err(|e| unavailable(&e))?;
+        }
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok(deleted)
     }

@@ -1,7 +1,7 @@
 //! The differential model test: random command sequences against the embedded engine and
 //! the PostgreSQL backend (the machine's real database, a schema per case), under the same
-//! manual clock, must give the same replies and counts. What the PostgreSQL backend does not
-//! serve yet (FIFO queues) is left out of the commands.
+//! manual clock, must give the same replies and counts: standard and FIFO queues, each with a
+//! dead-letter queue of its kind.
 
 use std::sync::Arc;
 
@@ -12,7 +12,12 @@ use common::Schema;
 use proptest::prelude::*;
 
 const START_MS: u64 = 1_700_000_000_000;
-const QUEUES: [&str; 3] = ["a", "b", "dlq"];
+const QUEUES: [&str; 5] = ["a", "b", "dlq", "f.fifo", "fdlq.fifo"];
+const GROUPS: [&str; 3] = ["g0", "g1", "g2"];
+
+fn is_fifo(queue: usize) -> bool {
+    QUEUES[queue].ends_with(".fifo")
+}
 
 #[derive(Clone, Debug)]
 enum Command {
@@ -25,11 +30,15 @@ enum Command {
         queue: usize,
         body: u8,
         delay_s: u32,
+        /// FIFO only: the group, and an explicit deduplication id (else the body's).
+        group: usize,
+        dedup: Option<u8>,
     },
     Receive {
         queue: usize,
         max: u32,
         visibility_s: Option<u32>,
+        attempt: Option<u8>,
     },
     Delete {
         queue: usize,
@@ -56,10 +65,10 @@ fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
         1 => (queue.clone(), prop_oneof![Just(0u32), Just(5), Just(30)], any::<bool>())
             .prop_map(|(queue, visibility_s, redrive)| Command::Create { queue, visibility_s, redrive }),
-        4 => (queue.clone(), any::<u8>(), prop_oneof![3 => Just(0u32), 1 => Just(10)])
-            .prop_map(|(queue, body, delay_s)| Command::Send { queue, body, delay_s }),
-        4 => (queue.clone(), prop_oneof![6 => 1..4u32, 1 => Just(0u32), 1 => Just(11)], prop_oneof![Just(None), Just(Some(0u32)), Just(Some(20)), Just(Some(43_201))])
-            .prop_map(|(queue, max, visibility_s)| Command::Receive { queue, max, visibility_s }),
+        4 => (queue.clone(), 0..12u8, prop_oneof![6 => Just(0u32), 1 => Just(10)], 0..GROUPS.len(), prop_oneof![Just(None), (0..4u8).prop_map(Some)])
+            .prop_map(|(queue, body, delay_s, group, dedup)| Command::Send { queue, body, delay_s, group, dedup }),
+        4 => (queue.clone(), prop_oneof![6 => 1..4u32, 1 => Just(0u32), 1 => Just(11)], prop_oneof![Just(None), Just(Some(0u32)), Just(Some(20)), Just(Some(43_201))], prop_oneof![3 => Just(None), 1 => (0..2u8).prop_map(Some)])
+            .prop_map(|(queue, max, visibility_s, attempt)| Command::Receive { queue, max, visibility_s, attempt }),
         2 => (queue.clone(), 0..8usize).prop_map(|(queue, handle)| Command::Delete { queue, handle }),
         1 => (queue.clone(), 0..8usize, prop_oneof![Just(0u32), Just(15), Just(43_201)])
             .prop_map(|(queue, handle, timeout_s)| Command::Release { queue, handle, timeout_s }),
@@ -74,6 +83,8 @@ fn command() -> impl Strategy<Value = Command> {
 struct Side<'a> {
     backend: &'a dyn Backend,
     handles: Vec<(usize, String)>,
+    /// The message ids sends answered, in order.
+    sent: Vec<String>,
 }
 
 impl Side<'_> {
@@ -89,9 +100,16 @@ impl Side<'_> {
             } => {
                 let mut attributes =
                     vec![("VisibilityTimeout".to_string(), visibility_s.to_string())];
-                if *redrive && QUEUES[*queue] != "dlq" {
-                    let policy = r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"2"}"#;
-                    attributes.push(("RedrivePolicy".into(), policy.into()));
+                if is_fifo(*queue) {
+                    attributes.push(("FifoQueue".into(), "true".into()));
+                    attributes.push(("ContentBasedDeduplication".into(), "true".into()));
+                }
+                let target = if is_fifo(*queue) { "fdlq.fifo" } else { "dlq" };
+                if *redrive && QUEUES[*queue] != target {
+                    let policy = format!(
+                        r#"{{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:{target}","maxReceiveCount":"2"}}"#
+                    );
+                    attributes.push(("RedrivePolicy".into(), policy));
                 }
                 format!(
                     "{:?}",
@@ -102,20 +120,38 @@ impl Side<'_> {
                 queue,
                 body,
                 delay_s,
+                group,
+                dedup,
             } => {
                 let mut message = NewMessage::new(format!("m{body}"));
                 message.delay_s = Some(*delay_s);
-                format!("{:?}", b.send(QUEUES[*queue], message).await.map(drop))
+                if is_fifo(*queue) {
+                    message.group_id = Some(GROUPS[*group].into());
+                    message.deduplication_id = dedup.map(|d| format!("d{d}"));
+                }
+                // Which earlier send a FIFO duplicate answers: by position, since each
+                // backend makes its own ids.
+                let sent = b.send(QUEUES[*queue], message).await.map(|sent| {
+                    match self.sent.iter().position(|id| *id == sent.message_id) {
+                        Some(original) => format!("duplicate of #{original}"),
+                        None => {
+                            self.sent.push(sent.message_id);
+                            format!("new #{}", self.sent.len() - 1)
+                        }
+                    }
+                });
+                format!("{sent:?}")
             }
             Command::Receive {
                 queue,
                 max,
                 visibility_s,
+                attempt,
             } => {
                 let request = ReceiveRequest {
                     max_messages: *max,
                     visibility_s: *visibility_s,
-                    attempt_id: None,
+                    attempt_id: attempt.map(|a| format!("attempt-{a}")),
                 };
                 match b.receive(QUEUES[*queue], request).await {
                     Ok(received) => {
@@ -127,6 +163,7 @@ impl Side<'_> {
                                 (
                                     d.body.to_string(),
                                     d.receive_count,
+                                    d.group_id.map(|g| g.to_string()),
                                     d.dead_letter_source_arn.map(|a| a.to_string()),
                                 )
                             })
@@ -201,10 +238,12 @@ async fn compare(commands: Vec<Command>) -> Result<(), String> {
         Side {
             backend: &embedded,
             handles: vec![],
+            sent: vec![],
         },
         Side {
             backend: &postgres,
             handles: vec![],
+            sent: vec![],
         },
     );
     let mut outcome = Ok(());
@@ -244,10 +283,12 @@ proptest! {
         (a, b) in (any::<bool>(), any::<bool>()),
         commands in proptest::collection::vec(command(), 1..40)
     ) {
-        // Every run starts with the three queues, the sources with or without redrive.
+        // Every run starts with the five queues, the sources with or without redrive.
         let mut script = vec![Command::Create { queue: 2, visibility_s: 30, redrive: false }];
+        script.push(Command::Create { queue: 4, visibility_s: 30, redrive: false });
         script.push(Command::Create { queue: 0, visibility_s: 5, redrive: a });
         script.push(Command::Create { queue: 1, visibility_s: 30, redrive: b });
+        script.push(Command::Create { queue: 3, visibility_s: 5, redrive: a || b });
         script.extend(commands);
         let commands = script;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

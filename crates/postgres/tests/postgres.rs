@@ -347,3 +347,142 @@ async fn rows_in(schema: &Schema) -> i64 {
     let sql = format!("SELECT count(*) FROM {}.leasehold_messages", schema.0);
     client.query_one(&sql, &[]).await.unwrap().get(0)
 }
+
+/// Four groups, sent concurrently (in order within each group) while four receivers on two
+/// servers take up to three messages at a time: every group's messages reach the receivers
+/// one lease after another, in the order sent, each exactly once. A receiver deletes what
+/// it holds before the group's next message can be handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_fifo_groups_keep_their_order_across_servers_and_concurrent_receivers() {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    const GROUPS: usize = 4;
+    const PER_GROUP: usize = 25;
+    let schema = Schema::new().await;
+    let servers = Arc::new([schema.server().await, schema.server().await]);
+    let fifo = vec![
+        ("FifoQueue".to_string(), "true".to_string()),
+        ("ContentBasedDeduplication".to_string(), "true".to_string()),
+    ];
+    servers[0]
+        .create_queue("q.fifo", fifo, vec![])
+        .await
+        .unwrap();
+    let mut tasks = JoinSet::new();
+    for group in 0..GROUPS {
+        let servers = servers.clone();
+        tasks.spawn(async move {
+            for i in 0..PER_GROUP {
+                let mut message = NewMessage::new(format!("{group} {i}"));
+                message.group_id = Some(format!("g{group}"));
+                servers[i % 2].send("q.fifo", message).await.unwrap();
+            }
+        });
+    }
+    let next: Arc<Mutex<HashMap<usize, usize>>> = Arc::default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for n in 0..4 {
+        let (servers, next) = (servers.clone(), next.clone());
+        tasks.spawn(async move {
+            while next.lock().unwrap().values().sum::<usize>() < GROUPS * PER_GROUP {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the receivers stalled"
+                );
+                let server = &servers[n % 2];
+                let taken = server
+                    .receive("q.fifo", receive(3, Some(60)))
+                    .await
+                    .unwrap();
+                for delivery in taken.deliveries {
+                    let (group, i) = delivery.body.split_once(' ').unwrap();
+                    let (group, i): (usize, usize) = (group.parse().unwrap(), i.parse().unwrap());
+                    let expected = *next.lock().unwrap().get(&group).unwrap_or(&0);
+                    assert_eq!(i, expected, "group {group} out of order");
+                    assert_eq!(delivery.receive_count, 1);
+                    next.lock().unwrap().insert(group, i + 1);
+                    let handle = delivery.receipt_handle;
+                    assert_eq!(
+                        server.delete("q.fifo", vec![handle]).await.unwrap(),
+                        vec![Ok(())]
+                    );
+                }
+            }
+        });
+    }
+    tasks.join_all().await;
+    assert!(next.lock().unwrap().values().all(|n| *n == PER_GROUP));
+    let servers = Arc::into_inner(servers).expect("the tasks are done");
+    schema.drop_all(servers).await;
+}
+
+#[tokio::test]
+async fn postgres_fifo_deduplicates_replays_attempts_and_refuses_ended_leases() {
+    let schema = Schema::new().await;
+    let (a, b) = (schema.server().await, schema.server().await);
+    a.freeze_clock(Some(1_000_000)).await.unwrap();
+    let fifo = vec![("FifoQueue".to_string(), "true".to_string())];
+    a.create_queue("q.fifo", fifo, vec![]).await.unwrap();
+    let message = |body: &str, dedup: &str| {
+        let mut message = NewMessage::new(body);
+        message.group_id = Some("g".into());
+        message.deduplication_id = Some(dedup.into());
+        message
+    };
+    let first = a.send("q.fifo", message("one", "d1")).await.unwrap();
+    // The same id on the other server within five minutes: the original answers.
+    let again = b.send("q.fifo", message("other body", "d1")).await.unwrap();
+    assert_eq!(again.message_id, first.message_id);
+    assert_eq!(again.sequence_number, first.sequence_number);
+    let second = b.send("q.fifo", message("two", "d2")).await.unwrap();
+    assert!(second.sequence_number > first.sequence_number);
+
+    // A receive retried with its attempt id, on either server, gets the same messages and
+    // handles back.
+    let attempt = ReceiveRequest {
+        max_messages: 10,
+        visibility_s: Some(30),
+        attempt_id: Some("try-1".into()),
+    };
+    let got = a.receive("q.fifo", attempt.clone()).await.unwrap();
+    let bodies: Vec<&str> = got.deliveries.iter().map(|d| &*d.body).collect();
+    assert_eq!(bodies, ["one", "two"]);
+    assert_eq!(got.deliveries[0].sequence_number, first.sequence_number);
+    assert_eq!(got.deliveries[0].group_id.as_deref(), Some("g"));
+    let replayed = b.receive("q.fifo", attempt.clone()).await.unwrap();
+    let handles = |r: &leasehold_backend::Received| -> Vec<String> {
+        r.deliveries
+            .iter()
+            .map(|d| d.receipt_handle.clone())
+            .collect()
+    };
+    assert_eq!(handles(&replayed), handles(&got));
+
+    // Once the lease is over, its handle neither deletes nor extends: the message is back.
+    a.freeze_clock(Some(1_031_000)).await.unwrap();
+    let old = got.deliveries[0].receipt_handle.clone();
+    let refused = b.delete("q.fifo", vec![old.clone()]).await.unwrap();
+    assert!(matches!(
+        refused[0],
+        Err(EngineError::ReceiptHandleExpired(_))
+    ));
+    let refused = b
+        .change_visibility("q.fifo", vec![(old, 10)])
+        .await
+        .unwrap();
+    assert!(matches!(
+        refused[0],
+        Err(EngineError::ReceiptHandleExpired(_))
+    ));
+    let retaken = b.receive("q.fifo", receive(1, Some(30))).await.unwrap();
+    assert_eq!(retaken.deliveries[0].receive_count, 2);
+
+    // Five minutes on, the id may be sent again; a purge forgets it at once.
+    a.freeze_clock(Some(1_301_000)).await.unwrap();
+    let fresh = a.send("q.fifo", message("three", "d1")).await.unwrap();
+    assert_ne!(fresh.message_id, first.message_id);
+    a.purge("q.fifo").await.unwrap();
+    let after_purge = a.send("q.fifo", message("four", "d1")).await.unwrap();
+    assert_ne!(after_purge.message_id, fresh.message_id);
+    schema.drop_all([a, b]).await;
+}

@@ -6,7 +6,7 @@ use super::Engine;
 use crate::error::{EngineError, Result};
 use crate::message::{Delivery, NewMessage};
 use crate::queue::{DeleteOutcome, ReceiveParams, Sent};
-use crate::settings::{MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S};
+use crate::settings::{QueueSettings, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S};
 
 /// What ReceiveMessage asks the engine for.
 #[derive(Clone, Debug, Default)]
@@ -50,6 +50,30 @@ impl ReceiveRequest {
     }
 }
 
+/// What fails a whole SendMessageBatch before any entry is sent: its total is held to SQS's
+/// fixed limit, whatever the queue's MaximumMessageSize; on a FIFO queue an entry without its
+/// group (or without a deduplication id the queue cannot derive) fails the batch, as AWS does.
+pub fn check_batch(settings: &QueueSettings, messages: &[NewMessage]) -> Result<()> {
+    let total: usize = messages.iter().map(NewMessage::size).sum();
+    if total > MAX_MESSAGE_SIZE as usize {
+        return Err(EngineError::BatchRequestTooLong(
+            MAX_MESSAGE_SIZE as usize,
+            total,
+        ));
+    }
+    if settings.fifo {
+        for message in messages {
+            message.check_fifo_ids(settings).map_err(|e| match e {
+                EngineError::MissingParameter(param) => EngineError::InvalidParameterValue(
+                    format!("The request must contain the parameter {param}."),
+                ),
+                other => other,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 impl Engine {
     /// SendMessage: validates against the queue's rules, then stores.
     pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
@@ -58,34 +82,14 @@ impl Engine {
         Ok(queue.send(now, message))
     }
 
-    /// SendMessageBatch: the batch's total is held to SQS's fixed limit, whatever the queue's
-    /// MaximumMessageSize; then each entry is checked on its own (one too big for the queue
-    /// fails alone, in `Failed`), as AWS does.
+    /// SendMessageBatch: `check_batch`, then each entry is checked on its own (one too big
+    /// for the queue fails alone, in `Failed`), as AWS does.
     pub fn send_batch(
         &mut self,
         name: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent>>> {
-        let settings = &self.queue(name)?.meta.settings;
-        let total: usize = messages.iter().map(NewMessage::size).sum();
-        if total > MAX_MESSAGE_SIZE as usize {
-            return Err(EngineError::BatchRequestTooLong(
-                MAX_MESSAGE_SIZE as usize,
-                total,
-            ));
-        }
-        // On a FIFO queue an entry without its group (or without a deduplication id the
-        // queue cannot derive) fails the whole batch, as AWS does: nothing is sent.
-        if settings.fifo {
-            for message in &messages {
-                message.check_fifo_ids(settings).map_err(|e| match e {
-                    EngineError::MissingParameter(param) => EngineError::InvalidParameterValue(
-                        format!("The request must contain the parameter {param}."),
-                    ),
-                    other => other,
-                })?;
-            }
-        }
+        check_batch(&self.queue(name)?.meta.settings, &messages)?;
         Ok(messages.into_iter().map(|m| self.send(name, m)).collect())
     }
 

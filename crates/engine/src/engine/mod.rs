@@ -29,7 +29,7 @@ use crate::receipt::{Receipt, ReceiptSealer};
 
 pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus};
 pub use leases::LeaseReport;
-pub use messages::ReceiveRequest;
+pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use queues::{list_queue_keys, validate_queue_name, QueueListing};
 pub use regions::{is_region, Naming};

@@ -1,0 +1,243 @@
+//! FIFO queues on PostgreSQL, by the engine's rules (`fifo.rs` and `Queue::receive` there):
+//! a send reserves its sequence number under its deduplication id (a duplicate within five
+//! minutes answers the original); a receive replays a ReceiveRequestAttemptId it answered in
+//! the last five minutes, or walks the groups whose oldest message is receivable, in the
+//! order they became so, taking each group's messages in order. The walk and the reservation
+//! are functions in the schema (`V3__fifo.sql`): one round trip each, and group locks that
+//! keep two servers from serving one group out of order.
+
+use deadpool_postgres::Transaction;
+use leasehold_backend::BackendError;
+use leasehold_engine::{
+    content_deduplication_id, format_message_id, Delivery, NewMessage, Sent, FIFO_WINDOW_MS,
+};
+
+use crate::dead_letters::DeadLetterRoute;
+use crate::messages::{delivery_columns, Lease, Opened, DELIVERY_COLUMNS};
+use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+
+type Result<T> = std::result::Result<T, BackendError>;
+
+impl Postgres {
+    /// Sends one validated message to a FIFO queue, or answers the original of a duplicate.
+    pub(crate) async fn send_fifo(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        message: NewMessage,
+    ) -> Result<Sent> {
+        let group = message.group_id.clone().unwrap_or_default();
+        let dedup = match &message.deduplication_id {
+            Some(explicit) => explicit.clone(),
+            None => content_deduplication_id(&message.body),
+        };
+        // A group id is never empty: '' is the whole queue's scope.
+        let scope = if opened.settings.dedup_per_group {
+            group.as_str()
+        } else {
+            ""
+        };
+        let row = tx
+            .query_one(
+                &cached(
+                    tx,
+                    "SELECT reserved_seq, fresh FROM leasehold_fifo_reserve($1, $2, $3, $4, $5, $6)",
+                )
+                .await?,
+                &[
+                    &to_i64(opened.id),
+                    &group,
+                    &scope,
+                    &dedup,
+                    &to_i64(opened.now),
+                    &to_i64(FIFO_WINDOW_MS),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let seq: i64 = row.get(0);
+        if !row.get::<_, bool>(1) {
+            return Ok(Sent {
+                message_id: format_message_id(self.sealer.message_id(opened.id, to_u64(seq))),
+                sequence_number: Some(to_u64(seq)),
+            });
+        }
+        self.insert(tx, opened, message, Some((seq, &dedup))).await
+    }
+
+    /// A FIFO queue's receive: the replay of its attempt id, or the group walk, whose
+    /// exhausted messages move to the dead-letter queue; an attempt that leased something is
+    /// remembered for five minutes.
+    pub(crate) async fn claim_fifo(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        lease: &Lease,
+        route: Option<&DeadLetterRoute>,
+        max: i64,
+        attempt: Option<&str>,
+    ) -> Result<Vec<Delivery>> {
+        if let Some(id) = attempt {
+            if let Some(replayed) = self.replay(tx, opened, lease, id).await? {
+                return Ok(replayed);
+            }
+        }
+        let walked = tx
+            .query(
+                &cached(
+                    tx,
+                    "SELECT claimed_seq, exhausted FROM leasehold_fifo_claim($1, $2, $3, $4, $5, $6)",
+                )
+                .await?,
+                &[
+                    &to_i64(opened.id),
+                    &to_i64(lease.now),
+                    &i32::try_from(max).unwrap_or(i32::MAX),
+                    &to_i64(lease.until),
+                    &to_i64(lease.oldest_kept),
+                    &lease.max_receives,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let (mut claimed, mut exhausted) = (Vec::new(), Vec::new());
+        for row in &walked {
+            let seq: i64 = row.get(0);
+            match row.get::<_, bool>(1) {
+                true => exhausted.push(seq),
+                false => claimed.push(seq),
+            }
+        }
+        if let Some(route) = route {
+            self.dead_letter(tx, opened, route, &exhausted).await?;
+        }
+        let deliveries = self.in_order(tx, opened, &claimed).await?;
+        if let (Some(id), false) = (attempt, deliveries.is_empty()) {
+            self.remember_attempt(tx, opened, id, &claimed, &deliveries)
+                .await?;
+        }
+        Ok(deliveries)
+    }
+
+    /// The deliveries of the messages `seqs` names, in that order.
+    async fn in_order(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        seqs: &[i64],
+    ) -> Result<Vec<Delivery>> {
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = concat!(
+            "SELECT ",
+            delivery_columns!(),
+            " FROM leasehold_messages m
+              JOIN unnest($2::bigint[]) WITH ORDINALITY AS walk(seq, n) ON walk.seq = m.seq
+              WHERE m.queue_id = $1
+              ORDER BY walk.n"
+        );
+        let rows = tx
+            .query(&cached(tx, sql).await?, &[&to_i64(opened.id), &seqs])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        rows.iter().map(|row| self.delivery(opened, row)).collect()
+    }
+
+    /// A receive retried with the attempt id of one that leased messages within five
+    /// minutes gets them back with the same handles, the lease restarted, for each message
+    /// still at the receive count it was handed out with. None: no such attempt.
+    async fn replay(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        lease: &Lease,
+        attempt: &str,
+    ) -> Result<Option<Vec<Delivery>>> {
+        let remembered = tx
+            .query_opt(
+                &cached(
+                    tx,
+                    "SELECT seqs, receive_counts FROM leasehold_receive_attempts
+                     WHERE queue_id = $1 AND attempt_id = $2 AND expires_ms > $3",
+                )
+                .await?,
+                &[&to_i64(opened.id), &attempt, &to_i64(lease.now)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Some(remembered) = remembered else {
+            return Ok(None);
+        };
+        let (seqs, counts): (Vec<i64>, Vec<i32>) = (remembered.get(0), remembered.get(1));
+        let sql = concat!(
+            "UPDATE leasehold_messages m SET visible_ms = $3
+             FROM unnest($4::bigint[], $5::integer[]) WITH ORDINALITY AS a(seq, receive_count, n)
+             WHERE m.queue_id = $1 AND m.seq = a.seq AND m.receive_count = a.receive_count
+               AND m.sent_ms > $2
+             RETURNING ",
+            delivery_columns!(),
+            ", a.n"
+        );
+        let rows = tx
+            .query(
+                &cached(tx, sql).await?,
+                &[
+                    &to_i64(opened.id),
+                    &to_i64(lease.oldest_kept),
+                    &to_i64(lease.until),
+                    &seqs,
+                    &counts,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut replayed = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.get::<_, i64>(DELIVERY_COLUMNS),
+                    self.delivery(opened, row)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        replayed.sort_by_key(|(n, _)| *n);
+        Ok(Some(replayed.into_iter().map(|(_, d)| d).collect()))
+    }
+
+    async fn remember_attempt(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        attempt: &str,
+        seqs: &[i64],
+        deliveries: &[Delivery],
+    ) -> Result<()> {
+        let counts: Vec<i32> = deliveries
+            .iter()
+            .map(|d| i32::try_from(d.receive_count).unwrap_or(i32::MAX))
+            .collect();
+        tx.execute(
+            &cached(
+                tx,
+                "INSERT INTO leasehold_receive_attempts
+                     (queue_id, attempt_id, seqs, receive_counts, expires_ms)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (queue_id, attempt_id) DO UPDATE
+                 SET seqs = excluded.seqs, receive_counts = excluded.receive_counts,
+                     expires_ms = excluded.expires_ms",
+            )
+            .await?,
+            &[
+                &to_i64(opened.id),
+                &attempt,
+                &seqs,
+                &counts,
+                &to_i64(opened.now + FIFO_WINDOW_MS),
+            ],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+}
