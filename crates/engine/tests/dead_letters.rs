@@ -243,3 +243,26 @@ fn a_move_task_fails_when_a_destination_is_gone() {
         "#]],
     );
 }
+
+#[test]
+fn a_move_task_to_a_queue_of_the_other_type_is_refused() {
+    // A standard message has no group to take its place in a FIFO queue by.
+    check(
+        r#"
+        create dlq
+        create src RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}
+        create other.fifo FifoQueue=true
+        send dlq m1
+        move dlq dest=other.fifo
+        counts dlq
+        "#,
+        expect![[r#"
+            create dlq                   -> ok
+            create src RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1} -> ok
+            create other.fifo FifoQueue=true -> ok
+            send dlq m1                  -> ok
+            move dlq dest=other.fifo     -> error InvalidParameterValue("The destination queue must be of the same type as the source queue.")
+            counts dlq                   -> visible=1 inflight=0 delayed=0
+        "#]],
+    );
+}

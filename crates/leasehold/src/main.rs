@@ -107,8 +107,7 @@ struct ServeArgs {
     in_memory: bool,
     /// Keep the queues in this PostgreSQL database, shared by every server given the same
     /// URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). In progress (issue 16):
-    /// standard and FIFO queues; move tasks and the lease report are refused as
-    /// UnsupportedOperation.
+    /// every queue action; the lease report and `--lease-mode strict` are not yet served.
     #[arg(long, env = "LEASEHOLD_POSTGRES_URL", conflicts_with_all = ["data_dir", "fsync"])]
     postgres: Option<String>,
     /// Where the durable store keeps its data file (leasehold.db).

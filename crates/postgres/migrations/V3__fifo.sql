@@ -1,9 +1,15 @@
 -- FIFO queues: a message's group and deduplication id, the five-minute deduplication window
 -- and receive attempts, and the group walk a receive makes.
 
+-- ready_order: among FIFO messages that became receivable at the same instant, which did
+-- first. A message that became receivable by a command (a send without delay, a release to
+-- 0 s, a lease of 0 s, a dead-letter or move into the queue) takes the next number then; one
+-- whose delay or lease ran out has none, and goes first: the engine ranks those before any
+-- command at that instant (its timers run at the start of every command).
 ALTER TABLE leasehold_messages
     ADD COLUMN group_id text,
-    ADD COLUMN deduplication_id text;
+    ADD COLUMN deduplication_id text,
+    ADD COLUMN ready_order bigint;
 
 -- A group's messages in order, and the groups of a queue one by one (the walk below).
 CREATE INDEX leasehold_messages_by_group ON leasehold_messages (queue_id, group_id, seq)
@@ -73,6 +79,8 @@ DECLARE
     g text;
     m record;
     taken integer := 0;
+    -- A lease of 0 s makes its messages receivable again by this command.
+    released bigint := CASE WHEN until_ms <= now_ms THEN nextval('leasehold_message_seqs') END;
 BEGIN
     FOR g IN
         WITH RECURSIVE groups AS (
@@ -86,11 +94,11 @@ BEGIN
             FROM groups WHERE groups.group_id IS NOT NULL)
         SELECT groups.group_id FROM groups
         CROSS JOIN LATERAL (
-            SELECT x.visible_ms, x.seq FROM leasehold_messages x
+            SELECT x.visible_ms, x.ready_order, x.seq FROM leasehold_messages x
             WHERE x.queue_id = q AND x.group_id = groups.group_id AND x.sent_ms > oldest_kept
             ORDER BY x.seq LIMIT 1) head
         WHERE head.visible_ms <= now_ms
-        ORDER BY head.visible_ms, head.seq
+        ORDER BY head.visible_ms, head.ready_order NULLS FIRST, head.seq
     LOOP
         EXIT WHEN taken >= max_n;
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended('receive ' || g, q));
@@ -107,7 +115,8 @@ BEGIN
             IF NOT exhausted THEN
                 UPDATE leasehold_messages x
                 SET visible_ms = until_ms, receive_count = x.receive_count + 1,
-                    first_receive_ms = coalesce(x.first_receive_ms, now_ms), received_ms = now_ms
+                    first_receive_ms = coalesce(x.first_receive_ms, now_ms), received_ms = now_ms,
+                    ready_order = released
                 WHERE x.queue_id = q AND x.seq = m.seq;
                 taken := taken + 1;
             END IF;

@@ -1,6 +1,6 @@
 //! `Backend` for PostgreSQL: queue metadata through the engine's rules (`queues.rs`),
-//! messages as rows (`messages.rs`). What is not built yet is refused as
-//! `UnsupportedOperation`, never answered by other rules.
+//! messages as rows (`messages.rs`, `fifo.rs`), move tasks as rows (`moves.rs`). What is not
+//! built yet is refused as `UnsupportedOperation`, never answered by other rules.
 
 use std::sync::Arc;
 
@@ -31,6 +31,14 @@ fn not_yet(what: &str) -> BackendError {
 }
 
 impl Postgres {
+    /// Wakes this server's receives waiting on queues that messages were moved into (other
+    /// servers hear it from the database).
+    fn wake(&self, queues: &[String]) {
+        for queue in queues {
+            self.waiters.wake(queue);
+        }
+    }
+
     /// The queue keys a query selects.
     async fn keys(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<String>> {
         let client = self.client().await?;
@@ -222,20 +230,26 @@ impl Backend for Postgres {
         Ok(results)
     }
 
-    async fn start_move_task(&self, _task: MoveTaskStart) -> Result<String> {
-        Err(not_yet("StartMessageMoveTask"))
+    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String> {
+        let (handle, woken) = self.start_task(task).await?;
+        self.wake(&woken);
+        Ok(handle)
     }
 
-    async fn cancel_move_task(&self, _handle: &str) -> Result<u64> {
-        Err(not_yet("CancelMessageMoveTask"))
+    async fn cancel_move_task(&self, handle: &str) -> Result<u64> {
+        let (moved, woken) = self.cancel_task(handle).await?;
+        self.wake(&woken);
+        Ok(moved)
     }
 
     async fn list_move_tasks(
         &self,
-        _source_arn: &str,
-        _max: Option<u32>,
+        source_arn: &str,
+        max: Option<u32>,
     ) -> Result<Vec<MoveTaskInfo>> {
-        Err(not_yet("ListMessageMoveTasks"))
+        let (tasks, woken) = self.list_tasks(source_arn, max).await?;
+        self.wake(&woken);
+        Ok(tasks)
     }
 
     fn waiter(&self, queue: &str) -> Arc<Notify> {
@@ -257,6 +271,10 @@ impl Backend for Postgres {
     async fn tick(&self) {
         if let Err(error) = self.sweep().await {
             tracing::warn!(%error, "the retention sweep did not run");
+        }
+        match self.run_due_tasks().await {
+            Ok(woken) => self.wake(&woken),
+            Err(error) => tracing::warn!(%error, "the message move tasks did not run"),
         }
     }
 

@@ -59,13 +59,15 @@ impl Postgres {
     }
 
     /// The receivable messages of a standard queue already received `max_receives` times,
-    /// oldest first, up to the key `before` (excluded).
+    /// oldest first, up to the key `before` (excluded), other than those this receive just
+    /// leased (a lease of 0 s leaves them receivable).
     pub(crate) async fn exhausted(
         &self,
         tx: &Transaction<'_>,
         queue_id: u64,
         lease: &Lease,
         before: (u64, u64),
+        leased: &[i64],
     ) -> Result<Vec<i64>> {
         let rows = tx
             .query(
@@ -73,7 +75,7 @@ impl Postgres {
                     tx,
                     "SELECT seq FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $3
-                   AND receive_count >= $4 AND (sent_ms, seq) < ($5, $6)
+                   AND receive_count >= $4 AND (sent_ms, seq) < ($5, $6) AND seq <> ALL($8)
                  ORDER BY sent_ms, seq
                  LIMIT $7
                  FOR UPDATE SKIP LOCKED",
@@ -87,6 +89,7 @@ impl Postgres {
                     &to_i64(before.0),
                     &to_i64(before.1),
                     &DEAD_LETTERS_PER_RECEIVE,
+                    &leased,
                 ],
             )
             .await
@@ -95,9 +98,7 @@ impl Postgres {
     }
 
     /// Moves the messages `seqs` names, in that order, to the dead-letter queue in the
-    /// receive's transaction, keeping their ids, bodies, attributes, groups, receive counts
-    /// and (into a standard queue) send times, and saying where they came from. A FIFO
-    /// dead-letter queue stamps them anew, after what its groups already hold, as AWS does.
+    /// receive's transaction, keeping their receive counts and saying where they came from.
     pub(crate) async fn dead_letter(
         &self,
         tx: &Transaction<'_>,
@@ -105,10 +106,30 @@ impl Postgres {
         route: &DeadLetterRoute,
         seqs: &[i64],
     ) -> Result<()> {
+        let to = Destination {
+            id: route.target_id,
+            fifo: opened.settings.fifo,
+            dead_letter_source: Some(&route.source_arn),
+        };
+        self.transfer(tx, opened.id, &to, seqs, opened.now).await
+    }
+
+    /// Moves the messages `seqs` names from one queue to another, in that order, keeping
+    /// their ids, bodies, attributes, groups and (into a standard queue) send times; a FIFO
+    /// destination stamps them anew, after what its groups already hold, as AWS does. A
+    /// dead-lettered message keeps its receive count and names its source; a moved one
+    /// (a move task) starts afresh.
+    pub(crate) async fn transfer(
+        &self,
+        tx: &Transaction<'_>,
+        from: u64,
+        to: &Destination<'_>,
+        seqs: &[i64],
+        now: u64,
+    ) -> Result<()> {
         if seqs.is_empty() {
             return Ok(());
         }
-        let queue_id = opened.id;
         let kept_ids = tx
             .query(
                 &cached(
@@ -117,7 +138,7 @@ impl Postgres {
                      WHERE queue_id = $1 AND seq = ANY($2)",
                 )
                 .await?,
-                &[&to_i64(queue_id), &seqs],
+                &[&to_i64(from), &seqs],
             )
             .await
             .map_err(|e| unavailable(&e))?;
@@ -127,12 +148,11 @@ impl Postgres {
                 let seq: i64 = row.get(0);
                 let id = row
                     .get::<_, Option<Vec<u8>>>(1)
-                    .unwrap_or_else(|| self.sealer.message_id(queue_id, to_u64(seq)).to_vec());
+                    .unwrap_or_else(|| self.sealer.message_id(from, to_u64(seq)).to_vec());
                 (seq, id)
             })
             .unzip();
-        let fifo = opened.settings.fifo;
-        if fifo {
+        if to.fifo {
             tx.execute(
                 &cached(
                     tx,
@@ -141,11 +161,12 @@ impl Postgres {
                            WHERE queue_id = $2 AND seq = ANY($3) ORDER BY 1) groups",
                 )
                 .await?,
-                &[&to_i64(route.target_id), &to_i64(queue_id), &seqs],
+                &[&to_i64(to.id), &to_i64(from), &seqs],
             )
             .await
             .map_err(|e| unavailable(&e))?;
         }
+        let dead_lettered = to.dead_letter_source.is_some();
         tx.execute(
             &cached(
                 tx,
@@ -155,11 +176,14 @@ impl Postgres {
              INSERT INTO leasehold_messages
                  (queue_id, seq, sent_ms, visible_ms, receive_count, first_receive_ms, body,
                   attributes, system_attributes, message_id, dead_letter_source_arn,
-                  group_id, deduplication_id)
+                  group_id, deduplication_id, ready_order)
              SELECT $3, nextval('leasehold_message_seqs'),
                     CASE WHEN $8 THEN $4 ELSE moved.sent_ms END, $4,
-                    moved.receive_count, moved.first_receive_ms, moved.body, moved.attributes,
-                    moved.system_attributes, ids.id, $5, moved.group_id, moved.deduplication_id
+                    CASE WHEN $9 THEN moved.receive_count ELSE 0 END,
+                    CASE WHEN $9 THEN moved.first_receive_ms END,
+                    moved.body, moved.attributes, moved.system_attributes, ids.id, $5,
+                    moved.group_id, moved.deduplication_id,
+                    CASE WHEN $8 THEN nextval('leasehold_message_seqs') END
              FROM moved
              JOIN unnest($6::bigint[], $7::bytea[]) AS ids(seq, id) ON ids.seq = moved.seq
              JOIN unnest($2::bigint[]) WITH ORDINALITY AS walk(seq, n) ON walk.seq = moved.seq
@@ -167,18 +191,27 @@ impl Postgres {
             )
             .await?,
             &[
-                &to_i64(queue_id),
+                &to_i64(from),
                 &seqs,
-                &to_i64(route.target_id),
-                &to_i64(opened.now),
-                &route.source_arn,
+                &to_i64(to.id),
+                &to_i64(now),
+                &to.dead_letter_source,
                 &seqs_with_ids,
                 &ids,
-                &fifo,
+                &to.fifo,
+                &dead_lettered,
             ],
         )
         .await
         .map_err(|e| unavailable(&e))?;
         Ok(())
     }
+}
+
+/// Where `transfer` moves messages: a queue's id, whether it is FIFO, and for a
+/// dead-letter queue the ARN of the queue they come from.
+pub(crate) struct Destination<'a> {
+    pub(crate) id: u64,
+    pub(crate) fifo: bool,
+    pub(crate) dead_letter_source: Option<&'a str>,
 }

@@ -171,7 +171,9 @@ impl Postgres {
         };
         let (seqs, counts): (Vec<i64>, Vec<i32>) = (remembered.get(0), remembered.get(1));
         let sql = concat!(
-            "UPDATE leasehold_messages m SET visible_ms = $3
+            "UPDATE leasehold_messages m
+             SET visible_ms = $3,
+                 ready_order = CASE WHEN $3::bigint <= $6::bigint THEN nextval('leasehold_message_seqs') END
              FROM unnest($4::bigint[], $5::integer[]) WITH ORDINALITY AS a(seq, receive_count, n)
              WHERE m.queue_id = $1 AND m.seq = a.seq AND m.receive_count = a.receive_count
                AND m.sent_ms > $2
@@ -188,6 +190,7 @@ impl Postgres {
                     &to_i64(lease.until),
                     &seqs,
                     &counts,
+                    &to_i64(lease.now),
                 ],
             )
             .await

@@ -16,6 +16,7 @@ mod backend;
 mod dead_letters;
 mod fifo;
 mod messages;
+mod moves;
 mod notify;
 mod queues;
 mod schema;
@@ -74,6 +75,7 @@ pub struct Postgres {
     /// This server's id in its notifications, so it skips its own.
     server_id: u64,
     sweep_clock: sweep::SweepClock,
+    tasks_clock: sweep::SweepClock,
     _listener: notify::Listener,
 }
 
@@ -127,6 +129,7 @@ impl Postgres {
             waiters,
             server_id,
             sweep_clock: sweep::SweepClock::default(),
+            tasks_clock: sweep::SweepClock::default(),
             _listener: listener,
         })
     }

@@ -125,9 +125,9 @@ impl Postgres {
                     tx,
                     "INSERT INTO leasehold_messages
                      (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
-                      group_id, deduplication_id)
+                      group_id, deduplication_id, ready_order)
                  VALUES ($1, coalesce($7, nextval('leasehold_message_seqs')), $2, $3, $4, $5, $6,
-                         $8, $9)
+                         $8, $9, CASE WHEN $10 THEN $7 END)
                  RETURNING seq",
                 )
                 .await?,
@@ -141,6 +141,8 @@ impl Postgres {
                     &reserved.map(|(seq, _)| seq),
                     &message.group_id,
                     &reserved.map(|(_, dedup)| dedup),
+                    // A FIFO message receivable at once is ranked by its send (V3__fifo.sql).
+                    &(settings.fifo && delay_s == 0),
                 ],
             )
             .await
@@ -260,7 +262,8 @@ impl Postgres {
                 Some((key, _)) if claimed.len() as i64 == max => *key,
                 _ => (u64::MAX, u64::MAX),
             };
-            let exhausted = self.exhausted(tx, opened.id, lease, bound).await?;
+            let leased: Vec<i64> = claimed.iter().map(|((_, seq), _)| to_i64(*seq)).collect();
+            let exhausted = self.exhausted(tx, opened.id, lease, bound, &leased).await?;
             self.dead_letter(tx, opened, route, &exhausted).await?;
         }
         let deliveries = claimed.into_iter().map(|(_, d)| d).collect();
@@ -462,13 +465,18 @@ impl Postgres {
             )));
         }
         let until = now + u64::from(timeout_s) * 1000;
+        // A FIFO message released is ranked by its release (V3__fifo.sql).
+        let released = opened.settings.fifo && timeout_s == 0;
         tx.execute(
             &cached(
                 tx,
-                "UPDATE leasehold_messages SET visible_ms = $3 WHERE queue_id = $1 AND seq = $2",
+                "UPDATE leasehold_messages
+                 SET visible_ms = $3,
+                     ready_order = CASE WHEN $4 THEN nextval('leasehold_message_seqs') END
+                 WHERE queue_id = $1 AND seq = $2",
             )
             .await?,
-            &[key[0], key[1], &to_i64(until)],
+            &[key[0], key[1], &to_i64(until), &released],
         )
         .await
         .map_err(|e| unavailable(&e))?;

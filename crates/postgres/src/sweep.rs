@@ -18,13 +18,13 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Rows deleted at most per round, so one round is a short transaction.
 const SWEEP_ROWS: i64 = 10_000;
 
-/// When this server last swept.
+/// When this server last did a round of background work.
 #[derive(Default)]
 pub(crate) struct SweepClock(Mutex<Option<Instant>>);
 
 impl SweepClock {
     /// Whether a round is due, marking it taken.
-    fn due(&self) -> bool {
+    pub(crate) fn due(&self) -> bool {
         let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if last.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
             return false;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use leasehold_backend::{Backend, Embedded, EngineSetup};
+use leasehold_backend::{Backend, Embedded, EngineSetup, MoveTaskStart};
 use leasehold_engine::{EngineConfig, ManualClock, NewMessage, ReceiveRequest};
 mod common;
 use common::Schema;
@@ -55,6 +55,17 @@ enum Command {
     Purge {
         queue: usize,
     },
+    /// A message move task out of the queue (back to the sources, or to `to`).
+    StartMove {
+        queue: usize,
+        to: Option<usize>,
+        rate: Option<u32>,
+    },
+    ListMoves {
+        queue: usize,
+    },
+    /// Cancels the last task started.
+    CancelMove,
     Advance {
         ms: u64,
     },
@@ -73,7 +84,11 @@ fn command() -> impl Strategy<Value = Command> {
         1 => (queue.clone(), 0..8usize, prop_oneof![Just(0u32), Just(15), Just(43_201)])
             .prop_map(|(queue, handle, timeout_s)| Command::Release { queue, handle, timeout_s }),
         2 => queue.clone().prop_map(|queue| Command::Counts { queue }),
-        1 => queue.prop_map(|queue| Command::Purge { queue }),
+        1 => queue.clone().prop_map(|queue| Command::Purge { queue }),
+        1 => (queue.clone(), prop_oneof![3 => Just(None), 1 => (0..QUEUES.len()).prop_map(Some)], prop_oneof![Just(None), Just(Some(1u32)), Just(Some(501))])
+            .prop_map(|(queue, to, rate)| Command::StartMove { queue, to, rate }),
+        1 => queue.prop_map(|queue| Command::ListMoves { queue }),
+        1 => Just(Command::CancelMove),
         2 => prop_oneof![Just(1_000u64), Just(10_000), Just(31_000), Just(61_000)]
             .prop_map(|ms| Command::Advance { ms }),
     ]
@@ -85,6 +100,12 @@ struct Side<'a> {
     handles: Vec<(usize, String)>,
     /// The message ids sends answered, in order.
     sent: Vec<String>,
+    /// The handles of the move tasks started, in order.
+    tasks: Vec<String>,
+}
+
+fn arn(queue: usize) -> String {
+    format!("arn:aws:sqs:us-east-1:000000000000:{}", QUEUES[queue])
 }
 
 impl Side<'_> {
@@ -209,6 +230,44 @@ impl Side<'_> {
                 format!("{:?}", b.get_attributes(QUEUES[*queue], names).await)
             }
             Command::Purge { queue } => format!("{:?}", b.purge(QUEUES[*queue]).await),
+            Command::StartMove { queue, to, rate } => {
+                let start = MoveTaskStart {
+                    source_arn: arn(*queue),
+                    destination_arn: to.map(arn),
+                    per_second: *rate,
+                };
+                // Task handles carry each backend's own ids.
+                let started = b.start_move_task(start).await.map(|handle| {
+                    self.tasks.push(handle);
+                });
+                format!("{started:?}")
+            }
+            Command::ListMoves { queue } => {
+                let listed = b
+                    .list_move_tasks(&arn(*queue), Some(10))
+                    .await
+                    .map(|tasks| {
+                        tasks
+                            .into_iter()
+                            .map(|t| {
+                                let running = t.task_handle.is_some();
+                                (
+                                    t.status,
+                                    t.moved,
+                                    t.to_move,
+                                    t.failure_reason,
+                                    t.max_per_second,
+                                    running,
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                    });
+                format!("{listed:?}")
+            }
+            Command::CancelMove => match self.tasks.last() {
+                Some(handle) => format!("{:?}", b.cancel_move_task(handle).await),
+                None => "no task".into(),
+            },
             Command::Advance { .. } => String::new(),
         }
     }
@@ -239,11 +298,13 @@ async fn compare(commands: Vec<Command>) -> Result<(), String> {
             backend: &embedded,
             handles: vec![],
             sent: vec![],
+            tasks: vec![],
         },
         Side {
             backend: &postgres,
             handles: vec![],
             sent: vec![],
+            tasks: vec![],
         },
     );
     let mut outcome = Ok(());

@@ -25,6 +25,18 @@ pub enum MoveTaskStatus {
 }
 
 impl MoveTaskStatus {
+    const ALL: [MoveTaskStatus; 4] = [
+        MoveTaskStatus::Running,
+        MoveTaskStatus::Completed,
+        MoveTaskStatus::Cancelled,
+        MoveTaskStatus::Failed,
+    ];
+
+    /// The status `as_str` names.
+    pub fn parse(name: &str) -> Option<MoveTaskStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             MoveTaskStatus::Running => "RUNNING",
@@ -81,18 +93,151 @@ struct TaskHandle {
     source_arn: String,
 }
 
-fn task_handle(task: &MoveTask) -> String {
-    let handle = TaskHandle {
-        task_id: task.id.clone(),
-        source_arn: task.source_arn.clone(),
-    };
-    STANDARD.encode(serde_json::to_string(&handle).expect("two strings serialize"))
+/// The rules of message move tasks that do not depend on where queues are kept, for every
+/// backend: the engine's below, and PostgreSQL's.
+impl MoveTask {
+    /// A task that starts now on `source`, whose messages up to `limit` (`to_move` of them)
+    /// are what it moves.
+    pub fn new(
+        id: String,
+        source: &str,
+        start: (&str, Option<&str>, Option<u32>),
+        (limit, to_move): (Option<MsgKey>, u64),
+        now: u64,
+    ) -> MoveTask {
+        let (source_arn, destination_arn, rate) = start;
+        MoveTask {
+            id,
+            source: source.to_string(),
+            source_arn: source_arn.to_string(),
+            destination_arn: destination_arn.map(str::to_string),
+            rate,
+            status: MoveTaskStatus::Running,
+            moved: 0,
+            to_move,
+            limit,
+            started_ms: now,
+            failure: None,
+        }
+    }
+
+    /// The task's handle: base64 of its id and source ARN, as AWS's.
+    pub fn handle(&self) -> String {
+        let handle = TaskHandle {
+            task_id: self.id.clone(),
+            source_arn: self.source_arn.clone(),
+        };
+        STANDARD.encode(serde_json::to_string(&handle).expect("two strings serialize"))
+    }
+
+    /// The task id and source ARN a handle names, or AWS's error for a handle that is not one.
+    pub fn read_handle(handle: &str) -> Result<(String, String)> {
+        let bytes = STANDARD.decode(handle).ok();
+        let parsed: Option<TaskHandle> = bytes.and_then(|b| serde_json::from_slice(&b).ok());
+        parsed.map(|h| (h.task_id, h.source_arn)).ok_or_else(|| {
+            EngineError::InvalidParameterValue("Value for parameter TaskHandle is invalid.".into())
+        })
+    }
+
+    /// StartMessageMoveTask's checks, in AWS's order, given what the backend found: the
+    /// source and destination queues (`Some(same type as the source)` for one that exists),
+    /// the rate, whether the source is a dead-letter queue, and whether a task already runs
+    /// on it. A destination of the other type is refused: a standard message has no group
+    /// to take its place in a FIFO queue by.
+    pub fn check_start(
+        source_exists: bool,
+        destination: Option<bool>,
+        rate: Option<u32>,
+        is_dead_letter_queue: impl FnOnce() -> bool,
+        already_running: impl FnOnce() -> bool,
+    ) -> Result<()> {
+        if !source_exists {
+            return Err(not_found("SourceArn"));
+        }
+        match destination {
+            None => return Err(not_found("DestinationArn")),
+            Some(false) => {
+                return Err(EngineError::InvalidParameterValue(
+                    "The destination queue must be of the same type as the source queue.".into(),
+                ))
+            }
+            Some(true) => {}
+        }
+        if let Some(r) = rate.filter(|r| !(1..=MAX_MOVE_RATE).contains(r)) {
+            return Err(EngineError::out_of_range(
+                "MaxNumberOfMessagesPerSecond",
+                r,
+                "Must be between 1 and 500.",
+            ));
+        }
+        if !is_dead_letter_queue() {
+            return Err(EngineError::InvalidParameterValue(
+                "Source queue must be configured as a Dead Letter Queue.".into(),
+            ));
+        }
+        if already_running() {
+            return Err(EngineError::InvalidParameterValue(
+                "There is already a task running. Only one active task is allowed for a source queue arn at a given time."
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// CancelMessageMoveTask on this task (None: there is no such task): it stops, and
+    /// answers how many it had moved.
+    pub fn cancel(task: Option<&mut MoveTask>) -> Result<u64> {
+        let task =
+            task.ok_or_else(|| EngineError::ResourceNotFound("Task does not exist.".into()))?;
+        if task.status != MoveTaskStatus::Running {
+            return Err(EngineError::InvalidParameterValue(
+                "Only active tasks can be cancelled.".into(),
+            ));
+        }
+        task.status = MoveTaskStatus::Cancelled;
+        Ok(task.moved)
+    }
+
+    /// ListMessageMoveTasks' MaxResults: 1 unless given, at most 10.
+    pub fn list_max(max_results: Option<u32>) -> Result<usize> {
+        let max = max_results.unwrap_or(1);
+        if !(1..=10).contains(&max) {
+            return Err(EngineError::out_of_range(
+                "MaxResults",
+                max,
+                "You must enter a number that's between 1 and 10.",
+            ));
+        }
+        Ok(max as usize)
+    }
+
+    /// The task as ListMessageMoveTasks reports it: a handle only while it runs.
+    pub fn info(&self) -> MoveTaskInfo {
+        MoveTaskInfo {
+            task_handle: (self.status == MoveTaskStatus::Running).then(|| self.handle()),
+            status: self.status,
+            source_arn: self.source_arn.clone(),
+            destination_arn: self.destination_arn.clone(),
+            max_per_second: self.rate,
+            moved: self.moved,
+            to_move: self.to_move,
+            failure_reason: self.failure.clone(),
+            started_ms: self.started_ms,
+        }
+    }
+
+    /// How many more messages the task may move by `now`, at its rate, in one batch.
+    pub fn budget(&self, now: u64) -> u64 {
+        let allowed = match self.rate {
+            Some(rate) => now.saturating_sub(self.started_ms) * u64::from(rate) / 1000,
+            None => u64::MAX,
+        };
+        allowed.saturating_sub(self.moved).min(MOVE_BATCH)
+    }
 }
 
-fn read_task_handle(handle: &str) -> Option<TaskHandle> {
-    let bytes = STANDARD.decode(handle).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
+/// Why a move task failed: the queue it moves from or to is gone.
+pub const MOVE_TASK_QUEUE_GONE: &str = "AWS.SimpleQueueService.NonExistentQueue";
 
 impl Engine {
     /// Checks a RedrivePolicy: the target exists, is of the same type, and allows the source.
@@ -177,56 +322,45 @@ impl Engine {
         destination_arn: Option<&str>,
         rate: Option<u32>,
     ) -> Result<String> {
-        let source = self.existing_queue_of_arn(source_arn, "SourceArn")?;
-        if let Some(dest) = destination_arn {
-            self.existing_queue_of_arn(dest, "DestinationArn")?;
-        }
-        if let Some(r) = rate.filter(|r| !(1..=MAX_MOVE_RATE).contains(r)) {
-            return Err(EngineError::out_of_range(
-                "MaxNumberOfMessagesPerSecond",
-                r,
-                "Must be between 1 and 500.",
-            ));
-        }
-        let is_dead_letter_queue = self.queues.values().any(|q| {
-            q.meta
-                .settings
-                .redrive
-                .as_ref()
-                .is_some_and(|p| p.dead_letter_target_arn == source_arn)
-        });
-        if !is_dead_letter_queue {
-            return Err(EngineError::InvalidParameterValue(
-                "Source queue must be configured as a Dead Letter Queue.".into(),
-            ));
-        }
+        let source = self.queue_key_from_arn(source_arn);
+        let fifo = |key: &String| self.queues.get(key).map(|q| q.meta.settings.fifo);
+        let source_fifo = source.as_ref().and_then(fifo);
+        let destination = match destination_arn {
+            None => Some(true),
+            Some(arn) => self
+                .queue_key_from_arn(arn)
+                .and_then(|key| fifo(&key))
+                .map(|dest_fifo| Some(dest_fifo) == source_fifo),
+        };
+        let is_dead_letter_queue = || {
+            self.queues.values().any(|q| {
+                q.meta
+                    .settings
+                    .redrive
+                    .as_ref()
+                    .is_some_and(|p| p.dead_letter_target_arn == source_arn)
+            })
+        };
+        MoveTask::check_start(
+            source.is_some(),
+            destination,
+            rate,
+            is_dead_letter_queue,
+            || false,
+        )?;
         self.run_move_tasks();
-        if self
+        let running = self
             .tasks
             .iter()
-            .any(|t| t.source_arn == source_arn && t.status == MoveTaskStatus::Running)
-        {
-            return Err(EngineError::InvalidParameterValue(
-                "There is already a task running. Only one active task is allowed for a source queue arn at a given time."
-                    .into(),
-            ));
-        }
+            .any(|t| t.source_arn == source_arn && t.status == MoveTaskStatus::Running);
+        MoveTask::check_start(true, Some(true), None, || true, || running)?;
+        let source = source.expect("checked above");
         let (queue, now) = self.queue_now(&source)?;
         let (limit, to_move) = queue.newest();
-        let task = MoveTask {
-            id: format_message_id(self.rng.random()),
-            source,
-            source_arn: source_arn.to_string(),
-            destination_arn: destination_arn.map(str::to_string),
-            rate,
-            status: MoveTaskStatus::Running,
-            moved: 0,
-            to_move: to_move as u64,
-            limit,
-            started_ms: now,
-            failure: None,
-        };
-        let handle = task_handle(&task);
+        let id = format_message_id(self.rng.random());
+        let start = (source_arn, destination_arn, rate);
+        let task = MoveTask::new(id, &source, start, (limit, to_move as u64), now);
+        let handle = task.handle();
         self.tasks.push(task);
         self.engine_changed();
         self.run_move_tasks();
@@ -235,27 +369,14 @@ impl Engine {
 
     /// CancelMessageMoveTask: stops a running task; returns how many it had moved.
     pub fn cancel_move_task(&mut self, handle: &str) -> Result<u64> {
-        let invalid = || {
-            EngineError::InvalidParameterValue("Value for parameter TaskHandle is invalid.".into())
-        };
-        let TaskHandle {
-            task_id,
-            source_arn,
-        } = read_task_handle(handle).ok_or_else(invalid)?;
+        let (task_id, source_arn) = MoveTask::read_handle(handle)?;
         self.existing_queue_of_arn(&source_arn, "SourceArn")?;
         self.run_move_tasks();
         let task = self
             .tasks
             .iter_mut()
-            .find(|t| t.id == task_id && t.source_arn == source_arn)
-            .ok_or_else(|| EngineError::ResourceNotFound("Task does not exist.".into()))?;
-        if task.status != MoveTaskStatus::Running {
-            return Err(EngineError::InvalidParameterValue(
-                "Only active tasks can be cancelled.".into(),
-            ));
-        }
-        task.status = MoveTaskStatus::Cancelled;
-        let moved = task.moved;
+            .find(|t| t.id == task_id && t.source_arn == source_arn);
+        let moved = MoveTask::cancel(task)?;
         self.engine_changed();
         Ok(moved)
     }
@@ -267,32 +388,15 @@ impl Engine {
         max_results: Option<u32>,
     ) -> Result<Vec<MoveTaskInfo>> {
         self.existing_queue_of_arn(source_arn, "SourceArn")?;
-        let max = max_results.unwrap_or(1);
-        if !(1..=10).contains(&max) {
-            return Err(EngineError::out_of_range(
-                "MaxResults",
-                max,
-                "You must enter a number that's between 1 and 10.",
-            ));
-        }
+        let max = MoveTask::list_max(max_results)?;
         self.run_move_tasks();
         Ok(self
             .tasks
             .iter()
             .rev()
             .filter(|t| t.source_arn == source_arn)
-            .take(max as usize)
-            .map(|t| MoveTaskInfo {
-                task_handle: (t.status == MoveTaskStatus::Running).then(|| task_handle(t)),
-                status: t.status,
-                source_arn: t.source_arn.clone(),
-                destination_arn: t.destination_arn.clone(),
-                max_per_second: t.rate,
-                moved: t.moved,
-                to_move: t.to_move,
-                failure_reason: t.failure.clone(),
-                started_ms: t.started_ms,
-            })
+            .take(max)
+            .map(MoveTask::info)
             .collect())
     }
 
@@ -314,11 +418,7 @@ impl Engine {
     fn progress_task(&mut self, index: usize, now: u64, woken: &mut Vec<String>) {
         self.engine_changed();
         let task = &self.tasks[index];
-        let allowed = match task.rate {
-            Some(rate) => now.saturating_sub(task.started_ms) * u64::from(rate) / 1000,
-            None => u64::MAX,
-        };
-        let budget = allowed.saturating_sub(task.moved).min(MOVE_BATCH);
+        let budget = task.budget(now);
         let (source, limit, fixed_destination) = (
             task.source.clone(),
             task.limit,
@@ -332,10 +432,7 @@ impl Engine {
                 break;
             };
             let Ok((queue, _)) = self.queue_mut(&source) else {
-                outcome = Some((
-                    MoveTaskStatus::Failed,
-                    Some("AWS.SimpleQueueService.NonExistentQueue"),
-                ));
+                outcome = Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
                 break;
             };
             queue.tick(now);
@@ -348,10 +445,7 @@ impl Engine {
                 .or(origin.as_deref())
                 .and_then(|arn| self.queue_key_from_arn(arn));
             let Some(destination) = destination else {
-                outcome = Some((
-                    MoveTaskStatus::Failed,
-                    Some("AWS.SimpleQueueService.NonExistentQueue"),
-                ));
+                outcome = Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
                 break;
             };
             let message = self

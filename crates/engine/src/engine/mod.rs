@@ -27,7 +27,7 @@ use crate::error::{EngineError, Result};
 use crate::queue::{LeaseMode, Queue, Removed};
 use crate::receipt::{Receipt, ReceiptSealer};
 
-pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus};
+pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus, MOVE_TASK_QUEUE_GONE};
 pub use leases::LeaseReport;
 pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};

@@ -1,0 +1,450 @@
+//! Message move tasks on PostgreSQL, by the engine's rules (`MoveTask`): a task is a row of
+//! `leasehold_move_tasks`; a round of its work (at its start, on a List or Cancel of its
+//! source, and once a second from any server's tick) locks the row and moves, at the task's
+//! rate, the receivable messages that were in the source when it started, oldest first,
+//! each back to the queue it was dead-lettered from (or to the task's destination).
+
+use std::collections::HashMap;
+
+use deadpool_postgres::Transaction;
+use leasehold_backend::{BackendError, MoveTaskStart};
+use leasehold_engine::{
+    format_message_id, EngineError, MoveTask, MoveTaskInfo, MoveTaskStatus, MsgKey,
+    MOVE_TASK_QUEUE_GONE,
+};
+
+use crate::dead_letters::Destination;
+use crate::notify::notify;
+use crate::queues::{decode, now};
+use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+
+type Result<T> = std::result::Result<T, BackendError>;
+
+/// The columns `task_of_row` reads, in order.
+const TASK_COLUMNS: &str = "id, source_key, source_arn, destination_arn, rate, status, moved, \
+                            to_move, limit_sent_ms, limit_seq, started_ms, failure";
+
+/// Messages moved at most per statement.
+const MOVE_CHUNK: u64 = 1_000;
+
+fn task_of_row(row: &tokio_postgres::Row) -> Result<MoveTask> {
+    let status: String = row.get(5);
+    let limit = match (row.get::<_, Option<i64>>(8), row.get::<_, Option<i64>>(9)) {
+        (Some(sent_ms), Some(seq)) => Some(MsgKey {
+            sent_ms: to_u64(sent_ms),
+            seq: to_u64(seq),
+        }),
+        _ => None,
+    };
+    Ok(MoveTask {
+        id: row.get(0),
+        source: row.get(1),
+        source_arn: row.get(2),
+        destination_arn: row.get(3),
+        rate: row.get::<_, Option<i32>>(4).map(|r| r.unsigned_abs()),
+        status: MoveTaskStatus::parse(&status).ok_or_else(|| {
+            BackendError::Failed(format!("a move task in the database has status {status}"))
+        })?,
+        moved: to_u64(row.get(6)),
+        to_move: to_u64(row.get(7)),
+        limit,
+        started_ms: to_u64(row.get(10)),
+        failure: row.get(11),
+    })
+}
+
+/// A queue a task moves from or to, as a round finds it.
+#[derive(Clone, Copy)]
+struct Found {
+    id: u64,
+    fifo: bool,
+}
+
+impl Postgres {
+    pub(crate) async fn start_task(&self, start: MoveTaskStart) -> Result<(String, Vec<String>)> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let source_arn = start.source_arn.as_str();
+        let source = self.naming.key_of_arn(source_arn);
+        let source_found = match &source {
+            Some(key) => self.find_queue(&tx, key).await?,
+            None => None,
+        };
+        let destination = match start.destination_arn.as_deref() {
+            None => Some(true),
+            Some(arn) => match self.naming.key_of_arn(arn) {
+                Some(key) => self
+                    .find_queue(&tx, &key)
+                    .await?
+                    .map(|dest| Some(dest.fifo) == source_found.map(|source| source.fifo)),
+                None => None,
+            },
+        };
+        let is_dead_letter_queue = tx
+            .query_one(
+                &cached(
+                    &tx,
+                    "SELECT EXISTS (SELECT 1 FROM leasehold_queues WHERE dead_letter_target_arn = $1)",
+                )
+                .await?,
+                &[&source_arn],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .get::<_, bool>(0);
+        MoveTask::check_start(
+            source_found.is_some(),
+            destination,
+            start.per_second,
+            || is_dead_letter_queue,
+            || false,
+        )?;
+        let (source, source_found) = match (source, source_found) {
+            (Some(key), Some(found)) => (key, found),
+            _ => return Err(EngineError::QueueDoesNotExist.into()),
+        };
+        let mut woken = self.run_tasks(&tx).await?;
+        let now = now(&tx).await?;
+        let newest = self.newest(&tx, source_found.id, now).await?;
+        let id = format_message_id(rand::random());
+        let dest = start.destination_arn.as_deref();
+        let mut task = MoveTask::new(
+            id,
+            &source,
+            (source_arn, dest, start.per_second),
+            newest,
+            now,
+        );
+        let inserted = tx
+            .execute(
+                &cached(
+                    &tx,
+                    "INSERT INTO leasehold_move_tasks (id, source_key, source_arn, destination_arn,
+                         rate, status, to_move, limit_sent_ms, limit_seq, started_ms)
+                     VALUES ($1, $2, $3, $4, $5, 'RUNNING', $6, $7, $8, $9)
+                     ON CONFLICT (source_arn) WHERE status = 'RUNNING' DO NOTHING",
+                )
+                .await?,
+                &[
+                    &task.id,
+                    &task.source,
+                    &task.source_arn,
+                    &task.destination_arn,
+                    &task.rate.map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
+                    &to_i64(task.to_move),
+                    &task.limit.map(|k| to_i64(k.sent_ms)),
+                    &task.limit.map(|k| to_i64(k.seq)),
+                    &to_i64(now),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let started = MoveTask::check_start(true, Some(true), None, || true, || inserted == 0);
+        if started.is_ok() {
+            woken.extend(self.progress(&tx, &mut task, now).await?);
+        }
+        // The round run above stands even when this start is refused, as in the engine.
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        started?;
+        Ok((task.handle(), woken))
+    }
+
+    pub(crate) async fn cancel_task(&self, handle: &str) -> Result<(u64, Vec<String>)> {
+        let (task_id, source_arn) = MoveTask::read_handle(handle)?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        self.source_exists(&tx, &source_arn).await?;
+        let woken = self.run_tasks(&tx).await?;
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
+             WHERE id = $1 AND source_arn = $2 FOR UPDATE"
+        );
+        let row = tx
+            .query_opt(&sql, &[&task_id, &source_arn])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut task = row.as_ref().map(task_of_row).transpose()?;
+        let cancelled = MoveTask::cancel(task.as_mut());
+        if let (Some(task), Ok(_)) = (&task, &cancelled) {
+            self.save(&tx, task).await?;
+        }
+        // The round run above stands even when this cancel is refused, as in the engine.
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok((cancelled?, woken))
+    }
+
+    pub(crate) async fn list_tasks(
+        &self,
+        source_arn: &str,
+        max: Option<u32>,
+    ) -> Result<(Vec<MoveTaskInfo>, Vec<String>)> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        self.source_exists(&tx, source_arn).await?;
+        let max = MoveTask::list_max(max)?;
+        let woken = self.run_tasks(&tx).await?;
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
+             WHERE source_arn = $1 ORDER BY n DESC LIMIT $2"
+        );
+        let rows = tx
+            .query(&sql, &[&source_arn, &to_i64(max as u64)])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let tasks = rows
+            .iter()
+            .map(|row| task_of_row(row).map(|t| t.info()))
+            .collect::<Result<Vec<_>>>()?;
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok((tasks, woken))
+    }
+
+    /// A round of every running task, once a second from this server's tick.
+    pub(crate) async fn run_due_tasks(&self) -> Result<Vec<String>> {
+        if !self.tasks_clock.due() {
+            return Ok(Vec::new());
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let woken = self.run_tasks(&tx).await?;
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok(woken)
+    }
+
+    /// One round of every running task, each skipped if another server is running it;
+    /// answers the queues that received messages. Any command on move tasks runs one first,
+    /// as the engine's do, so what it reports is up to date.
+    pub(crate) async fn run_tasks(&self, tx: &Transaction<'_>) -> Result<Vec<String>> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
+             WHERE status = 'RUNNING' ORDER BY n FOR UPDATE SKIP LOCKED"
+        );
+        let rows = tx.query(&sql, &[]).await.map_err(|e| unavailable(&e))?;
+        let now = now(tx).await?;
+        let mut woken = Vec::new();
+        for row in &rows {
+            let mut task = task_of_row(row)?;
+            woken.extend(self.progress(tx, &mut task, now).await?);
+        }
+        woken.sort();
+        woken.dedup();
+        Ok(woken)
+    }
+
+    /// A round of one task: moves what its rate allows by now, in order, until the source
+    /// has nothing left from before the task started (Completed) or a queue it needs is
+    /// gone (Failed), as the engine's `progress_task`; saves the task.
+    async fn progress(
+        &self,
+        tx: &Transaction<'_>,
+        task: &mut MoveTask,
+        now: u64,
+    ) -> Result<Vec<String>> {
+        let budget = task.budget(now);
+        let mut woken = Vec::new();
+        let mut destinations: HashMap<String, Option<Found>> = HashMap::new();
+        let mut moved = 0;
+        let outcome = 'round: loop {
+            if moved >= budget {
+                break None;
+            }
+            let Some(limit) = task.limit else {
+                break Some((MoveTaskStatus::Completed, None));
+            };
+            let Some(source) = self.find_queue(tx, &task.source).await? else {
+                break Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
+            };
+            let ready = self
+                .oldest_ready(tx, source.id, limit, now, (budget - moved).min(MOVE_CHUNK))
+                .await?;
+            if ready.is_empty() {
+                break Some((MoveTaskStatus::Completed, None));
+            }
+            // Consecutive messages bound for one queue move together, in order.
+            let mut run: Vec<i64> = Vec::new();
+            let mut run_to: Option<(String, Found)> = None;
+            for (seq, origin) in ready {
+                let arn = task.destination_arn.clone().or(origin);
+                let key = arn.as_deref().and_then(|arn| self.naming.key_of_arn(arn));
+                let found = match &key {
+                    Some(key) => match destinations.get(key) {
+                        Some(found) => *found,
+                        None => {
+                            let found = self.find_queue(tx, key).await?;
+                            destinations.insert(key.clone(), found);
+                            found
+                        }
+                    },
+                    None => None,
+                };
+                let (Some(key), Some(found)) = (key, found) else {
+                    moved += self
+                        .move_run(tx, source.id, &run_to, &mut run, now, &mut woken)
+                        .await?;
+                    break 'round Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
+                };
+                if run_to.as_ref().is_some_and(|(k, _)| *k != key) {
+                    moved += self
+                        .move_run(tx, source.id, &run_to, &mut run, now, &mut woken)
+                        .await?;
+                }
+                run_to = Some((key, found));
+                run.push(seq);
+            }
+            moved += self
+                .move_run(tx, source.id, &run_to, &mut run, now, &mut woken)
+                .await?;
+        };
+        task.moved += moved;
+        if let Some((status, failure)) = outcome {
+            task.status = status;
+            task.failure = failure.map(str::to_string);
+        }
+        self.save(tx, task).await?;
+        Ok(woken)
+    }
+
+    /// Moves the messages gathered in `run` to `to`, emptying it; answers how many.
+    async fn move_run(
+        &self,
+        tx: &Transaction<'_>,
+        from: u64,
+        to: &Option<(String, Found)>,
+        run: &mut Vec<i64>,
+        now: u64,
+        woken: &mut Vec<String>,
+    ) -> Result<u64> {
+        let Some((key, found)) = to else {
+            return Ok(0);
+        };
+        if run.is_empty() {
+            return Ok(0);
+        }
+        let destination = Destination {
+            id: found.id,
+            fifo: found.fifo,
+            dead_letter_source: None,
+        };
+        self.transfer(tx, from, &destination, run, now).await?;
+        notify(tx, self.server_id, key, run.len()).await?;
+        woken.push(key.clone());
+        let count = run.len() as u64;
+        run.clear();
+        Ok(count)
+    }
+
+    /// The source's receivable messages up to `limit`, oldest first, with the queue each
+    /// was dead-lettered from.
+    async fn oldest_ready(
+        &self,
+        tx: &Transaction<'_>,
+        queue_id: u64,
+        limit: MsgKey,
+        now: u64,
+        count: u64,
+    ) -> Result<Vec<(i64, Option<String>)>> {
+        let rows = tx
+            .query(
+                &cached(
+                    tx,
+                    "SELECT m.seq, m.dead_letter_source_arn
+                     FROM leasehold_messages m JOIN leasehold_queues q ON q.id = m.queue_id
+                     WHERE m.queue_id = $1 AND m.visible_ms <= $2
+                       AND m.sent_ms > $2 - q.retention_ms AND (m.sent_ms, m.seq) <= ($3, $4)
+                     ORDER BY m.sent_ms, m.seq
+                     LIMIT $5
+                     FOR UPDATE OF m SKIP LOCKED",
+                )
+                .await?,
+                &[
+                    &to_i64(queue_id),
+                    &to_i64(now),
+                    &to_i64(limit.sent_ms),
+                    &to_i64(limit.seq),
+                    &to_i64(count),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+    }
+
+    /// The newest message of a queue and how many it holds: what a task starting now moves.
+    async fn newest(
+        &self,
+        tx: &Transaction<'_>,
+        queue_id: u64,
+        now: u64,
+    ) -> Result<(Option<MsgKey>, u64)> {
+        let row = tx
+            .query_one(
+                &cached(
+                    tx,
+                    "SELECT max(m.sent_ms), (array_agg(m.seq ORDER BY m.sent_ms DESC, m.seq DESC))[1],
+                            count(*)
+                     FROM leasehold_messages m JOIN leasehold_queues q ON q.id = m.queue_id
+                     WHERE m.queue_id = $1 AND m.sent_ms > $2 - q.retention_ms",
+                )
+                .await?,
+                &[&to_i64(queue_id), &to_i64(now)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let limit = match (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)) {
+            (Some(sent_ms), Some(seq)) => Some(MsgKey {
+                sent_ms: to_u64(sent_ms),
+                seq: to_u64(seq),
+            }),
+            _ => None,
+        };
+        Ok((limit, to_u64(row.get(2))))
+    }
+
+    async fn save(&self, tx: &Transaction<'_>, task: &MoveTask) -> Result<()> {
+        tx.execute(
+            &cached(
+                tx,
+                "UPDATE leasehold_move_tasks SET status = $2, moved = $3, failure = $4
+                 WHERE id = $1",
+            )
+            .await?,
+            &[
+                &task.id,
+                &task.status.as_str(),
+                &to_i64(task.moved),
+                &task.failure,
+            ],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+
+    async fn find_queue(&self, tx: &Transaction<'_>, key: &str) -> Result<Option<Found>> {
+        let row = tx
+            .query_opt(
+                &cached(tx, "SELECT record FROM leasehold_queues WHERE key = $1").await?,
+                &[&key],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        row.map(|row| {
+            let record = decode(row.get(0))?;
+            Ok(Found {
+                id: record.meta.id,
+                fifo: record.meta.settings.fifo,
+            })
+        })
+        .transpose()
+    }
+
+    /// AWS's error for a SourceArn that names no queue.
+    async fn source_exists(&self, tx: &Transaction<'_>, source_arn: &str) -> Result<()> {
+        let exists = match self.naming.key_of_arn(source_arn) {
+            Some(key) => self.find_queue(tx, &key).await?.is_some(),
+            None => false,
+        };
+        MoveTask::check_start(exists, Some(true), None, || true, || false)?;
+        Ok(())
+    }
+}
