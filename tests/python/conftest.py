@@ -15,6 +15,14 @@ from botocore.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = Path(os.environ.get("LEASEHOLD_BIN", ROOT / "target" / "debug" / "leasehold"))
+# LEASEHOLD_TEST_BACKEND=postgres (scripts/test's third run) serves the suite from the
+# machine's PostgreSQL, each server in a schema of its own, instead of from memory.
+BACKEND = os.environ.get("LEASEHOLD_TEST_BACKEND", "embedded")
+POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
+
+
+def _psql(sql):
+    subprocess.run(["psql", POSTGRES_URL, "-qAtc", sql], check=True, capture_output=True)
 
 
 def _free_port():
@@ -29,8 +37,14 @@ class Server:
             raise RuntimeError(f"{BINARY} is missing: run `cargo build` first (scripts/test does)")
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.schema = None
+        storage = ["--in-memory"]
+        if BACKEND == "postgres":
+            self.schema = f"leasehold_pytest_{uuid.uuid4().hex[:12]}"
+            _psql(f"CREATE SCHEMA {self.schema}")
+            storage = ["--postgres", f"{POSTGRES_URL}?options=-c%20search_path%3D{self.schema}"]
         self.process = subprocess.Popen(
-            [str(BINARY), "serve", "--bind", f"127.0.0.1:{self.port}", "--in-memory", "--time-travel", *extra_args],
+            [str(BINARY), "serve", "--bind", f"127.0.0.1:{self.port}", *storage, "--time-travel", *extra_args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -79,6 +93,9 @@ class Server:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()
+        if self.schema:
+            _psql(f"DROP SCHEMA {self.schema} CASCADE")
 
 
 @pytest.fixture(scope="session")

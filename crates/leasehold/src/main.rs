@@ -107,7 +107,7 @@ struct ServeArgs {
     in_memory: bool,
     /// Keep the queues in this PostgreSQL database, shared by every server given the same
     /// URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). In progress (issue 16):
-    /// every queue action; the lease report and `--lease-mode strict` are not yet served.
+    /// every queue action in either lease mode; the lease report is not yet served.
     #[arg(long, env = "LEASEHOLD_POSTGRES_URL", conflicts_with_all = ["data_dir", "fsync"])]
     postgres: Option<String>,
     /// Where the durable store keeps its data file (leasehold.db).
@@ -221,16 +221,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
     };
     let state = if let Some(url) = &args.postgres {
-        if config.lease_mode == LeaseMode::Strict {
-            return Err(consume::usage(
-                "--lease-mode strict is not yet served with --postgres",
-            ));
-        }
         let naming = leasehold_engine::Naming {
             region: config.region.clone(),
             account_id: config.account_id.clone(),
         };
-        let options = leasehold_postgres::Options::default();
+        let options = leasehold_postgres::Options {
+            lease_mode: config.lease_mode,
+            ..leasehold_postgres::Options::default()
+        };
         let backend = match leasehold_postgres::Postgres::connect(url, naming, options).await {
             Err(error @ leasehold_postgres::StartError::Url(_)) => {
                 return Err(consume::usage(format!("--postgres: {error}")))

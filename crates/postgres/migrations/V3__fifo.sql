@@ -29,9 +29,10 @@ CREATE TABLE leasehold_dedup (
 
 -- A receive retried with its ReceiveRequestAttemptId gets the same messages back, as long as
 -- each is still at the receive count it was handed out with.
+-- The attempt id is kept as bytes: SQS takes any, PostgreSQL's text no NUL.
 CREATE TABLE leasehold_receive_attempts (
     queue_id bigint NOT NULL,
-    attempt_id text NOT NULL,
+    attempt_id bytea NOT NULL,
     seqs bigint[] NOT NULL,
     receive_counts integer[] NOT NULL,
     expires_ms bigint NOT NULL,

@@ -15,7 +15,7 @@ use leasehold_engine::{
 use tokio::sync::Notify;
 use tokio_postgres::types::ToSql;
 
-use crate::{unavailable, Postgres};
+use crate::{storable, unavailable, Postgres};
 
 /// Counts GetQueueAttributes takes from the rows rather than from the transient engine.
 const COUNTED: [&str; 3] = [
@@ -74,6 +74,9 @@ impl Backend for Postgres {
     }
 
     async fn queue_exists(&self, queue: &str) -> Result<()> {
+        if !storable(queue) {
+            return Err(EngineError::QueueDoesNotExist.into());
+        }
         let client = self.client().await?;
         let row = client
             .query_opt("SELECT 1 FROM leasehold_queues WHERE key = $1", &[&queue])

@@ -162,7 +162,7 @@ impl Postgres {
                      WHERE queue_id = $1 AND attempt_id = $2 AND expires_ms > $3",
                 )
                 .await?,
-                &[&to_i64(opened.id), &attempt, &to_i64(lease.now)],
+                &[&to_i64(opened.id), &attempt.as_bytes(), &to_i64(lease.now)],
             )
             .await
             .map_err(|e| unavailable(&e))?;
@@ -233,7 +233,7 @@ impl Postgres {
             .await?,
             &[
                 &to_i64(opened.id),
-                &attempt,
+                &attempt.as_bytes(),
                 &seqs,
                 &counts,
                 &to_i64(opened.now + FIFO_WINDOW_MS),

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use leasehold_backend::{BackendError, Waiters};
-use leasehold_engine::{Naming, ReceiptSealer};
+use leasehold_engine::{LeaseMode, Naming, ReceiptSealer};
 use thiserror::Error;
 use tokio_postgres::NoTls;
 
@@ -54,6 +54,8 @@ pub struct Options {
     pub connect_timeout: Duration,
     /// The schema to work in: tests give each run its own.
     pub schema: Option<String>,
+    /// What a handle whose lease is over may still do (the engine's `LeaseMode`).
+    pub lease_mode: LeaseMode,
 }
 
 impl Default for Options {
@@ -62,6 +64,7 @@ impl Default for Options {
             pool_size: 32,
             connect_timeout: Duration::from_secs(5),
             schema: None,
+            lease_mode: LeaseMode::Aws,
         }
     }
 }
@@ -71,6 +74,7 @@ pub struct Postgres {
     naming: Naming,
     receipt_key: [u8; 16],
     sealer: ReceiptSealer,
+    lease_mode: LeaseMode,
     waiters: Arc<Waiters>,
     /// This server's id in its notifications, so it skips its own.
     server_id: u64,
@@ -126,6 +130,7 @@ impl Postgres {
             naming,
             receipt_key: key,
             sealer: ReceiptSealer::new(key),
+            lease_mode: options.lease_mode,
             waiters,
             server_id,
             sweep_clock: sweep::SweepClock::default(),
@@ -202,6 +207,13 @@ fn describe(config: &tokio_postgres::Config) -> String {
         config.get_user().unwrap_or_default(),
         config.get_dbname().unwrap_or_default()
     )
+}
+
+/// Whether PostgreSQL can hold this text: it refuses NUL in `text`, where the engine's rules
+/// never store one (queue names, ids, bodies are checked). A lookup by text that cannot be
+/// stored finds nothing, and is answered so without asking the database.
+fn storable(text: &str) -> bool {
+    !text.contains('\0')
 }
 
 fn to_i64(value: u64) -> i64 {

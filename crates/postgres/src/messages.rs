@@ -2,25 +2,26 @@
 //! oldest receivable rows with `FOR UPDATE SKIP LOCKED` and starts their leases in the same
 //! statement, so concurrent receivers on any server never share a message under a live
 //! lease; a delete or a visibility change opens the receipt handle with the cluster's key.
-//! Standard queues as the engine's `LeaseMode::Aws` treats them (any issued handle deletes;
-//! a visibility change needs the message, not the current lease); FIFO queues, whose group
-//! walk, deduplication and receive attempts are in `fifo.rs`, refuse a handle whose lease is
-//! over, as the engine does in either mode.
+//! Handles whose lease is over, as the engine's lease modes treat them: on a standard queue
+//! under `LeaseMode::Aws` any issued handle deletes, and a visibility change needs the
+//! message, not the current lease; under `LeaseMode::Strict` such a delete removes nothing
+//! (and succeeds) and such a change is refused as not in flight. FIFO queues, whose group
+//! walk, deduplication and receive attempts are in `fifo.rs`, refuse them in either mode.
 
 use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{
-    check_batch, format_message_id, Delivery, EngineError, MsgKey, NewMessage, QueueSettings,
-    Receipt, ReceiveRequest, Sent, MAX_VISIBILITY_TIMEOUT_S,
+    check_batch, format_message_id, Delivery, EngineError, LeaseMode, MsgKey, NewMessage,
+    QueueSettings, Receipt, ReceiveRequest, Sent, MAX_VISIBILITY_TIMEOUT_S,
 };
 use leasehold_store::codec;
 
 use crate::dead_letters::DeadLetterRoute;
 use crate::notify::notify;
 use crate::queues::{decode, now};
-use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -60,6 +61,9 @@ impl Postgres {
     /// The queue's id and settings and the cluster's instant, read in one statement; the
     /// queue is held against deletion until the transaction ends.
     async fn open_queue(&self, tx: &Transaction<'_>, key: &str) -> Result<Opened> {
+        if !storable(key) {
+            return Err(EngineError::QueueDoesNotExist.into());
+        }
         let sql =
             "SELECT record, leasehold_now() FROM leasehold_queues WHERE key = $1 FOR KEY SHARE";
         let row = tx
@@ -326,8 +330,9 @@ impl Postgres {
     }
 
     /// Deletes the message each handle names. Deleting twice, or after retention dropped
-    /// the message, succeeds, as on AWS; on a FIFO queue only the message's current, live
-    /// lease deletes it, and the group's next message becomes receivable.
+    /// the message, succeeds, as on AWS; on a FIFO queue, or in strict mode, only the
+    /// message's current, live lease deletes it (a FIFO delete makes the group's next message
+    /// receivable).
     pub(crate) async fn delete_all(
         &self,
         queue: &str,
@@ -363,6 +368,7 @@ impl Postgres {
         handle: &str,
     ) -> Result<std::result::Result<(), EngineError>> {
         let fifo = opened.settings.fifo;
+        let live_only = fifo || self.lease_mode == LeaseMode::Strict;
         let key = [&to_i64(opened.id), &to_i64(receipt.key.seq)];
         let deleted = tx
             .execute(
@@ -375,7 +381,7 @@ impl Postgres {
                 &[
                     key[0],
                     key[1],
-                    &fifo,
+                    &live_only,
                     &i32::try_from(receipt.receive_no).unwrap_or(i32::MAX),
                     &to_i64(opened.now),
                 ],
@@ -453,6 +459,9 @@ impl Postgres {
             && to_u64(row.get(2)) > now;
         if opened.settings.fifo && !live {
             return Ok(Err(EngineError::ReceiptHandleExpired(handle.to_string())));
+        }
+        if self.lease_mode == LeaseMode::Strict && !live {
+            return Ok(Err(EngineError::MessageNotInflight(handle.to_string())));
         }
         // SQS counts in whole seconds: the lease so far, rounded down, plus the new timeout.
         let lease_start = row.get::<_, Option<i64>>(0).map_or(now, to_u64);

@@ -16,7 +16,7 @@ use leasehold_engine::{
 use crate::dead_letters::Destination;
 use crate::notify::notify;
 use crate::queues::{decode, now};
-use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -67,8 +67,8 @@ impl Postgres {
         let source_arn = start.source_arn.as_str();
         let source = self.naming.key_of_arn(source_arn);
         let source_found = match &source {
-            Some(key) => self.find_queue(&tx, key).await?,
-            None => None,
+            Some(key) if storable(source_arn) => self.find_queue(&tx, key).await?,
+            _ => None,
         };
         let destination = match start.destination_arn.as_deref() {
             None => Some(true),
@@ -80,7 +80,8 @@ impl Postgres {
                 None => None,
             },
         };
-        let is_dead_letter_queue = tx
+        let is_dead_letter_queue = source_found.is_some()
+            && tx
             .query_one(
                 &cached(
                     &tx,
@@ -159,10 +160,13 @@ impl Postgres {
             "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
              WHERE id = $1 AND source_arn = $2 FOR UPDATE"
         );
-        let row = tx
-            .query_opt(&sql, &[&task_id, &source_arn])
-            .await
-            .map_err(|e| unavailable(&e))?;
+        let row = match storable(&task_id) {
+            true => tx
+                .query_opt(&sql, &[&task_id, &source_arn])
+                .await
+                .map_err(|e| unavailable(&e))?,
+            false => None,
+        };
         let mut task = row.as_ref().map(task_of_row).transpose()?;
         let cancelled = MoveTask::cancel(task.as_mut());
         if let (Some(task), Ok(_)) = (&task, &cancelled) {
@@ -421,6 +425,9 @@ impl Postgres {
     }
 
     async fn find_queue(&self, tx: &Transaction<'_>, key: &str) -> Result<Option<Found>> {
+        if !storable(key) {
+            return Ok(None);
+        }
         let row = tx
             .query_opt(
                 &cached(tx, "SELECT record FROM leasehold_queues WHERE key = $1").await?,
@@ -441,8 +448,8 @@ impl Postgres {
     /// AWS's error for a SourceArn that names no queue.
     async fn source_exists(&self, tx: &Transaction<'_>, source_arn: &str) -> Result<()> {
         let exists = match self.naming.key_of_arn(source_arn) {
-            Some(key) => self.find_queue(tx, &key).await?.is_some(),
-            None => false,
+            Some(key) if storable(source_arn) => self.find_queue(tx, &key).await?.is_some(),
+            _ => false,
         };
         MoveTask::check_start(exists, Some(true), None, || true, || false)?;
         Ok(())

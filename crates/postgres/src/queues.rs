@@ -12,7 +12,7 @@ use leasehold_engine::{
 };
 use leasehold_store::codec;
 
-use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -37,7 +37,8 @@ impl Postgres {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let db = |e: tokio_postgres::Error| unavailable(&e);
-        let mut sorted = keys.to_vec();
+        // A name PostgreSQL cannot hold names no queue: the engine's rules answer for it.
+        let mut sorted: Vec<String> = keys.iter().filter(|k| storable(k)).cloned().collect();
         sorted.sort();
         sorted.dedup();
         for key in &sorted {

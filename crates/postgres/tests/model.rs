@@ -1,12 +1,12 @@
 //! The differential model test: random command sequences against the embedded engine and
 //! the PostgreSQL backend (the machine's real database, a schema per case), under the same
 //! manual clock, must give the same replies and counts: standard and FIFO queues, each with a
-//! dead-letter queue of its kind.
+//! dead-letter queue of its kind, move tasks, in either lease mode.
 
 use std::sync::Arc;
 
 use leasehold_backend::{Backend, Embedded, EngineSetup, MoveTaskStart};
-use leasehold_engine::{EngineConfig, ManualClock, NewMessage, ReceiveRequest};
+use leasehold_engine::{EngineConfig, LeaseMode, ManualClock, NewMessage, ReceiveRequest};
 mod common;
 use common::Schema;
 use proptest::prelude::*;
@@ -280,13 +280,16 @@ impl Side<'_> {
     }
 }
 
-async fn compare(commands: Vec<Command>) -> Result<(), String> {
+async fn compare(lease_mode: LeaseMode, commands: Vec<Command>) -> Result<(), String> {
     let schema = Schema::new().await;
-    let postgres = schema.server().await;
+    let postgres = schema.server_in(lease_mode).await;
     let clock = ManualClock::new(START_MS);
     let embedded = Embedded::in_memory(EngineSetup {
         clock: Arc::new(clock.clone()),
-        config: EngineConfig::default(),
+        config: EngineConfig {
+            lease_mode,
+            ..EngineConfig::default()
+        },
     });
     postgres
         .freeze_clock(Some(START_MS))
@@ -342,8 +345,10 @@ proptest! {
     #[test]
     fn postgres_gives_the_engines_replies_to_any_command_sequence(
         (a, b) in (any::<bool>(), any::<bool>()),
+        strict in any::<bool>(),
         commands in proptest::collection::vec(command(), 1..40)
     ) {
+        let lease_mode = if strict { LeaseMode::Strict } else { LeaseMode::Aws };
         // Every run starts with the five queues, the sources with or without redrive.
         let mut script = vec![Command::Create { queue: 2, visibility_s: 30, redrive: false }];
         script.push(Command::Create { queue: 4, visibility_s: 30, redrive: false });
@@ -353,7 +358,7 @@ proptest! {
         script.extend(commands);
         let commands = script;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let outcome = runtime.block_on(compare(commands));
+        let outcome = runtime.block_on(compare(lease_mode, commands));
         prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
     }
 }

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use leasehold_engine::Naming;
+use leasehold_engine::{LeaseMode, Naming};
 use leasehold_postgres::{Options, Postgres};
 
 pub const URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -19,8 +19,13 @@ impl Schema {
     }
 
     pub async fn server(&self) -> Postgres {
+        self.server_in(LeaseMode::Aws).await
+    }
+
+    pub async fn server_in(&self, lease_mode: LeaseMode) -> Postgres {
         let options = Options {
             schema: Some(self.0.clone()),
+            lease_mode,
             ..Options::default()
         };
         Postgres::connect(URL, naming(), options).await.unwrap()

@@ -1,5 +1,6 @@
 //! Starts a server on an ephemeral loopback port and hands out SDK clients for it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_credential_types::Credentials;
@@ -15,6 +16,66 @@ pub struct TestServer {
     http: reqwest::Client,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The PostgreSQL schema the server keeps its queues in, on that backend.
+    schema: Option<String>,
+}
+
+const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+async fn postgres_admin(sql: &str) {
+    let (client, connection) = tokio_postgres::connect(POSTGRES_URL, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client.batch_execute(sql).await.unwrap();
+}
+
+fn drop_schema(schema: &str) -> String {
+    format!("SET lock_timeout = '10s'; DROP SCHEMA {schema} CASCADE")
+}
+
+/// A test that ends without `stop` leaves its schema to a thread of its own, which drops it
+/// once the test's runtime has ended and let go of the server's connections (a drop cannot
+/// wait on that runtime: it is the one running the drop). What a run's last tests leave when
+/// the process exits first, the next run sweeps (`sweep_old_schemas`).
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(schema) = self.schema.take() {
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime for the drop");
+                runtime.block_on(postgres_admin(&drop_schema(&schema)));
+            });
+        }
+    }
+}
+
+/// The schema a server of this run keeps its queues in: named for when it was made.
+fn new_schema() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    format!("leasehold_sdk_{now}_{}", rand::random::<u32>())
+}
+
+/// Drops the schemas of runs that ended over ten minutes ago, once per run.
+async fn sweep_old_schemas() {
+    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    postgres_admin(
+        "DO $$ DECLARE s text; BEGIN
+           FOR s IN SELECT nspname FROM pg_namespace
+                    WHERE nspname ~ '^leasehold_sdk_[0-9]+_[0-9]+$'
+                      AND split_part(nspname, '_', 3)::bigint < extract(epoch FROM now()) - 600
+           LOOP EXECUTE format('DROP SCHEMA %I CASCADE', s); END LOOP;
+         END $$",
+    )
+    .await;
 }
 
 impl TestServer {
@@ -32,8 +93,31 @@ impl TestServer {
         .await
     }
 
+    /// A server with this configuration on the embedded backend, or, when
+    /// `LEASEHOLD_TEST_BACKEND=postgres` (scripts/test's second run of this suite), on the
+    /// machine's PostgreSQL in a schema of its own.
     pub async fn start_config(config: ServerConfig) -> TestServer {
-        Self::start_state(AppState::new(config)).await
+        if std::env::var("LEASEHOLD_TEST_BACKEND").as_deref() != Ok("postgres") {
+            return Self::start_state(AppState::new(config)).await;
+        }
+        sweep_old_schemas().await;
+        let schema = new_schema();
+        postgres_admin(&format!("CREATE SCHEMA {schema}")).await;
+        let options = leasehold_postgres::Options {
+            schema: Some(schema.clone()),
+            lease_mode: config.lease_mode,
+            ..leasehold_postgres::Options::default()
+        };
+        let naming = leasehold_engine::Naming {
+            region: config.region.clone(),
+            account_id: config.account_id.clone(),
+        };
+        let backend = leasehold_postgres::Postgres::connect(POSTGRES_URL, naming, options)
+            .await
+            .unwrap();
+        let mut server = Self::start_state(AppState::with_backend(config, Arc::new(backend))).await;
+        server.schema = Some(schema);
+        server
     }
 
     /// A server on a state built elsewhere (a durable one, a faulty one).
@@ -62,14 +146,19 @@ impl TestServer {
             http: reqwest::Client::new(),
             stop: Some(stop),
             served: Some(served),
+            schema: None,
         }
     }
 
-    /// Stops serving and waits until the server has let go of its state (and store).
+    /// Stops serving and waits until the server has let go of its state (and store), then
+    /// drops its PostgreSQL schema, if it has one.
     pub async fn stop(mut self) {
         let _ = self.stop.take().map(|s| s.send(()));
         if let Some(served) = self.served.take() {
             served.await.unwrap().unwrap();
+        }
+        if let Some(schema) = self.schema.take() {
+            postgres_admin(&drop_schema(&schema)).await;
         }
     }
 
