@@ -66,7 +66,7 @@ impl Summary {
 
 /// A histogram since start plus one over the last `WINDOW_MS`, kept as time buckets.
 #[derive(Default)]
-pub(crate) struct Windowed {
+pub struct Windowed {
     total: Option<Histogram<u32>>,
     buckets: VecDeque<(u64, Histogram<u32>)>,
 }
@@ -187,7 +187,7 @@ impl Windowed {
 /// another copy of the work finishing (a different receive's handle: a repeat delete).
 /// Bounded by count and age: retries come within seconds.
 #[derive(Default)]
-pub(crate) struct RecentDeletes {
+pub struct RecentDeletes {
     order: VecDeque<(u64, MsgKey)>,
     by_key: HashMap<MsgKey, u32>,
 }
@@ -220,7 +220,7 @@ pub const METRICS_EVERY_MS: u64 = 1_000;
 
 /// Per-queue lease measurements.
 #[derive(Default)]
-pub(crate) struct LeaseMetrics {
+pub struct LeaseMetrics {
     /// Not kept across restarts: it covers the seconds in which an SDK retries.
     pub recent_deletes: RecentDeletes,
     /// Something changed since the measurements were last handed to a store.
@@ -273,6 +273,18 @@ impl LeaseMetrics {
                 receive_counts: self.receive_counts.clone(),
                 extensions_per_message: self.extensions_per_message.clone(),
             }
+        })
+    }
+
+    /// Everything measured since the last take, and a fresh start: what one server adds to
+    /// the cluster's measurements (None: nothing new).
+    pub fn take_delta(&mut self) -> Option<MetricsRecord> {
+        let taken = std::mem::take(self);
+        taken.changed.then(|| MetricsRecord {
+            hold: taken.hold.to_record(),
+            first_receive: taken.first_receive.to_record(),
+            receive_counts: taken.receive_counts,
+            extensions_per_message: taken.extensions_per_message,
         })
     }
 

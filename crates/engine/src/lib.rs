@@ -28,8 +28,8 @@ pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use error::{EngineError, Result};
 pub use fifo::{content_deduplication_id, DedupKey, Original, FIFO_WINDOW_MS};
 pub use lease_stats::{
-    Buckets, Counts, MetricsRecord, Summary as DurationSummary, WindowedRecord, HOLD_BUCKETS_MS,
-    METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
+    Buckets, Counts, LeaseMetrics, MetricsRecord, Summary as DurationSummary, WindowedRecord,
+    HOLD_BUCKETS_MS, METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
 };
 pub use message::{
     format_message_id, is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute,

@@ -6,10 +6,16 @@
 -- 0 s, a lease of 0 s, a dead-letter or move into the queue) takes the next number then; one
 -- whose delay or lease ran out has none, and goes first: the engine ranks those before any
 -- command at that instant (its timers run at the start of every command).
+-- extensions, released, late_deleted: what the lease measurements need to know about a
+-- message (leases.rs): heartbeats on its current lease; whether that lease was released (a
+-- ChangeMessageVisibility to 0) rather than left to run out; whether a delete came late.
 ALTER TABLE leasehold_messages
     ADD COLUMN group_id text,
     ADD COLUMN deduplication_id text,
-    ADD COLUMN ready_order bigint;
+    ADD COLUMN ready_order bigint,
+    ADD COLUMN extensions integer NOT NULL DEFAULT 0,
+    ADD COLUMN released boolean NOT NULL DEFAULT false,
+    ADD COLUMN late_deleted boolean NOT NULL DEFAULT false;
 
 -- A group's messages in order, and the groups of a queue one by one (the walk below).
 CREATE INDEX leasehold_messages_by_group ON leasehold_messages (queue_id, group_id, seq)
@@ -75,13 +81,13 @@ END $$;
 -- them to the dead-letter queue in the same transaction.
 CREATE FUNCTION leasehold_fifo_claim(q bigint, now_ms bigint, max_n integer, until_ms bigint,
                                      oldest_kept bigint, max_receives integer)
-RETURNS TABLE (claimed_seq bigint, exhausted boolean) LANGUAGE plpgsql AS $$
+RETURNS TABLE (claimed_seq bigint, exhausted boolean, expired boolean) LANGUAGE plpgsql AS $$
 DECLARE
     g text;
     m record;
     taken integer := 0;
     -- A lease of 0 s makes its messages receivable again by this command.
-    released bigint := CASE WHEN until_ms <= now_ms THEN nextval('leasehold_message_seqs') END;
+    released_at bigint := CASE WHEN until_ms <= now_ms THEN nextval('leasehold_message_seqs') END;
 BEGIN
     FOR g IN
         WITH RECURSIVE groups AS (
@@ -105,7 +111,7 @@ BEGIN
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtextextended('receive ' || g, q));
         -- A statement of its own, after the lock: it sees what the group's last walker left.
         FOR m IN
-            SELECT x.seq, x.visible_ms, x.receive_count FROM leasehold_messages x
+            SELECT x.seq, x.visible_ms, x.receive_count, x.released FROM leasehold_messages x
             WHERE x.queue_id = q AND x.group_id = g AND x.sent_ms > oldest_kept
             ORDER BY x.seq
             FOR UPDATE
@@ -113,11 +119,13 @@ BEGIN
             EXIT WHEN taken >= max_n OR m.visible_ms > now_ms;
             claimed_seq := m.seq;
             exhausted := m.receive_count >= max_receives;
+            -- Received before and not released: its last lease ran out.
+            expired := m.receive_count > 0 AND NOT m.released;
             IF NOT exhausted THEN
                 UPDATE leasehold_messages x
                 SET visible_ms = until_ms, receive_count = x.receive_count + 1,
                     first_receive_ms = coalesce(x.first_receive_ms, now_ms), received_ms = now_ms,
-                    ready_order = released
+                    ready_order = released_at, extensions = 0, released = false
                 WHERE x.queue_id = q AND x.seq = m.seq;
                 taken := taken + 1;
             END IF;

@@ -1,6 +1,6 @@
 //! `Backend` for PostgreSQL: queue metadata through the engine's rules (`queues.rs`),
-//! messages as rows (`messages.rs`, `fifo.rs`), move tasks as rows (`moves.rs`). What is not
-//! built yet is refused as `UnsupportedOperation`, never answered by other rules.
+//! messages as rows (`messages.rs`, `fifo.rs`), move tasks as rows (`moves.rs`), lease
+//! measurements added up across servers (`leases.rs`).
 
 use std::sync::Arc;
 
@@ -23,12 +23,6 @@ const COUNTED: [&str; 3] = [
     "ApproximateNumberOfMessagesNotVisible",
     "ApproximateNumberOfMessagesDelayed",
 ];
-
-fn not_yet(what: &str) -> BackendError {
-    BackendError::Unsupported(format!(
-        "{what} is not yet served by the PostgreSQL backend"
-    ))
-}
 
 impl Postgres {
     /// Wakes this server's receives waiting on queues that messages were moved into (other
@@ -212,7 +206,10 @@ impl Backend for Postgres {
         Ok(received)
     }
 
-    async fn record_empty_receive(&self, _queue: &str) {}
+    async fn record_empty_receive(&self, queue: &str) {
+        self.measurements
+            .record(queue, |m| m.stats.empty_receives += 1);
+    }
 
     async fn delete(
         &self,
@@ -263,17 +260,23 @@ impl Backend for Postgres {
         self.waiters.wake_all();
     }
 
-    async fn lease_report(&self, _queue: &str) -> Result<LeaseReport> {
-        Err(not_yet("The lease report"))
+    async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
+        self.cluster_report(queue).await
     }
 
     async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
-        Vec::new()
+        self.local_reports().await.unwrap_or_else(|error| {
+            tracing::warn!(%error, "the queues' measurements could not be read");
+            Vec::new()
+        })
     }
 
     async fn tick(&self) {
         if let Err(error) = self.sweep().await {
             tracing::warn!(%error, "the retention sweep did not run");
+        }
+        if let Err(error) = self.flush_measurements(false).await {
+            tracing::warn!(%error, "the lease measurements wait for the database");
         }
         match self.run_due_tasks().await {
             Ok(woken) => self.wake(&woken),
@@ -281,7 +284,11 @@ impl Backend for Postgres {
         }
     }
 
-    async fn flush(&self) {}
+    async fn flush(&self) {
+        if let Err(error) = self.flush_measurements(true).await {
+            tracing::warn!(%error, "the last lease measurements were not written");
+        }
+    }
 
     async fn clock_advanced(&self, by_ms: u64) -> Result<u64> {
         self.advance_clock(by_ms).await

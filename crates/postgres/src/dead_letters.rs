@@ -58,8 +58,8 @@ impl Postgres {
         }))
     }
 
-    /// The receivable messages of a standard queue already received `max_receives` times,
-    /// oldest first, up to the key `before` (excluded), other than those this receive just
+    /// The receivable messages of a standard queue already received `max_receives` times
+    /// (and whether their last lease ran out rather than being released), oldest first, up to the key `before` (excluded), other than those this receive just
     /// leased (a lease of 0 s leaves them receivable).
     pub(crate) async fn exhausted(
         &self,
@@ -68,12 +68,12 @@ impl Postgres {
         lease: &Lease,
         before: (u64, u64),
         leased: &[i64],
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<(i64, bool)>> {
         let rows = tx
             .query(
                 &cached(
                     tx,
-                    "SELECT seq FROM leasehold_messages
+                    "SELECT seq, receive_count > 0 AND NOT released FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $3
                    AND receive_count >= $4 AND (sent_ms, seq) < ($5, $6) AND seq <> ALL($8)
                  ORDER BY sent_ms, seq
@@ -94,18 +94,19 @@ impl Postgres {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
     }
 
     /// Moves the messages `seqs` names, in that order, to the dead-letter queue in the
-    /// receive's transaction, keeping their receive counts and saying where they came from.
+    /// receive's transaction, keeping their receive counts and saying where they came from;
+    /// answers each one's receive count and whether a delete came late for it.
     pub(crate) async fn dead_letter(
         &self,
         tx: &Transaction<'_>,
         opened: &Opened,
         route: &DeadLetterRoute,
         seqs: &[i64],
-    ) -> Result<()> {
+    ) -> Result<Vec<(u32, bool)>> {
         let to = Destination {
             id: route.target_id,
             fifo: opened.settings.fifo,
@@ -126,9 +127,9 @@ impl Postgres {
         to: &Destination<'_>,
         seqs: &[i64],
         now: u64,
-    ) -> Result<()> {
+    ) -> Result<Vec<(u32, bool)>> {
         if seqs.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let kept_ids = tx
             .query(
@@ -167,44 +168,50 @@ impl Postgres {
             .map_err(|e| unavailable(&e))?;
         }
         let dead_lettered = to.dead_letter_source.is_some();
-        tx.execute(
-            &cached(
-                tx,
-                "WITH moved AS (
+        let moved = tx
+            .query(
+                &cached(
+                    tx,
+                    "WITH moved AS (
                  DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = ANY($2)
                  RETURNING *)
              INSERT INTO leasehold_messages
                  (queue_id, seq, sent_ms, visible_ms, receive_count, first_receive_ms, body,
                   attributes, system_attributes, message_id, dead_letter_source_arn,
-                  group_id, deduplication_id, ready_order)
+                  group_id, deduplication_id, ready_order, late_deleted)
              SELECT $3, nextval('leasehold_message_seqs'),
                     CASE WHEN $8 THEN $4 ELSE moved.sent_ms END, $4,
                     CASE WHEN $9 THEN moved.receive_count ELSE 0 END,
                     CASE WHEN $9 THEN moved.first_receive_ms END,
                     moved.body, moved.attributes, moved.system_attributes, ids.id, $5,
                     moved.group_id, moved.deduplication_id,
-                    CASE WHEN $8 THEN nextval('leasehold_message_seqs') END
+                    CASE WHEN $8 THEN nextval('leasehold_message_seqs') END,
+                    $9 AND moved.late_deleted
              FROM moved
              JOIN unnest($6::bigint[], $7::bytea[]) AS ids(seq, id) ON ids.seq = moved.seq
              JOIN unnest($2::bigint[]) WITH ORDINALITY AS walk(seq, n) ON walk.seq = moved.seq
-             ORDER BY walk.n",
+             ORDER BY walk.n
+             RETURNING receive_count, late_deleted",
+                )
+                .await?,
+                &[
+                    &to_i64(from),
+                    &seqs,
+                    &to_i64(to.id),
+                    &to_i64(now),
+                    &to.dead_letter_source,
+                    &seqs_with_ids,
+                    &ids,
+                    &to.fifo,
+                    &dead_lettered,
+                ],
             )
-            .await?,
-            &[
-                &to_i64(from),
-                &seqs,
-                &to_i64(to.id),
-                &to_i64(now),
-                &to.dead_letter_source,
-                &seqs_with_ids,
-                &ids,
-                &to.fifo,
-                &dead_lettered,
-            ],
-        )
-        .await
-        .map_err(|e| unavailable(&e))?;
-        Ok(())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(moved
+            .iter()
+            .map(|row| (row.get::<_, i32>(0).unsigned_abs(), row.get(1)))
+            .collect())
     }
 }
 

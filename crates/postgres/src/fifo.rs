@@ -12,20 +12,20 @@ use leasehold_engine::{
     content_deduplication_id, format_message_id, Delivery, NewMessage, Sent, FIFO_WINDOW_MS,
 };
 
-use crate::dead_letters::DeadLetterRoute;
-use crate::messages::{delivery_columns, Lease, Opened, DELIVERY_COLUMNS};
+use crate::messages::{delivery_columns, Lease, Opened, ReceiveTally, DELIVERY_COLUMNS};
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
 impl Postgres {
-    /// Sends one validated message to a FIFO queue, or answers the original of a duplicate.
+    /// Sends one validated message to a FIFO queue, or answers the original of a duplicate
+    /// (false: nothing was stored).
     pub(crate) async fn send_fifo(
         &self,
         tx: &Transaction<'_>,
         opened: &Opened,
         message: NewMessage,
-    ) -> Result<Sent> {
+    ) -> Result<(Sent, bool)> {
         let group = message.group_id.clone().unwrap_or_default();
         let dedup = match &message.deduplication_id {
             Some(explicit) => explicit.clone(),
@@ -57,12 +57,16 @@ impl Postgres {
             .map_err(|e| unavailable(&e))?;
         let seq: i64 = row.get(0);
         if !row.get::<_, bool>(1) {
-            return Ok(Sent {
+            let original = Sent {
                 message_id: format_message_id(self.sealer.message_id(opened.id, to_u64(seq))),
                 sequence_number: Some(to_u64(seq)),
-            });
+            };
+            return Ok((original, false));
         }
-        self.insert(tx, opened, message, Some((seq, &dedup))).await
+        let sent = self
+            .insert(tx, opened, message, Some((seq, &dedup)))
+            .await?;
+        Ok((sent, true))
     }
 
     /// A FIFO queue's receive: the replay of its attempt id, or the group walk, whose
@@ -73,12 +77,12 @@ impl Postgres {
         tx: &Transaction<'_>,
         opened: &Opened,
         lease: &Lease,
-        route: Option<&DeadLetterRoute>,
-        max: i64,
         attempt: Option<&str>,
+        tally: &mut ReceiveTally,
     ) -> Result<Vec<Delivery>> {
         if let Some(id) = attempt {
             if let Some(replayed) = self.replay(tx, opened, lease, id).await? {
+                tally.replayed = true;
                 return Ok(replayed);
             }
         }
@@ -86,13 +90,13 @@ impl Postgres {
             .query(
                 &cached(
                     tx,
-                    "SELECT claimed_seq, exhausted FROM leasehold_fifo_claim($1, $2, $3, $4, $5, $6)",
+                    "SELECT claimed_seq, exhausted, expired FROM leasehold_fifo_claim($1, $2, $3, $4, $5, $6)",
                 )
                 .await?,
                 &[
                     &to_i64(opened.id),
                     &to_i64(lease.now),
-                    &i32::try_from(max).unwrap_or(i32::MAX),
+                    &i32::try_from(lease.max).unwrap_or(i32::MAX),
                     &to_i64(lease.until),
                     &to_i64(lease.oldest_kept),
                     &lease.max_receives,
@@ -103,13 +107,14 @@ impl Postgres {
         let (mut claimed, mut exhausted) = (Vec::new(), Vec::new());
         for row in &walked {
             let seq: i64 = row.get(0);
+            tally.leases_expired += u64::from(row.get::<_, bool>(2));
             match row.get::<_, bool>(1) {
                 true => exhausted.push(seq),
                 false => claimed.push(seq),
             }
         }
-        if let Some(route) = route {
-            self.dead_letter(tx, opened, route, &exhausted).await?;
+        if let Some(route) = &lease.route {
+            tally.dead_lettered = self.dead_letter(tx, opened, route, &exhausted).await?;
         }
         let deliveries = self.in_order(tx, opened, &claimed).await?;
         if let (Some(id), false) = (attempt, deliveries.is_empty()) {

@@ -15,6 +15,7 @@
 mod backend;
 mod dead_letters;
 mod fifo;
+mod leases;
 mod messages;
 mod moves;
 mod notify;
@@ -80,6 +81,7 @@ pub struct Postgres {
     server_id: u64,
     sweep_clock: sweep::SweepClock,
     tasks_clock: sweep::SweepClock,
+    measurements: leases::Measurements,
     _listener: notify::Listener,
 }
 
@@ -135,6 +137,7 @@ impl Postgres {
             server_id,
             sweep_clock: sweep::SweepClock::default(),
             tasks_clock: sweep::SweepClock::default(),
+            measurements: leases::Measurements::default(),
             _listener: listener,
         })
     }

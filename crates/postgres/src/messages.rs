@@ -32,13 +32,50 @@ pub(crate) struct Opened {
     pub(crate) now: u64,
 }
 
-/// What one receive leases: from `now` until `until`; messages sent at or before
-/// `oldest_kept` are past retention; a message received `max_receives` times is exhausted.
+/// What one receive leases: up to `max` messages, from `now` until `until`; messages sent at
+/// or before `oldest_kept` are past retention; a message received `max_receives` times is
+/// exhausted, and goes by `route` to the dead-letter queue.
 pub(crate) struct Lease {
+    pub(crate) max: i64,
     pub(crate) now: u64,
     pub(crate) until: u64,
     pub(crate) oldest_kept: u64,
     pub(crate) max_receives: i32,
+    pub(crate) route: Option<DeadLetterRoute>,
+}
+
+/// What a visibility change did, for the lease measurements.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Ended or shortened a live lease, or made the message receivable at once.
+    Released,
+    /// A heartbeat: a live lease made longer.
+    Extended,
+    /// A new timeout on a message not in flight (AWS mode allows it).
+    Other,
+}
+
+/// What a delete found of its message, for its answer and the lease measurements.
+pub(crate) struct FoundForDelete {
+    pub(crate) receive_count: u32,
+    /// The handle's lease was the message's current, live one.
+    pub(crate) live: bool,
+    pub(crate) extensions: u32,
+    pub(crate) removed: bool,
+    /// Removed after its last lease ran out, which no receive had counted yet.
+    pub(crate) expired_unseen: bool,
+}
+
+/// What one receive did besides its deliveries, for the lease measurements.
+#[derive(Default)]
+pub(crate) struct ReceiveTally {
+    /// Messages whose last lease had run out (not been released).
+    pub(crate) leases_expired: u64,
+    /// Messages moved to the dead-letter queue: their receive counts and whether a delete
+    /// had come late for them.
+    pub(crate) dead_lettered: Vec<(u32, bool)>,
+    /// A receive attempt answered again: nothing new was received.
+    pub(crate) replayed: bool,
 }
 
 /// The columns a delivery is made from (`Postgres::delivery`), of `leasehold_messages m`.
@@ -93,17 +130,23 @@ impl Postgres {
         if batch {
             check_batch(&opened.settings, &messages)?;
         }
-        let mut results = Vec::with_capacity(messages.len());
+        let (mut results, mut stored) = (Vec::with_capacity(messages.len()), 0);
         for message in messages {
-            results.push(match message.validate(&opened.settings) {
-                Ok(()) if opened.settings.fifo => Ok(self.send_fifo(&tx, &opened, message).await?),
-                Ok(()) => Ok(self.insert(&tx, &opened, message, None).await?),
-                Err(error) => Err(error),
-            });
+            let (result, fresh) = match message.validate(&opened.settings) {
+                Ok(()) if opened.settings.fifo => {
+                    let (sent, fresh) = self.send_fifo(&tx, &opened, message).await?;
+                    (Ok(sent), fresh)
+                }
+                Ok(()) => (Ok(self.insert(&tx, &opened, message, None).await?), true),
+                Err(error) => (Err(error), false),
+            };
+            stored += u64::from(fresh);
+            results.push(result);
         }
         let sent = results.iter().filter(|r| r.is_ok()).count();
         notify(&tx, self.server_id, queue, sent).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
+        self.measurements.record(queue, |m| m.stats.sent += stored);
         Ok(results)
     }
 
@@ -172,6 +215,7 @@ impl Postgres {
             .unwrap_or(settings.visibility_timeout_s);
         let route = self.dead_letter_route(&tx, queue, settings).await?;
         let lease = Lease {
+            max: i64::from(request.max_messages),
             now,
             until: now + u64::from(lease_s) * 1000,
             oldest_kept: now.saturating_sub(u64::from(settings.retention_s) * 1000),
@@ -179,14 +223,15 @@ impl Postgres {
             max_receives: route.as_ref().map_or(i32::MAX, |r| {
                 i32::try_from(r.max_receive_count).unwrap_or(i32::MAX)
             }),
+            route,
         };
-        let max = i64::from(request.max_messages);
+        let mut tally = ReceiveTally::default();
         let deliveries = if settings.fifo {
             let attempt = request.attempt_id.as_deref();
-            self.claim_fifo(&tx, &opened, &lease, route.as_ref(), max, attempt)
+            self.claim_fifo(&tx, &opened, &lease, attempt, &mut tally)
                 .await?
         } else {
-            self.claim_standard(&tx, &opened, &lease, route.as_ref(), max)
+            self.claim_standard(&tx, &opened, &lease, &mut tally)
                 .await?
         };
         let next_due = if deliveries.is_empty() {
@@ -201,6 +246,7 @@ impl Postgres {
             None
         };
         tx.commit().await.map_err(|e| unavailable(&e))?;
+        self.measure_receive(queue, now, &deliveries, tally);
         Ok(Received {
             deliveries,
             queue_wait_s: settings.receive_wait_s,
@@ -216,12 +262,13 @@ impl Postgres {
         tx: &Transaction<'_>,
         opened: &Opened,
         lease: &Lease,
-        route: Option<&DeadLetterRoute>,
-        max: i64,
+        tally: &mut ReceiveTally,
     ) -> Result<Vec<Delivery>> {
+        let max = lease.max;
         let sql = concat!(
             "WITH picked AS (
-                 SELECT seq FROM leasehold_messages
+                 SELECT seq, receive_count > 0 AND NOT released AS expired
+                 FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
                    AND receive_count < $6
                  ORDER BY sent_ms, seq
@@ -229,11 +276,13 @@ impl Postgres {
                  FOR UPDATE SKIP LOCKED)
              UPDATE leasehold_messages m
              SET visible_ms = $4, receive_count = m.receive_count + 1,
-                 first_receive_ms = coalesce(m.first_receive_ms, $2), received_ms = $2
+                 first_receive_ms = coalesce(m.first_receive_ms, $2), received_ms = $2,
+                 extensions = 0, released = false
              FROM picked
              WHERE m.queue_id = $1 AND m.seq = picked.seq
              RETURNING ",
-            delivery_columns!()
+            delivery_columns!(),
+            ", picked.expired"
         );
         let rows = tx
             .query(
@@ -249,6 +298,10 @@ impl Postgres {
             )
             .await
             .map_err(|e| unavailable(&e))?;
+        tally.leases_expired += rows
+            .iter()
+            .filter(|row| row.get::<_, bool>(DELIVERY_COLUMNS))
+            .count() as u64;
         let mut claimed = rows
             .iter()
             .map(|row| {
@@ -260,7 +313,7 @@ impl Postgres {
             .collect::<Result<Vec<_>>>()?;
         // RETURNING keeps no order: oldest first, as claimed.
         claimed.sort_by_key(|(key, _)| *key);
-        if let Some(route) = route {
+        if let Some(route) = &lease.route {
             // A full receive stops at its last message; one that is not full passed them all.
             let bound = match claimed.last() {
                 Some((key, _)) if claimed.len() as i64 == max => *key,
@@ -268,7 +321,9 @@ impl Postgres {
             };
             let leased: Vec<i64> = claimed.iter().map(|((_, seq), _)| to_i64(*seq)).collect();
             let exhausted = self.exhausted(tx, opened.id, lease, bound, &leased).await?;
-            self.dead_letter(tx, opened, route, &exhausted).await?;
+            tally.leases_expired += exhausted.iter().filter(|(_, expired)| *expired).count() as u64;
+            let seqs: Vec<i64> = exhausted.iter().map(|(seq, _)| *seq).collect();
+            tally.dead_lettered = self.dead_letter(tx, opened, route, &seqs).await?;
         }
         let deliveries = claimed.into_iter().map(|(_, d)| d).collect();
         Ok(deliveries)
@@ -341,10 +396,20 @@ impl Postgres {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let opened = self.open_queue(&tx, queue).await?;
-        let mut results = Vec::with_capacity(handles.len());
+        let (mut results, mut seen) = (Vec::with_capacity(handles.len()), Vec::new());
         for handle in handles {
             results.push(match self.open(opened.id, &handle) {
-                Ok(receipt) => self.delete_one(&tx, &opened, &receipt, &handle).await?,
+                Ok(receipt) => {
+                    let found = self.delete_one(&tx, &opened, &receipt).await?;
+                    let result = match found {
+                        Some(ref f) if !f.removed && opened.settings.fifo => {
+                            Err(EngineError::ReceiptHandleExpired(handle))
+                        }
+                        _ => Ok(()),
+                    };
+                    seen.push((receipt, found));
+                    result
+                }
                 Err(error) => Err(error),
             });
         }
@@ -357,55 +422,67 @@ impl Postgres {
         notify(&tx, self.server_id, queue, unblocked).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
         self.waiters.wake_some(queue, unblocked);
+        self.measure_deletes(queue, opened.now, &seen);
         Ok(results)
     }
 
+    /// Deletes the message a handle names if its lease allows (any lease on a standard queue
+    /// in AWS mode; only the current, live one on a FIFO queue or in strict mode); answers
+    /// what it found (None: the message was already gone).
     async fn delete_one(
         &self,
         tx: &Transaction<'_>,
         opened: &Opened,
         receipt: &Receipt,
-        handle: &str,
-    ) -> Result<std::result::Result<(), EngineError>> {
-        let fifo = opened.settings.fifo;
-        let live_only = fifo || self.lease_mode == LeaseMode::Strict;
-        let key = [&to_i64(opened.id), &to_i64(receipt.key.seq)];
-        let deleted = tx
-            .execute(
+    ) -> Result<Option<FoundForDelete>> {
+        let live_only = opened.settings.fifo || self.lease_mode == LeaseMode::Strict;
+        let receive_no = i32::try_from(receipt.receive_no).unwrap_or(i32::MAX);
+        let row = tx
+            .query_opt(
                 &cached(
                     tx,
-                    "DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = $2
-                     AND (NOT $3 OR (receive_count = $4 AND visible_ms > $5))",
+                    "WITH target AS (
+                         SELECT seq, receive_count, visible_ms, extensions, released
+                         FROM leasehold_messages
+                         WHERE queue_id = $1 AND seq = $2 FOR UPDATE),
+                     gone AS (
+                         DELETE FROM leasehold_messages m USING target
+                         WHERE m.queue_id = $1 AND m.seq = target.seq
+                           AND (NOT $3 OR (target.receive_count = $4 AND target.visible_ms > $5))
+                         RETURNING m.seq),
+                     marked AS (
+                         UPDATE leasehold_messages m SET late_deleted = true FROM target
+                         WHERE m.queue_id = $1 AND m.seq = target.seq
+                           AND NOT (target.receive_count = $4 AND target.visible_ms > $5)
+                           AND NOT EXISTS (SELECT 1 FROM gone)
+                         RETURNING m.seq)
+                     SELECT receive_count, visible_ms, extensions, EXISTS (SELECT 1 FROM gone),
+                            released, (SELECT count(*) FROM marked)
+                     FROM target",
                 )
                 .await?,
                 &[
-                    key[0],
-                    key[1],
+                    &to_i64(opened.id),
+                    &to_i64(receipt.key.seq),
                     &live_only,
-                    &i32::try_from(receipt.receive_no).unwrap_or(i32::MAX),
+                    &receive_no,
                     &to_i64(opened.now),
                 ],
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        if deleted > 0 || !fifo {
-            return Ok(Ok(()));
-        }
-        let kept = tx
-            .query_opt(
-                &cached(
-                    tx,
-                    "SELECT 1 FROM leasehold_messages WHERE queue_id = $1 AND seq = $2",
-                )
-                .await?,
-                &[key[0], key[1]],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-        Ok(match kept {
-            Some(_) => Err(EngineError::ReceiptHandleExpired(handle.to_string())),
-            None => Ok(()),
-        })
+        Ok(row.map(|row| {
+            let receive_count = row.get::<_, i32>(0);
+            let visible = to_u64(row.get(1)) <= opened.now;
+            let removed: bool = row.get(3);
+            FoundForDelete {
+                receive_count: receive_count.unsigned_abs(),
+                live: receive_count == receive_no && !visible,
+                extensions: row.get::<_, i32>(2).unsigned_abs(),
+                removed,
+                expired_unseen: removed && visible && receive_count > 0 && !row.get::<_, bool>(4),
+            }
+        }))
     }
 
     /// Gives each handle's message a new visibility timeout from now, held to the 12-hour
@@ -432,7 +509,13 @@ impl Postgres {
         let changed = results.iter().filter(|r| r.is_ok()).count();
         notify(&tx, self.server_id, queue, changed).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
-        Ok(results)
+        let changes: Vec<(Change, bool)> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .copied()
+            .collect();
+        self.measure_changes(queue, &changes);
+        Ok(results.into_iter().map(|r| r.map(drop)).collect())
     }
 
     async fn change_one(
@@ -442,12 +525,12 @@ impl Postgres {
         receipt: &Receipt,
         handle: &str,
         timeout_s: u32,
-    ) -> Result<std::result::Result<(), EngineError>> {
+    ) -> Result<std::result::Result<(Change, bool), EngineError>> {
         let now = opened.now;
         let key = [&to_i64(receipt.queue_id), &to_i64(receipt.key.seq)];
         let row = tx
             .query_opt(
-                &cached(tx, "SELECT received_ms, receive_count, visible_ms FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 FOR UPDATE").await?,
+                &cached(tx, "SELECT received_ms, receive_count, visible_ms, released FROM leasehold_messages WHERE queue_id = $1 AND seq = $2 FOR UPDATE").await?,
                 &[key[0], key[1]],
             )
             .await
@@ -474,27 +557,49 @@ impl Postgres {
             )));
         }
         let until = now + u64::from(timeout_s) * 1000;
+        // A lease brought to an end sooner (a backoff put-back) is a release, not a
+        // heartbeat, as the engine counts them.
+        let change = if timeout_s == 0 || (live && until < to_u64(row.get(2))) {
+            Change::Released
+        } else if live {
+            Change::Extended
+        } else {
+            Change::Other
+        };
         // A FIFO message released is ranked by its release (V3__fifo.sql).
-        let released = opened.settings.fifo && timeout_s == 0;
+        let ranked = opened.settings.fifo && timeout_s == 0;
         tx.execute(
             &cached(
                 tx,
                 "UPDATE leasehold_messages
                  SET visible_ms = $3,
-                     ready_order = CASE WHEN $4 THEN nextval('leasehold_message_seqs') END
+                     ready_order = CASE WHEN $4 THEN nextval('leasehold_message_seqs') END,
+                     released = $5, extensions = extensions + $6
                  WHERE queue_id = $1 AND seq = $2",
             )
             .await?,
-            &[key[0], key[1], &to_i64(until), &released],
+            &[
+                key[0],
+                key[1],
+                &to_i64(until),
+                &ranked,
+                &(timeout_s == 0),
+                &i32::from(change == Change::Extended),
+            ],
         )
         .await
         .map_err(|e| unavailable(&e))?;
-        Ok(Ok(()))
+        // A lease that ran out, seen for the first time.
+        let expired_unseen =
+            row.get::<_, i32>(1) > 0 && to_u64(row.get(2)) <= now && !row.get::<_, bool>(3);
+        Ok(Ok((change, expired_unseen)))
     }
 
     /// The queue's messages by state: receivable, in flight (leased), delayed; none past
     /// the queue's retention, even before the sweep deletes it.
-    pub(crate) async fn counts(&self, queue_id: u64, settings: &QueueSettings) -> Result<[u64; 3]> {
+    /// ... then the oldest one's send time (0: none), and how many receivable ones got there
+    /// by a lease running out (counted as expired when they are received or deleted again).
+    pub(crate) async fn counts(&self, queue_id: u64, settings: &QueueSettings) -> Result<[u64; 5]> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let now = now(&tx).await?;
@@ -504,7 +609,10 @@ impl Postgres {
                     &tx,
                     "SELECT count(*) FILTER (WHERE visible_ms <= $2),
                         count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NOT NULL),
-                        count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NULL)
+                        count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NULL),
+                        coalesce(min(sent_ms), 0),
+                        count(*) FILTER (WHERE visible_ms <= $2 AND receive_count > 0
+                                           AND NOT released)
                  FROM leasehold_messages WHERE queue_id = $1 AND sent_ms > $3",
                 )
                 .await?,
@@ -517,6 +625,6 @@ impl Postgres {
             .await
             .map_err(|e| unavailable(&e))?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
-        Ok([0, 1, 2].map(|i| to_u64(row.get(i))))
+        Ok([0, 1, 2, 3, 4].map(|i| to_u64(row.get(i))))
     }
 }

@@ -90,12 +90,24 @@ impl Postgres {
         } else {
             0
         };
+        let names: Vec<(u64, String)> = records
+            .iter()
+            .map(|r| (r.meta.id, r.name.clone()))
+            .collect();
         let mut engine = self.transient_engine(now, next_queue_id, deleted_at, records);
         let value = command(&mut engine)?;
+        let mut purged = Vec::new();
         for change in engine.take_changes() {
-            write_change(&tx, change, now).await?;
+            purged.extend(write_change(&tx, change, now).await?);
         }
         tx.commit().await.map_err(db)?;
+        // A purge ends leases that ran out unseen: counted now, as the engine had.
+        for (queue_id, expired) in purged {
+            if let Some((_, name)) = names.iter().find(|(id, _)| *id == queue_id) {
+                self.measurements
+                    .record(name, |m| m.stats.leases_expired += expired);
+            }
+        }
         Ok(value)
     }
 
@@ -132,7 +144,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<QueueRecord> {
     })
 }
 
-async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<()> {
+/// Writes what the engine changed; a purge answers its queue and how many of the messages it
+/// removed had a lease run out unseen.
+async fn write_change(
+    tx: &Transaction<'_>,
+    change: Change,
+    now: u64,
+) -> Result<Option<(u64, u64)>> {
     let db = |e: tokio_postgres::Error| unavailable(&e);
     match change {
         Change::Queue(record) => {
@@ -194,12 +212,21 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
                 .await
                 .map_err(db)?;
             }
-            forget_messages(tx, queue_id).await?;
+            forget_messages(tx, queue_id, now).await?;
+            for sql in [
+                "DELETE FROM leasehold_queue_stats WHERE queue_id = $1",
+                "DELETE FROM leasehold_lease_counts WHERE queue_id = $1",
+            ] {
+                tx.execute(&cached(tx, sql).await?, &[&id])
+                    .await
+                    .map_err(db)?;
+            }
         }
         Change::Purged { queue_id, .. } => {
             // The engine numbers messages per queue; here every message the purge's
             // transaction sees goes.
-            forget_messages(tx, queue_id).await?;
+            let expired = forget_messages(tx, queue_id, now).await?;
+            return Ok(Some((queue_id, expired)));
         }
         // The receipt key never changes; deletions are kept by QueueDeleted above; a
         // transient engine holds no messages, deduplication ids or measurements.
@@ -208,20 +235,35 @@ async fn write_change(tx: &Transaction<'_>, change: Change, now: u64) -> Result<
         | Change::Dedup { .. }
         | Change::Metrics { .. } => {}
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Deletes a queue's messages, deduplication ids and receive attempts: AWS forgets the
 /// deduplication window with the messages, so a purged id may be sent again.
-async fn forget_messages(tx: &Transaction<'_>, queue_id: u64) -> Result<()> {
+/// Answers how many of the messages had a lease run out that no receive had counted.
+async fn forget_messages(tx: &Transaction<'_>, queue_id: u64, now: u64) -> Result<u64> {
+    let id = to_i64(queue_id);
+    let row = tx
+        .query_one(
+            &cached(
+                tx,
+                "WITH gone AS (
+                     DELETE FROM leasehold_messages WHERE queue_id = $1
+                     RETURNING receive_count > 0 AND NOT released AND visible_ms <= $2 AS expired)
+                 SELECT count(*) FILTER (WHERE expired) FROM gone",
+            )
+            .await?,
+            &[&id, &to_i64(now)],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
     for sql in [
-        "DELETE FROM leasehold_messages WHERE queue_id = $1",
         "DELETE FROM leasehold_dedup WHERE queue_id = $1",
         "DELETE FROM leasehold_receive_attempts WHERE queue_id = $1",
     ] {
-        tx.execute(&cached(tx, sql).await?, &[&to_i64(queue_id)])
+        tx.execute(&cached(tx, sql).await?, &[&id])
             .await
             .map_err(|e| unavailable(&e))?;
     }
-    Ok(())
+    Ok(to_u64(row.get(0)))
 }

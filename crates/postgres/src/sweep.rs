@@ -1,8 +1,8 @@
 //! Background work, once in the cluster: whichever server takes the sweep's advisory lock
 //! first in a round does it, and a server that dies simply stops taking it. Today: messages
 //! past their queue's MessageRetentionPeriod are deleted (receives and counts already skip
-//! them), and FIFO deduplication ids and receive attempts past their window, a bounded
-//! number per round.
+//! them), FIFO deduplication ids and receive attempts past their window, and lease
+//! measurements' windows past the last 15 minutes, a bounded number per round.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -81,6 +81,12 @@ impl Postgres {
                  SELECT queue_id, attempt_id FROM leasehold_receive_attempts
                  WHERE expires_ms <= leasehold_now() LIMIT $1) old
              WHERE (a.queue_id, a.attempt_id) = (old.queue_id, old.attempt_id)",
+            // Lease measurements' recent windows once past the last 15 minutes.
+            "DELETE FROM leasehold_lease_counts c USING (
+                 SELECT queue_id, series, window_ms, value_ms FROM leasehold_lease_counts
+                 WHERE window_ms >= 0 AND window_ms < leasehold_now() - 1080000 LIMIT $1) old
+             WHERE (c.queue_id, c.series, c.window_ms, c.value_ms)
+                 = (old.queue_id, old.series, old.window_ms, old.value_ms)",
         ] {
             tx.execute(&cached(&tx, sql).await?, &[&SWEEP_ROWS])
                 .await

@@ -1,7 +1,7 @@
 //! The differential model test: random command sequences against the embedded engine and
 //! the PostgreSQL backend (the machine's real database, a schema per case), under the same
 //! manual clock, must give the same replies and counts: standard and FIFO queues, each with a
-//! dead-letter queue of its kind, move tasks, in either lease mode.
+//! dead-letter queue of its kind, move tasks, lease reports, in either lease mode.
 
 use std::sync::Arc;
 
@@ -66,6 +66,10 @@ enum Command {
     },
     /// Cancels the last task started.
     CancelMove,
+    /// The queue's lease report: what was measured about its leases.
+    Report {
+        queue: usize,
+    },
     Advance {
         ms: u64,
     },
@@ -87,8 +91,9 @@ fn command() -> impl Strategy<Value = Command> {
         1 => queue.clone().prop_map(|queue| Command::Purge { queue }),
         1 => (queue.clone(), prop_oneof![3 => Just(None), 1 => (0..QUEUES.len()).prop_map(Some)], prop_oneof![Just(None), Just(Some(1u32)), Just(Some(501))])
             .prop_map(|(queue, to, rate)| Command::StartMove { queue, to, rate }),
-        1 => queue.prop_map(|queue| Command::ListMoves { queue }),
+        1 => queue.clone().prop_map(|queue| Command::ListMoves { queue }),
         1 => Just(Command::CancelMove),
+        2 => queue.prop_map(|queue| Command::Report { queue }),
         2 => prop_oneof![Just(1_000u64), Just(10_000), Just(31_000), Just(61_000)]
             .prop_map(|ms| Command::Advance { ms }),
     ]
@@ -264,6 +269,20 @@ impl Side<'_> {
                     });
                 format!("{listed:?}")
             }
+            Command::Report { queue } => match b.lease_report(QUEUES[*queue]).await {
+                // Everything but the quantiles, whose buckets each backend fills in its turn.
+                Ok(r) => format!(
+                    "{:?} holds {:?} first receives {:?} receive counts {:?} extensions {:?} {:?} oldest {:?}",
+                    r.stats,
+                    r.hold_total.map(|h| (h.count, h.max)),
+                    r.first_receive_total.map(|h| (h.count, h.max)),
+                    r.receive_count_histogram,
+                    r.extensions_per_message,
+                    r.counts,
+                    r.oldest_message_age_ms,
+                ),
+                Err(error) => format!("{error:?}"),
+            },
             Command::CancelMove => match self.tasks.last() {
                 Some(handle) => format!("{:?}", b.cancel_move_task(handle).await),
                 None => "no task".into(),

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use super::Engine;
 use crate::error::Result;
-use crate::lease_stats::{Buckets, Summary};
+use crate::lease_stats::{Buckets, LeaseMetrics, Summary};
 use crate::queue::{QueueCounts, QueueStats};
+use crate::settings::QueueSettings;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseReport {
@@ -30,30 +31,46 @@ pub struct LeaseReport {
     pub retention_s: u32,
 }
 
+impl LeaseReport {
+    /// A queue's report from its measurements and what it holds now: the same for every
+    /// backend (the engine's below; PostgreSQL's, from the whole cluster's measurements).
+    pub fn of(
+        metrics: &LeaseMetrics,
+        now: u64,
+        stats: QueueStats,
+        held: (QueueCounts, Option<u64>),
+        settings: &QueueSettings,
+    ) -> LeaseReport {
+        let (counts, oldest_sent_ms) = held;
+        LeaseReport {
+            hold_total: metrics.hold.total(),
+            hold_recent: metrics.hold.recent(now),
+            hold_buckets: metrics.hold.buckets(),
+            first_receive_total: metrics.first_receive.total(),
+            first_receive_recent: metrics.first_receive.recent(now),
+            stats,
+            receive_count_histogram: metrics.receive_counts.clone(),
+            extensions_per_message: metrics.extensions_per_message.clone(),
+            oldest_message_age_ms: oldest_sent_ms.map(|sent| now.saturating_sub(sent)),
+            counts,
+            visibility_timeout_s: settings.visibility_timeout_s,
+            max_receive_count: settings.redrive.as_ref().map(|r| r.max_receive_count),
+            retention_s: settings.retention_s,
+        }
+    }
+}
+
 impl Engine {
     pub fn lease_report(&mut self, name: &str) -> Result<LeaseReport> {
         let (queue, now) = self.queue_now(name)?;
-        let m = &queue.metrics;
-        Ok(LeaseReport {
-            hold_total: m.hold.total(),
-            hold_recent: m.hold.recent(now),
-            hold_buckets: m.hold.buckets(),
-            first_receive_total: m.first_receive.total(),
-            first_receive_recent: m.first_receive.recent(now),
-            stats: queue.meta.stats.clone(),
-            receive_count_histogram: m.receive_counts.clone(),
-            extensions_per_message: m.extensions_per_message.clone(),
-            oldest_message_age_ms: queue.oldest_sent_ms().map(|sent| now.saturating_sub(sent)),
-            counts: queue.counts(),
-            visibility_timeout_s: queue.meta.settings.visibility_timeout_s,
-            max_receive_count: queue
-                .meta
-                .settings
-                .redrive
-                .as_ref()
-                .map(|r| r.max_receive_count),
-            retention_s: queue.meta.settings.retention_s,
-        })
+        let held = (queue.counts(), queue.oldest_sent_ms());
+        Ok(LeaseReport::of(
+            &queue.metrics,
+            now,
+            queue.meta.stats.clone(),
+            held,
+            &queue.meta.settings,
+        ))
     }
 
     /// Every queue's name, for reports over all queues.
