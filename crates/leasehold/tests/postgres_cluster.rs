@@ -24,7 +24,7 @@ async fn schema() -> (tokio_postgres::Client, String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_two_servers_share_queues_and_wake_each_others_long_polls() {
+async fn postgres_two_servers_share_queues_leases_fifo_order_and_long_polls() {
     let (admin, schema, url) = schema().await;
     let (a, b) = (Server::start_postgres(&url), Server::start_postgres(&url));
     let (on_a, on_b) = (a.client(), b.client());
@@ -67,6 +67,72 @@ async fn postgres_two_servers_share_queues_and_wake_each_others_long_polls() {
     let (waited, messages) = waiting.await.unwrap();
     assert_eq!(messages.len(), 1);
     assert!(waited < Duration::from_secs(3), "{waited:?}");
+
+    // A lease taken on A holds on B, and its end is seen on B.
+    let short = on_a
+        .create_queue()
+        .queue_name("short")
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "1",
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    common::send(&on_b, &short, "leased").await;
+    assert_eq!(common::receive_ten(&on_a, &short).await.len(), 1);
+    assert!(common::receive_ten(&on_b, &short).await.is_empty());
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(common::receive_ten(&on_b, &short).await.len(), 1);
+
+    // One FIFO group, sent and received on alternating servers, one at a time: in order.
+    let fifo = on_b
+        .create_queue()
+        .queue_name("ordered.fifo")
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::ContentBasedDeduplication,
+            "true",
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for i in 0..6 {
+        let sqs = if i % 2 == 0 { &on_a } else { &on_b };
+        sqs.send_message()
+            .queue_url(&fifo)
+            .message_body(format!("f{i}"))
+            .message_group_id("g")
+            .send()
+            .await
+            .unwrap();
+    }
+    for i in 0..6 {
+        let sqs = if i % 2 == 0 { &on_b } else { &on_a };
+        let got = sqs
+            .receive_message()
+            .queue_url(&fifo)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].body.as_deref(), Some(format!("f{i}").as_str()));
+        // The group waits for this one: the other server has nothing to hand out.
+        let other = if i % 2 == 0 { &on_a } else { &on_b };
+        assert!(common::receive_ten(other, &fifo).await.is_empty());
+        sqs.delete_message()
+            .queue_url(&fifo)
+            .receipt_handle(got[0].receipt_handle.clone().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
 
     drop((a, b));
     admin
