@@ -106,8 +106,8 @@ struct ServeArgs {
     #[arg(long, conflicts_with_all = ["data_dir", "fsync", "postgres"])]
     in_memory: bool,
     /// Keep the queues in this PostgreSQL database, shared by every server given the same
-    /// URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). In progress (issue 16):
-    /// every queue action in either lease mode; the lease report is not yet served.
+    /// URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE); a schema of its own with
+    /// ?options=-c%20search_path%3DSCHEMA. See docs/scaling.md.
     #[arg(long, env = "LEASEHOLD_POSTGRES_URL", conflicts_with_all = ["data_dir", "fsync"])]
     postgres: Option<String>,
     /// Where the durable store keeps its data file (leasehold.db).

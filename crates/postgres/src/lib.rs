@@ -1,4 +1,4 @@
-//! The PostgreSQL backend (issue 16, in progress): the queues live in one PostgreSQL database
+//! The PostgreSQL backend: the queues live in one PostgreSQL database
 //! that any number of stateless Leasehold servers share, so PostgreSQL's replication and
 //! failover are the queues' too.
 //!
