@@ -6,26 +6,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{create_queue, Server, POSTGRES_URL};
-
-/// A schema of its own on the test database, and the URL that works in it.
-async fn schema() -> (tokio_postgres::Client, String, String) {
-    let (client, connection) = tokio_postgres::connect(POSTGRES_URL, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let name = format!("leasehold_cluster_{}", rand::random::<u32>());
-    client
-        .batch_execute(&format!("CREATE SCHEMA {name}"))
-        .await
-        .unwrap();
-    let url = format!("{POSTGRES_URL}?options=-c%20search_path%3D{name}");
-    (client, name, url)
-}
+use common::{create_queue, Server};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_servers_share_queues_leases_fifo_order_and_long_polls() {
-    let (admin, schema, url) = schema().await;
+    let (admin, schema, url) = common::postgres_schema("leasehold_cluster").await;
     let (a, b) = (Server::start_postgres(&url), Server::start_postgres(&url));
     let (on_a, on_b) = (a.client(), b.client());
     let queue = create_queue(&on_a, "shared").await;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::error::SdkError;
 use aws_sdk_sqs::Client;
-use common::{Server, POSTGRES_URL};
+use common::Server;
 
 /// The lease every receive takes: longer than the load runs, so any second delivery during
 /// the load would be one under a live lease.
@@ -147,7 +147,7 @@ async fn receiver(sqs: Client, url: String, ledger: Arc<Mutex<Ledger>>, until: I
 /// Load on both servers for `LOAD`, with `fault` done `FAULT_AFTER` into it; then, once
 /// every lease has run out, the queue drained through `survivor`; then the checks.
 async fn under_load(fault: impl FnOnce(Server) -> Option<Server> + Send + 'static) -> Ledger {
-    let (admin, schema, url) = schema().await;
+    let (admin, schema, url) = common::postgres_schema("leasehold_faults").await;
     let (a, b) = (Server::start_postgres(&url), Server::start_postgres(&url));
     let (on_a, on_b) = (a.client(), b.client());
     let queue = common::create_queue(&on_b, "faults").await;
@@ -213,20 +213,6 @@ async fn under_load(fault: impl FnOnce(Server) -> Option<Server> + Send + 'stati
         ledger.answered
     );
     ledger
-}
-
-async fn schema() -> (tokio_postgres::Client, String, String) {
-    let (client, connection) = tokio_postgres::connect(POSTGRES_URL, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let name = format!("leasehold_faults_{}", rand::random::<u32>());
-    client
-        .batch_execute(&format!("CREATE SCHEMA {name}"))
-        .await
-        .unwrap();
-    let url = format!("{POSTGRES_URL}?options=-c%20search_path%3D{name}");
-    (client, name, url)
 }
 
 /// Restarts the machine's PostgreSQL cluster (the one `.ci/run` starts).

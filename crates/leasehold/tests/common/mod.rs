@@ -13,6 +13,22 @@ use aws_sdk_sqs::Client;
 pub const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
+/// A schema of a test's own on the test database (`{prefix}_<random>`), an admin connection
+/// to drop it with, and the URL that works in it.
+pub async fn postgres_schema(prefix: &str) -> (tokio_postgres::Client, String, String) {
+    let (client, connection) = tokio_postgres::connect(POSTGRES_URL, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let name = format!("{prefix}_{}", rand::random::<u32>());
+    client
+        .batch_execute(&format!("CREATE SCHEMA {name}"))
+        .await
+        .unwrap();
+    let url = format!("{POSTGRES_URL}?options=-c%20search_path%3D{name}");
+    (client, name, url)
+}
+
 pub struct Server {
     child: Child,
     pub port: u16,
