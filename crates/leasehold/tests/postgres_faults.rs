@@ -198,12 +198,20 @@ async fn under_load(fault: impl FnOnce(Server) -> Option<Server> + Send + 'stati
             ledger.deleted.insert(body);
         }
     }
-    drop((a, b));
+    drop((a, b, admin));
+    // A connection of its own: the restart closed the first one.
+    let admin = common::postgres_admin().await;
     admin
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .unwrap();
     let ledger = Arc::into_inner(ledger).unwrap().into_inner().unwrap();
+    eprintln!(
+        "{} answered, {} sends acknowledged, refused: {:?}",
+        ledger.answered,
+        ledger.sent.len(),
+        ledger.refusals
+    );
     let lost: Vec<&String> = ledger.sent.difference(&ledger.deleted).collect();
     assert!(lost.is_empty(), "acknowledged sends lost: {lost:?}");
     assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);

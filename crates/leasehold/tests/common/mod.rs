@@ -13,13 +13,19 @@ use aws_sdk_sqs::Client;
 pub const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
-/// A schema of a test's own on the test database (`{prefix}_<random>`), an admin connection
-/// to drop it with, and the URL that works in it.
-pub async fn postgres_schema(prefix: &str) -> (tokio_postgres::Client, String, String) {
+/// A connection to the test database.
+pub async fn postgres_admin() -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(POSTGRES_URL, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
+    client
+}
+
+/// A schema of a test's own on the test database (`{prefix}_<random>`), an admin connection
+/// to drop it with, and the URL that works in it.
+pub async fn postgres_schema(prefix: &str) -> (tokio_postgres::Client, String, String) {
+    let client = postgres_admin().await;
     let name = format!("{prefix}_{}", rand::random::<u32>());
     client
         .batch_execute(&format!("CREATE SCHEMA {name}"))
