@@ -12,7 +12,7 @@ use leasehold_engine::{
     content_deduplication_id, format_message_id, Delivery, NewMessage, Sent, FIFO_WINDOW_MS,
 };
 
-use crate::messages::{delivery_columns, Lease, Opened, ReceiveTally, DELIVERY_COLUMNS};
+use crate::messages::{delivery_columns, encoded, Lease, Opened, ReceiveTally, DELIVERY_COLUMNS};
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -63,10 +63,51 @@ impl Postgres {
             };
             return Ok((original, false));
         }
-        let sent = self
-            .insert(tx, opened, message, Some((seq, &dedup)))
-            .await?;
+        let sent = self.insert(tx, opened, message, seq, &dedup).await?;
         Ok((sent, true))
+    }
+
+    /// Stores one FIFO message under the sequence number and deduplication id reserved for
+    /// it. FIFO queues have no per-message delay: the queue's applies.
+    async fn insert(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        message: NewMessage,
+        seq: i64,
+        dedup: &str,
+    ) -> Result<Sent> {
+        let delay_s = opened.settings.delay_s;
+        let visible = opened.now + u64::from(delay_s) * 1000;
+        tx.execute(
+            &cached(
+                tx,
+                "INSERT INTO leasehold_messages
+                     (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
+                      group_id, deduplication_id, ready_order)
+                 VALUES ($1, $7, $2, $3, $4, $5, $6, $8, $9, CASE WHEN $10 THEN $7::bigint END)",
+            )
+            .await?,
+            &[
+                &to_i64(opened.id),
+                &to_i64(opened.now),
+                &to_i64(visible),
+                &message.body,
+                &encoded(&message.attributes),
+                &encoded(&message.system_attributes),
+                &seq,
+                &message.group_id,
+                &dedup,
+                // A message receivable at once is ranked by its send (V3__fifo.sql).
+                &(delay_s == 0),
+            ],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(Sent {
+            message_id: format_message_id(self.sealer.message_id(opened.id, to_u64(seq))),
+            sequence_number: Some(to_u64(seq)),
+        })
     }
 
     /// A FIFO queue's receive: the replay of its attempt id, or the group walk, whose

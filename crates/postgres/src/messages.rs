@@ -90,7 +90,7 @@ pub(crate) use delivery_columns;
 /// How many columns `delivery_columns!()` names.
 pub(crate) const DELIVERY_COLUMNS: usize = 12;
 
-fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {
+pub(crate) fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {
     (!attributes.is_empty()).then(|| codec::attributes_value(attributes))
 }
 
@@ -131,17 +131,38 @@ impl Postgres {
             check_batch(&opened.settings, &messages)?;
         }
         let (mut results, mut stored) = (Vec::with_capacity(messages.len()), 0);
-        for message in messages {
-            let (result, fresh) = match message.validate(&opened.settings) {
-                Ok(()) if opened.settings.fifo => {
-                    let (sent, fresh) = self.send_fifo(&tx, &opened, message).await?;
-                    (Ok(sent), fresh)
-                }
-                Ok(()) => (Ok(self.insert(&tx, &opened, message, None).await?), true),
-                Err(error) => (Err(error), false),
+        if opened.settings.fifo {
+            for message in messages {
+                let (result, fresh) = match message.validate(&opened.settings) {
+                    Ok(()) => {
+                        let (sent, fresh) = self.send_fifo(&tx, &opened, message).await?;
+                        (Ok(sent), fresh)
+                    }
+                    Err(error) => (Err(error), false),
+                };
+                stored += u64::from(fresh);
+                results.push(result);
+            }
+        } else {
+            let checked: Vec<_> = messages
+                .into_iter()
+                .map(|m| m.validate(&opened.settings).map(|()| m))
+                .collect();
+            let valid: Vec<&NewMessage> = checked.iter().filter_map(|m| m.as_ref().ok()).collect();
+            let sent = match valid.is_empty() {
+                true => Vec::new(),
+                false => self.insert_many(&tx, &opened, &valid).await?,
             };
-            stored += u64::from(fresh);
-            results.push(result);
+            let mut sent = sent.into_iter();
+            stored = valid.len() as u64;
+            for message in checked {
+                results.push(match message {
+                    Ok(_) => Ok(sent.next().ok_or_else(|| {
+                        BackendError::Failed("a send answered fewer messages than it sent".into())
+                    })?),
+                    Err(error) => Err(error),
+                });
+            }
         }
         let sent = results.iter().filter(|r| r.is_ok()).count();
         notify(&tx, self.server_id, queue, sent).await?;
@@ -150,55 +171,64 @@ impl Postgres {
         Ok(results)
     }
 
-    /// Stores one message; a FIFO message comes with the sequence number and deduplication
-    /// id `fifo.rs` reserved for it, a standard one takes the next number.
-    pub(crate) async fn insert(
+    /// Stores standard messages in one statement; answers them in order.
+    async fn insert_many(
         &self,
         tx: &Transaction<'_>,
         opened: &Opened,
-        message: NewMessage,
-        reserved: Option<(i64, &str)>,
-    ) -> Result<Sent> {
+        messages: &[&NewMessage],
+    ) -> Result<Vec<Sent>> {
         let settings = &opened.settings;
-        // FIFO queues have no per-message delay: the queue's applies, whatever the send says.
-        let delay_s = match message.delay_s {
-            Some(delay) if !settings.fifo => delay,
-            _ => settings.delay_s,
-        };
-        let visible = opened.now + u64::from(delay_s) * 1000;
-        let row = tx
-            .query_one(
+        let visible: Vec<i64> = messages
+            .iter()
+            .map(|m| to_i64(opened.now + u64::from(m.delay_s.unwrap_or(settings.delay_s)) * 1000))
+            .collect();
+        let bodies: Vec<&str> = messages.iter().map(|m| m.body.as_str()).collect();
+        let attributes: Vec<Option<Vec<u8>>> =
+            messages.iter().map(|m| encoded(&m.attributes)).collect();
+        let system: Vec<Option<Vec<u8>>> = messages
+            .iter()
+            .map(|m| encoded(&m.system_attributes))
+            .collect();
+        let groups: Vec<Option<&str>> = messages.iter().map(|m| m.group_id.as_deref()).collect();
+        let rows = tx
+            .query(
                 &cached(
                     tx,
                     "INSERT INTO leasehold_messages
-                     (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
-                      group_id, deduplication_id, ready_order)
-                 VALUES ($1, coalesce($7, nextval('leasehold_message_seqs')), $2, $3, $4, $5, $6,
-                         $8, $9, CASE WHEN $10 THEN $7 END)
-                 RETURNING seq",
+                         (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
+                          group_id)
+                     SELECT $1, nextval('leasehold_message_seqs'), $2, u.visible, u.body,
+                            u.attributes, u.system_attributes, u.group_id
+                     FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::bytea[], $7::text[])
+                          WITH ORDINALITY AS u(visible, body, attributes, system_attributes,
+                                               group_id, n)
+                     ORDER BY u.n
+                     RETURNING seq",
                 )
                 .await?,
                 &[
                     &to_i64(opened.id),
                     &to_i64(opened.now),
-                    &to_i64(visible),
-                    &message.body,
-                    &encoded(&message.attributes),
-                    &encoded(&message.system_attributes),
-                    &reserved.map(|(seq, _)| seq),
-                    &message.group_id,
-                    &reserved.map(|(_, dedup)| dedup),
-                    // A FIFO message receivable at once is ranked by its send (V3__fifo.sql).
-                    &(settings.fifo && delay_s == 0),
+                    &visible,
+                    &bodies,
+                    &attributes,
+                    &system,
+                    &groups,
                 ],
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let seq = to_u64(row.get(0));
-        Ok(Sent {
-            message_id: format_message_id(self.sealer.message_id(opened.id, seq)),
-            sequence_number: settings.fifo.then_some(seq),
-        })
+        // Numbered in the statement's order: ascending is the messages' order.
+        let mut seqs: Vec<u64> = rows.iter().map(|row| to_u64(row.get(0))).collect();
+        seqs.sort_unstable();
+        Ok(seqs
+            .into_iter()
+            .map(|seq| Sent {
+                message_id: format_message_id(self.sealer.message_id(opened.id, seq)),
+                sequence_number: None,
+            })
+            .collect())
     }
 
     /// One receive: leases up to `max_messages` receivable messages, oldest first (FIFO:
@@ -396,11 +426,20 @@ impl Postgres {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let opened = self.open_queue(&tx, queue).await?;
-        let (mut results, mut seen) = (Vec::with_capacity(handles.len()), Vec::new());
-        for handle in handles {
-            results.push(match self.open(opened.id, &handle) {
+        let opened_handles: Vec<_> = handles
+            .into_iter()
+            .map(|handle| (self.open(opened.id, &handle), handle))
+            .collect();
+        let receipts: Vec<Receipt> = opened_handles
+            .iter()
+            .filter_map(|(receipt, _)| receipt.as_ref().ok().copied())
+            .collect();
+        let mut found = self.delete_many(&tx, &opened, &receipts).await?.into_iter();
+        let (mut results, mut seen) = (Vec::with_capacity(opened_handles.len()), Vec::new());
+        for (receipt, handle) in opened_handles {
+            results.push(match receipt {
                 Ok(receipt) => {
-                    let found = self.delete_one(&tx, &opened, &receipt).await?;
+                    let found = found.next().flatten();
                     let result = match found {
                         Some(ref f) if !f.removed && opened.settings.fifo => {
                             Err(EngineError::ReceiptHandleExpired(handle))
@@ -426,63 +465,92 @@ impl Postgres {
         Ok(results)
     }
 
-    /// Deletes the message a handle names if its lease allows (any lease on a standard queue
-    /// in AWS mode; only the current, live one on a FIFO queue or in strict mode); answers
-    /// what it found (None: the message was already gone).
-    async fn delete_one(
+    /// Deletes the message each receipt names if its lease allows (any lease on a standard
+    /// queue in AWS mode; only the current, live one on a FIFO queue or in strict mode), in
+    /// one statement; answers, in order, what each found (None: the message was already
+    /// gone). Receipts naming one message twice go one by one, as the engine takes them.
+    async fn delete_many(
         &self,
         tx: &Transaction<'_>,
         opened: &Opened,
-        receipt: &Receipt,
-    ) -> Result<Option<FoundForDelete>> {
+        receipts: &[Receipt],
+    ) -> Result<Vec<Option<FoundForDelete>>> {
+        let mut seqs: Vec<i64> = receipts.iter().map(|r| to_i64(r.key.seq)).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        if seqs.len() < receipts.len() {
+            let mut found = Vec::with_capacity(receipts.len());
+            for receipt in receipts {
+                found.extend(
+                    Box::pin(self.delete_many(tx, opened, std::slice::from_ref(receipt))).await?,
+                );
+            }
+            return Ok(found);
+        }
+        let seqs: Vec<i64> = receipts.iter().map(|r| to_i64(r.key.seq)).collect();
+        let receive_nos: Vec<i32> = receipts
+            .iter()
+            .map(|r| i32::try_from(r.receive_no).unwrap_or(i32::MAX))
+            .collect();
         let live_only = opened.settings.fifo || self.lease_mode == LeaseMode::Strict;
-        let receive_no = i32::try_from(receipt.receive_no).unwrap_or(i32::MAX);
-        let row = tx
-            .query_opt(
+        let rows = tx
+            .query(
                 &cached(
                     tx,
                     "WITH target AS (
-                         SELECT seq, receive_count, visible_ms, extensions, released
-                         FROM leasehold_messages
-                         WHERE queue_id = $1 AND seq = $2 FOR UPDATE),
+                         SELECT m.seq, m.receive_count, m.visible_ms, m.extensions, m.released,
+                                m.receive_count = h.receive_no AND m.visible_ms > $5 AS live,
+                                h.n
+                         FROM unnest($2::bigint[], $3::integer[]) WITH ORDINALITY
+                              AS h(seq, receive_no, n)
+                         JOIN leasehold_messages m ON m.queue_id = $1 AND m.seq = h.seq
+                         FOR UPDATE OF m),
                      gone AS (
                          DELETE FROM leasehold_messages m USING target
                          WHERE m.queue_id = $1 AND m.seq = target.seq
-                           AND (NOT $3 OR (target.receive_count = $4 AND target.visible_ms > $5))
+                           AND (NOT $4 OR target.live)
                          RETURNING m.seq),
                      marked AS (
                          UPDATE leasehold_messages m SET late_deleted = true FROM target
-                         WHERE m.queue_id = $1 AND m.seq = target.seq
-                           AND NOT (target.receive_count = $4 AND target.visible_ms > $5)
-                           AND NOT EXISTS (SELECT 1 FROM gone)
+                         WHERE m.queue_id = $1 AND m.seq = target.seq AND NOT target.live
+                           AND target.seq NOT IN (SELECT seq FROM gone)
                          RETURNING m.seq)
-                     SELECT receive_count, visible_ms, extensions, EXISTS (SELECT 1 FROM gone),
-                            released, (SELECT count(*) FROM marked)
+                     SELECT n, receive_count, visible_ms, extensions, live,
+                            seq IN (SELECT seq FROM gone), released,
+                            (SELECT count(*) FROM marked)
                      FROM target",
                 )
                 .await?,
                 &[
                     &to_i64(opened.id),
-                    &to_i64(receipt.key.seq),
+                    &seqs,
+                    &receive_nos,
                     &live_only,
-                    &receive_no,
                     &to_i64(opened.now),
                 ],
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(row.map(|row| {
-            let receive_count = row.get::<_, i32>(0);
-            let visible = to_u64(row.get(1)) <= opened.now;
-            let removed: bool = row.get(3);
-            FoundForDelete {
-                receive_count: receive_count.unsigned_abs(),
-                live: receive_count == receive_no && !visible,
-                extensions: row.get::<_, i32>(2).unsigned_abs(),
-                removed,
-                expired_unseen: removed && visible && receive_count > 0 && !row.get::<_, bool>(4),
+        let mut found: Vec<Option<FoundForDelete>> = receipts.iter().map(|_| None).collect();
+        for row in rows {
+            let n = usize::try_from(row.get::<_, i64>(0)).unwrap_or_default();
+            let receive_count = row.get::<_, i32>(1);
+            let visible = to_u64(row.get(2)) <= opened.now;
+            let removed: bool = row.get(5);
+            if let Some(slot) = found.get_mut(n.wrapping_sub(1)) {
+                *slot = Some(FoundForDelete {
+                    receive_count: receive_count.unsigned_abs(),
+                    live: row.get(4),
+                    extensions: row.get::<_, i32>(3).unsigned_abs(),
+                    removed,
+                    expired_unseen: removed
+                        && visible
+                        && receive_count > 0
+                        && !row.get::<_, bool>(6),
+                });
             }
-        }))
+        }
+        Ok(found)
     }
 
     /// Gives each handle's message a new visibility timeout from now, held to the 12-hour
