@@ -42,11 +42,7 @@ impl Postgres {
         };
         let row = tx
             .query_opt(
-                &cached(
-                    tx,
-                    "SELECT id FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
-                )
-                .await?,
+                &cached(tx, "SELECT id FROM leasehold_queues WHERE key = $1").await?,
                 &[&target],
             )
             .await

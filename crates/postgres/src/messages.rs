@@ -95,14 +95,15 @@ pub(crate) fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Optio
 }
 
 impl Postgres {
-    /// The queue's id and settings and the cluster's instant, read in one statement; the
-    /// queue is held against deletion until the transaction ends.
+    /// The queue's id and settings and the cluster's instant, read in one statement. The
+    /// queue's row is not locked (a lock on it would be a write by every command, and a
+    /// multixact among concurrent ones): a row a command adds to a queue deleted meanwhile is
+    /// swept with the queue's others (V7__background_deletes.sql).
     async fn open_queue(&self, tx: &Transaction<'_>, key: &str) -> Result<Opened> {
         if !storable(key) {
             return Err(EngineError::QueueDoesNotExist.into());
         }
-        let sql =
-            "SELECT record, leasehold_now() FROM leasehold_queues WHERE key = $1 FOR KEY SHARE";
+        let sql = "SELECT record, leasehold_now() FROM leasehold_queues WHERE key = $1";
         let row = tx
             .query_opt(&cached(tx, sql).await?, &[&key])
             .await

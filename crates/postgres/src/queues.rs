@@ -212,15 +212,18 @@ async fn write_change(
                 .await
                 .map_err(db)?;
             }
-            forget_messages(tx, queue_id, now).await?;
-            for sql in [
-                "DELETE FROM leasehold_queue_stats WHERE queue_id = $1",
-                "DELETE FROM leasehold_lease_counts WHERE queue_id = $1",
-            ] {
-                tx.execute(&cached(tx, sql).await?, &[&id])
-                    .await
-                    .map_err(db)?;
-            }
+            // Its messages and the rest go in the background (sweep.rs).
+            tx.execute(
+                &cached(
+                    tx,
+                    "INSERT INTO leasehold_dropped_queues (queue_id, dropped_ms) VALUES ($1, $2)
+                     ON CONFLICT (queue_id) DO NOTHING",
+                )
+                .await?,
+                &[&id, &to_i64(now)],
+            )
+            .await
+            .map_err(db)?;
         }
         Change::Purged { queue_id, .. } => {
             // The engine numbers messages per queue; here every message the purge's

@@ -1,8 +1,9 @@
 //! Background work, once in the cluster: whichever server takes the sweep's advisory lock
 //! first in a round does it, and a server that dies simply stops taking it. Today: messages
 //! past their queue's MessageRetentionPeriod are deleted (receives and counts already skip
-//! them), FIFO deduplication ids and receive attempts past their window, and lease
-//! measurements' windows past the last 15 minutes, a bounded number per round.
+//! them), FIFO deduplication ids and receive attempts past their window, lease
+//! measurements' windows past the last 15 minutes, and deleted queues' rows, a bounded number
+//! per round.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -15,6 +16,14 @@ use crate::{cached, unavailable, Postgres};
 const SWEEP_LOCK: i64 = 0x6c65_6173_6573_7765;
 /// How often one server tries to sweep.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// The tables whose rows name a queue by id: a deleted queue's go in the background.
+const DROPPED_TABLES: [&str; 5] = [
+    "leasehold_messages",
+    "leasehold_dedup",
+    "leasehold_receive_attempts",
+    "leasehold_queue_stats",
+    "leasehold_lease_counts",
+];
 /// Rows deleted at most per round, so one round is a short transaction.
 const SWEEP_ROWS: i64 = 10_000;
 
@@ -92,7 +101,58 @@ impl Postgres {
                 .await
                 .map_err(|e| unavailable(&e))?;
         }
+        let dropped = self.sweep_dropped(&tx).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
+        Ok(deleted + dropped)
+    }
+
+    /// Deletes the rows of deleted queues, a bounded number per table and queue; forgets a
+    /// queue a minute after its last row went.
+    async fn sweep_dropped(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+    ) -> Result<u64, BackendError> {
+        let dropped = tx
+            .query(
+                &cached(
+                    tx,
+                    "SELECT queue_id, dropped_ms < leasehold_now() - 60000
+                     FROM leasehold_dropped_queues ORDER BY queue_id LIMIT 10",
+                )
+                .await?,
+                &[],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut deleted = 0;
+        for row in dropped {
+            let (queue_id, old): (i64, bool) = (row.get(0), row.get(1));
+            let mut left = 0;
+            for table in DROPPED_TABLES {
+                let sql = format!(
+                    "DELETE FROM {table} WHERE ctid IN (
+                         SELECT ctid FROM {table} WHERE queue_id = $1 LIMIT $2)"
+                );
+                let gone = tx
+                    .execute(&cached(tx, &sql).await?, &[&queue_id, &SWEEP_ROWS])
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                left += gone;
+                deleted += gone;
+            }
+            if left == 0 && old {
+                tx.execute(
+                    &cached(
+                        tx,
+                        "DELETE FROM leasehold_dropped_queues WHERE queue_id = $1",
+                    )
+                    .await?,
+                    &[&queue_id],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            }
+        }
         Ok(deleted)
     }
 }

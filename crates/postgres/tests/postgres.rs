@@ -338,6 +338,27 @@ async fn postgres_messages_past_retention_are_skipped_then_swept() {
     schema.drop_all([a, b]).await;
 }
 
+#[tokio::test]
+async fn postgres_a_deleted_queue_goes_at_once_and_its_messages_in_the_background() {
+    let schema = Schema::new().await;
+    let server = schema.server().await;
+    server.create_queue("big", vec![], vec![]).await.unwrap();
+    let batch: Vec<_> = (0..10).map(|i| NewMessage::new(format!("m{i}"))).collect();
+    for _ in 0..3 {
+        server.send_batch("big", batch.clone()).await.unwrap();
+    }
+    server.delete_queue("big").await.unwrap();
+    let gone = server.receive("big", receive(10, None)).await;
+    assert!(matches!(
+        gone,
+        Err(BackendError::Engine(EngineError::QueueDoesNotExist))
+    ));
+    assert_eq!(rows_in(&schema).await, 30, "the delete itself is short");
+    server.tick().await;
+    assert_eq!(rows_in(&schema).await, 0, "the sweep took them");
+    schema.drop_all([server]).await;
+}
+
 /// Messages stored in the schema's table, whatever their state.
 async fn rows_in(schema: &Schema) -> i64 {
     let (client, connection) = tokio_postgres::connect(URL, tokio_postgres::NoTls)
