@@ -272,6 +272,7 @@ impl Backend for Postgres {
     }
 
     async fn tick(&self) {
+        self.vacuum_if_due();
         if let Err(error) = self.sweep().await {
             tracing::warn!(%error, "the retention sweep did not run");
         }

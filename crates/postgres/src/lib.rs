@@ -22,6 +22,7 @@ mod notify;
 mod queues;
 mod schema;
 mod sweep;
+mod vacuum;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,6 +83,7 @@ pub struct Postgres {
     sweep_clock: sweep::SweepClock,
     tasks_clock: sweep::SweepClock,
     measurements: leases::Measurements,
+    vacuum_clock: vacuum::VacuumClock,
     _listener: notify::Listener,
 }
 
@@ -138,6 +140,7 @@ impl Postgres {
             sweep_clock: sweep::SweepClock::default(),
             tasks_clock: sweep::SweepClock::default(),
             measurements: leases::Measurements::default(),
+            vacuum_clock: vacuum::VacuumClock::default(),
             _listener: listener,
         })
     }

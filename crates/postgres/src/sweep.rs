@@ -27,15 +27,30 @@ const DROPPED_TABLES: [&str; 5] = [
 /// Rows deleted at most per round, so one round is a short transaction.
 const SWEEP_ROWS: i64 = 10_000;
 
-/// When this server last did a round of background work.
-#[derive(Default)]
-pub(crate) struct SweepClock(Mutex<Option<Instant>>);
+/// When this server last did a round of background work, and how often it does it.
+pub(crate) struct SweepClock {
+    last: Mutex<Option<Instant>>,
+    every: Duration,
+}
+
+impl Default for SweepClock {
+    fn default() -> Self {
+        SweepClock::every(SWEEP_EVERY)
+    }
+}
 
 impl SweepClock {
+    pub(crate) fn every(every: Duration) -> SweepClock {
+        SweepClock {
+            last: Mutex::new(None),
+            every,
+        }
+    }
+
     /// Whether a round is due, marking it taken.
     pub(crate) fn due(&self) -> bool {
-        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| at.elapsed() < self.every) {
             return false;
         }
         *last = Some(Instant::now());
