@@ -15,7 +15,8 @@ use leasehold_engine::{
     QueueSettings, QueueStats, Receipt, WindowedRecord,
 };
 
-use crate::messages::{Change, FoundForDelete, ReceiveTally};
+use crate::handles::{Change, FoundForDelete};
+use crate::messages::ReceiveTally;
 use crate::queues::decode;
 use crate::sweep::SweepClock;
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};

@@ -15,6 +15,7 @@
 mod backend;
 mod dead_letters;
 mod fifo;
+mod handles;
 mod leases;
 mod messages;
 mod moves;
