@@ -13,11 +13,44 @@ use leasehold_engine::{
 };
 
 use crate::messages::{delivery_columns, encoded, Lease, Opened, ReceiveTally, DELIVERY_COLUMNS};
-use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
 impl Postgres {
+    /// Takes the send locks of a batch's groups in one order (`leasehold_fifo_reserve` takes
+    /// each again, which holds no longer), so two batches naming the same groups in other
+    /// orders wait for each other instead of deadlocking.
+    pub(crate) async fn lock_groups(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        messages: &[NewMessage],
+    ) -> Result<()> {
+        let mut groups: Vec<&str> = messages
+            .iter()
+            .filter_map(|m| m.group_id.as_deref())
+            .filter(|g| storable(g))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        if groups.len() < 2 {
+            return Ok(());
+        }
+        tx.execute(
+            &cached(
+                tx,
+                "SELECT pg_advisory_xact_lock(hashtextextended('send ' || g, $1))
+                 FROM (SELECT unnest($2::text[]) AS g ORDER BY 1) sorted",
+            )
+            .await?,
+            &[&to_i64(opened.id), &groups],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+
     /// Sends one validated message to a FIFO queue, or answers the original of a duplicate
     /// (false: nothing was stored).
     pub(crate) async fn send_fifo(

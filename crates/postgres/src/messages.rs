@@ -107,6 +107,7 @@ impl Postgres {
         }
         let (mut results, mut stored) = (Vec::with_capacity(messages.len()), 0);
         if opened.settings.fifo {
+            self.lock_groups(&tx, &opened, &messages).await?;
             for message in messages {
                 let (result, fresh) = match message.validate(&opened.settings) {
                     Ok(()) => {

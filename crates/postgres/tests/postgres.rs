@@ -507,3 +507,45 @@ async fn postgres_fifo_deduplicates_replays_attempts_and_refuses_ended_leases() 
     assert_ne!(after_purge.message_id, fresh.message_id);
     schema.drop_all([a, b]).await;
 }
+
+/// FIFO batches naming the same groups in opposite orders, sent at once on two servers: each
+/// takes its groups' send locks in one order, so neither waits on the other in a cycle (a
+/// deadlock PostgreSQL would break by failing one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_fifo_batches_naming_groups_in_other_orders_both_succeed() {
+    let schema = Schema::new().await;
+    let servers = Arc::new([schema.server().await, schema.server().await]);
+    let fifo = vec![
+        ("FifoQueue".to_string(), "true".to_string()),
+        ("ContentBasedDeduplication".to_string(), "true".to_string()),
+    ];
+    servers[0]
+        .create_queue("q.fifo", fifo, vec![])
+        .await
+        .unwrap();
+    let mut senders = JoinSet::new();
+    for n in 0..2usize {
+        let servers = servers.clone();
+        senders.spawn(async move {
+            for round in 0..25 {
+                let mut groups = ["g0", "g1", "g2", "g3"];
+                if n == 1 {
+                    groups.reverse();
+                }
+                let batch = groups
+                    .iter()
+                    .map(|g| {
+                        let mut message = NewMessage::new(format!("{n} {round} {g}"));
+                        message.group_id = Some(g.to_string());
+                        message
+                    })
+                    .collect();
+                let sent = servers[n].send_batch("q.fifo", batch).await.unwrap();
+                assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+            }
+        });
+    }
+    senders.join_all().await;
+    let servers = Arc::into_inner(servers).expect("the senders are done");
+    schema.drop_all(servers).await;
+}
