@@ -1,9 +1,10 @@
 //! Vacuum of the churning tables, by the cluster itself: every message is an insert, an update
 //! per receive and a delete, and a database whose autovacuum is off (or lags behind the
-//! churn) would let dead rows pile up until every claim wades through them. Every few
-//! seconds one server (a session advisory lock, taken without waiting) reads the tables' dead
-//! rows and runs a plain `VACUUM` (which does not block commands) on those past a threshold,
-//! on a task of its own so nothing waits for it.
+//! churn) would let dead rows pile up until every claim wades through them, and keep the
+//! statistics of an empty table the claims are planned by. Every few seconds one server (a
+//! session advisory lock, taken without waiting) reads the tables' dead and changed rows and
+//! runs a plain `VACUUM (ANALYZE)` or `ANALYZE` (neither blocks commands) on those past a
+//! threshold, on a task of its own so nothing waits for it.
 
 use std::time::Duration;
 
@@ -58,25 +59,33 @@ async fn vacuum_churned(pool: &Pool) -> Result<(), String> {
     for table in CHURNING {
         let row = client
             .query_one(
-                "SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0)
+                "SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0),
+                        coalesce(n_mod_since_analyze, 0)
                  FROM pg_stat_user_tables WHERE relid = to_regclass($1)",
                 &[&table],
             )
             .await;
-        let (dead, live): (i64, i64) = match row {
-            Ok(row) => (row.get(0), row.get(1)),
+        let (dead, live, changed): (i64, i64, i64) = match row {
+            Ok(row) => (row.get(0), row.get(1), row.get(2)),
             Err(e) => {
                 outcome = Err(db(e));
                 break;
             }
         };
-        if dead >= DEAD_ROWS && dead * 5 >= live {
-            if let Err(e) = client.batch_execute(&format!("VACUUM {table}")).await {
-                outcome = Err(db(e));
-                break;
-            }
-            tracing::debug!(table, dead, "vacuumed");
+        // Statistics matter as much: a claim planned on an empty table's numbers scans the
+        // whole table once it is full.
+        let analyze = changed >= DEAD_ROWS && changed * 5 >= live;
+        let vacuum = dead >= DEAD_ROWS && dead * 5 >= live;
+        let command = match (vacuum, analyze) {
+            (true, _) => format!("VACUUM (ANALYZE) {table}"),
+            (false, true) => format!("ANALYZE {table}"),
+            (false, false) => continue,
+        };
+        if let Err(e) = client.batch_execute(&command).await {
+            outcome = Err(db(e));
+            break;
         }
+        tracing::debug!(table, dead, changed, "vacuumed");
     }
     client
         .execute("SELECT pg_advisory_unlock($1)", &[&VACUUM_LOCK])
