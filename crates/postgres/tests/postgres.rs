@@ -379,16 +379,7 @@ async fn postgres_fifo_groups_keep_their_order_across_servers_and_concurrent_rec
     use std::sync::Mutex;
     const GROUPS: usize = 4;
     const PER_GROUP: usize = 25;
-    let schema = Schema::new().await;
-    let servers = Arc::new([schema.server().await, schema.server().await]);
-    let fifo = vec![
-        ("FifoQueue".to_string(), "true".to_string()),
-        ("ContentBasedDeduplication".to_string(), "true".to_string()),
-    ];
-    servers[0]
-        .create_queue("q.fifo", fifo, vec![])
-        .await
-        .unwrap();
+    let (schema, servers) = two_servers_and_a_fifo_queue().await;
     let mut tasks = JoinSet::new();
     for group in 0..GROUPS {
         let servers = servers.clone();
@@ -513,16 +504,7 @@ async fn postgres_fifo_deduplicates_replays_attempts_and_refuses_ended_leases() 
 /// deadlock PostgreSQL would break by failing one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_fifo_batches_naming_groups_in_other_orders_both_succeed() {
-    let schema = Schema::new().await;
-    let servers = Arc::new([schema.server().await, schema.server().await]);
-    let fifo = vec![
-        ("FifoQueue".to_string(), "true".to_string()),
-        ("ContentBasedDeduplication".to_string(), "true".to_string()),
-    ];
-    servers[0]
-        .create_queue("q.fifo", fifo, vec![])
-        .await
-        .unwrap();
+    let (schema, servers) = two_servers_and_a_fifo_queue().await;
     let mut senders = JoinSet::new();
     for n in 0..2usize {
         let servers = servers.clone();
@@ -548,4 +530,20 @@ async fn postgres_fifo_batches_naming_groups_in_other_orders_both_succeed() {
     senders.join_all().await;
     let servers = Arc::into_inner(servers).expect("the senders are done");
     schema.drop_all(servers).await;
+}
+
+/// Two servers on a schema of their own, and a FIFO queue `q.fifo` with content-based
+/// deduplication.
+async fn two_servers_and_a_fifo_queue() -> (Schema, Arc<[Postgres; 2]>) {
+    let schema = Schema::new().await;
+    let servers = Arc::new([schema.server().await, schema.server().await]);
+    let fifo = vec![
+        ("FifoQueue".to_string(), "true".to_string()),
+        ("ContentBasedDeduplication".to_string(), "true".to_string()),
+    ];
+    servers[0]
+        .create_queue("q.fifo", fifo, vec![])
+        .await
+        .unwrap();
+    (schema, servers)
 }
