@@ -127,6 +127,9 @@ pub trait Backend: Send + Sync {
     async fn tick(&self);
     /// Hands over what is not yet durable (the last second's measurements): at shutdown.
     async fn flush(&self);
+    /// Whether the backend takes writes now (`GET /ready`): the embedded store has not
+    /// failed; PostgreSQL answers. The error says why not.
+    async fn ready(&self) -> Result<()>;
     /// Time travel (`--time-travel`, for tests): the clock the backend's rules read has
     /// jumped `by_ms` forward; answers the backend's instant after the jump.
     async fn clock_advanced(&self, by_ms: u64) -> Result<u64>;

@@ -291,6 +291,15 @@ impl Backend for Postgres {
         }
     }
 
+    async fn ready(&self) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .execute("SELECT 1", &[])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+
     async fn clock_advanced(&self, by_ms: u64) -> Result<u64> {
         self.advance_clock(by_ms).await
     }

@@ -1,4 +1,5 @@
-//! Leasehold's own routes under `/_leasehold`: the time-travel clock for tests.
+//! Leasehold's own routes: `/health` and `/ready` for load balancers and orchestrators, and
+//! under `/_leasehold` the time-travel clock for tests.
 
 use std::sync::Arc;
 
@@ -51,4 +52,21 @@ pub async fn advance_clock(
     };
     state.backend.wake_all();
     (StatusCode::OK, Json(json!({ "now_ms": now_ms })))
+}
+
+/// `GET /health`: the process is up and answering. JSON, not an SQS error.
+pub async fn health() -> Json<Value> {
+    Json(json!({"status": "alive"}))
+}
+
+/// `GET /ready`: the backend takes writes now (the embedded store has not failed; the
+/// PostgreSQL database answers); 503 with the reason when not.
+pub async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Value>) {
+    match state.backend.ready().await {
+        Ok(()) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "not ready", "reason": why.to_string()})),
+        ),
+    }
 }

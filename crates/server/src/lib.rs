@@ -47,7 +47,9 @@ pub fn app(state: Arc<AppState>) -> Router {
             "/_leasehold/queues/{name}/leases",
             get(leases::queue_leases),
         )
-        .route("/metrics", get(leases::metrics));
+        .route("/metrics", get(leases::metrics))
+        .route("/health", get(admin::health))
+        .route("/ready", get(admin::ready));
     if state.config.time_travel {
         router = router.route("/_leasehold/clock/advance", post(admin::advance_clock));
     }

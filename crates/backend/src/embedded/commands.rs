@@ -10,7 +10,9 @@ use leasehold_engine::{
 use tokio::sync::Notify;
 
 use super::{Access, Embedded, REPORTS_PER_LOCK};
-use crate::{Backend, MoveTaskStart, Page, Pairs, Permission, QueueListing, Received, Result};
+use crate::{
+    Backend, BackendError, MoveTaskStart, Page, Pairs, Permission, QueueListing, Received, Result,
+};
 
 #[async_trait]
 impl Backend for Embedded {
@@ -271,6 +273,13 @@ impl Backend for Embedded {
         let mut engine = self.engine();
         // Still under the lock, so no newer record of the same queue is written before it.
         self.write_detached(&engine.take_all_metrics());
+    }
+
+    async fn ready(&self) -> Result<()> {
+        match self.is_healthy() {
+            true => Ok(()),
+            false => Err(BackendError::Failed(self.failure_reason())),
+        }
     }
 
     async fn clock_advanced(&self, _by_ms: u64) -> Result<u64> {

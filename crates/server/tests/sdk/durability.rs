@@ -263,3 +263,47 @@ async fn the_empty_receive_count_survives_a_restart() {
     assert_eq!(after["empty_receives"], 3, "{after}");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_answers_while_ready_says_when_the_store_takes_no_more_writes() {
+    let s = failing_at_write(3).await;
+    let get = |path: &'static str| {
+        let base = s.base.clone();
+        async move {
+            let response = reqwest::get(format!("{base}{path}")).await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    assert_eq!(get("/health").await.0, 200);
+    assert_eq!(
+        get("/ready").await,
+        (200, serde_json::json!({"status": "ready"}))
+    );
+    let url = s.queue("q", &[]).await;
+    // Sends until the store's third write fails; after that the store takes no writes.
+    for i in 0..5 {
+        let _ = s
+            .sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(format!("m{i}"))
+            .send()
+            .await;
+    }
+    let (status, body) = get("/ready").await;
+    assert_eq!(
+        (status, &body["status"]),
+        (503, &serde_json::json!("not ready")),
+        "{body}"
+    );
+    assert!(
+        body["reason"].as_str().unwrap().contains("store failed"),
+        "{body}"
+    );
+    let (status, body) = get("/health").await;
+    assert_eq!(
+        (status, body),
+        (200, serde_json::json!({"status": "alive"}))
+    );
+}

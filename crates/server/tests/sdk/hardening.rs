@@ -301,3 +301,21 @@ async fn shutdown_ends_within_two_seconds_answering_waiting_receives_empty() {
         assert_eq!(poll.await.unwrap(), Ok(0));
     }
 }
+
+/// `/health` and `/ready` answer JSON on any backend (this suite also runs on PostgreSQL).
+#[tokio::test]
+async fn health_and_ready_answer_json() {
+    let s = TestServer::start().await;
+    for (path, expected) in [
+        ("/health", serde_json::json!({"status": "alive"})),
+        ("/ready", serde_json::json!({"status": "ready"})),
+    ] {
+        let response = reqwest::get(format!("{}{path}", s.base)).await.unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        assert_eq!(
+            response.json::<serde_json::Value>().await.unwrap(),
+            expected
+        );
+    }
+    s.stop().await;
+}
