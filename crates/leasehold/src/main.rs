@@ -99,8 +99,8 @@ enum LeaseModeArg {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Address and port to listen on.
-    #[arg(long, default_value = "127.0.0.1:9324")]
+    /// Address and port to listen on: an IP address or a host name (localhost:9324).
+    #[arg(long, default_value = "127.0.0.1:9324", value_parser = parse_bind)]
     bind: SocketAddr,
     /// Keep everything in memory; nothing survives a restart.
     #[arg(long, conflicts_with_all = ["data_dir", "fsync", "postgres"])]
@@ -204,6 +204,22 @@ fn print_until_the_reader_goes() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+}
+
+/// `--bind HOST:PORT`: an address, or a name resolved once at start (IPv4 first, so
+/// `localhost` is 127.0.0.1 where both are offered).
+fn parse_bind(value: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let addresses: Vec<SocketAddr> = value
+        .to_socket_addrs()
+        .map_err(|e| format!("expected HOST:PORT that resolves: {e}"))?
+        .collect();
+    addresses
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addresses.first())
+        .copied()
+        .ok_or_else(|| format!("{value} resolves to no address"))
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
