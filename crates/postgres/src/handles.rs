@@ -142,14 +142,13 @@ impl Postgres {
                          WHERE m.queue_id = $1 AND m.seq = target.seq
                            AND (NOT $4 OR target.live)
                          RETURNING m.seq),
+                     -- Run whether or not read: a data-modifying WITH always is.
                      marked AS (
                          UPDATE leasehold_messages m SET late_deleted = true FROM target
                          WHERE m.queue_id = $1 AND m.seq = target.seq AND NOT target.live
-                           AND target.seq NOT IN (SELECT seq FROM gone)
-                         RETURNING m.seq)
+                           AND target.seq NOT IN (SELECT seq FROM gone))
                      SELECT n, receive_count, visible_ms, extensions, live,
-                            seq IN (SELECT seq FROM gone), released,
-                            (SELECT count(*) FROM marked)
+                            seq IN (SELECT seq FROM gone), released
                      FROM target",
                 )
                 .await?,
