@@ -138,9 +138,24 @@ pub trait Backend: Send + Sync {
 /// ListQueues' filter and page.
 #[derive(Debug, Clone, Default)]
 pub struct QueueListing {
+    /// None: the backend's own account.
+    pub account: Option<String>,
     pub region: Option<String>,
     pub prefix: Option<String>,
     pub page: Page,
+}
+
+impl QueueListing {
+    /// The engine's listing this one asks for.
+    pub fn asked(&self) -> leasehold_engine::QueueListing<'_> {
+        leasehold_engine::QueueListing {
+            account: self.account.as_deref(),
+            region: self.region.as_deref(),
+            prefix: self.prefix.as_deref(),
+            max_results: self.page.max,
+            next_token: self.page.next_token.as_deref(),
+        }
+    }
 }
 
 /// Which page of a listing: at most `max` names, after `next_token`.

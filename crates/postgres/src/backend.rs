@@ -86,13 +86,7 @@ impl Backend for Postgres {
 
     async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
         let keys = self.keys("SELECT key FROM leasehold_queues", &[]).await?;
-        let asked = leasehold_engine::QueueListing {
-            region: listing.region.as_deref(),
-            prefix: listing.prefix.as_deref(),
-            max_results: listing.page.max,
-            next_token: listing.page.next_token.as_deref(),
-        };
-        Ok(list_queue_keys(&self.naming, keys.iter(), asked)?)
+        Ok(list_queue_keys(&self.naming, keys.iter(), listing.asked())?)
     }
 
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
@@ -102,6 +96,7 @@ impl Backend for Postgres {
         let sources = self.keys(sql, &[&arn]).await?;
         // A dead-letter queue is in its sources' region: the engine's listing of that region.
         let asked = leasehold_engine::QueueListing {
+            account: Some(self.naming.key_account(queue)),
             region: Some(self.naming.key_parts(queue).0),
             prefix: None,
             max_results: page.max,

@@ -3,7 +3,8 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use leasehold_engine::{
-    is_region, AttributeData, EngineError, MessageAttribute, MessageAttributes, Naming,
+    is_account_id, is_region, AttributeData, EngineError, MessageAttribute, MessageAttributes,
+    Naming,
 };
 
 use crate::error::{ProtocolError, Result};
@@ -26,22 +27,30 @@ pub fn optional_u32(value: Option<i64>, param: &str, reason: &str) -> Result<Opt
 ///   queues of other regions;
 /// - a bare `NAME`: in the request's region.
 ///
-/// A URL of another account names no queue here. Whether the queue exists is the backend's
-/// to say.
-pub fn queue_key(naming: &Naming, request_region: Option<&str>, url: &str) -> Result<String> {
+/// A bare name is the caller's (`account`, None for the own one); a URL names its account's
+/// queue, whoever asks: whether the caller may use it is `access`'s to say, whether it exists
+/// the backend's.
+pub fn queue_key(
+    naming: &Naming,
+    account: Option<&str>,
+    request_region: Option<&str>,
+    url: &str,
+) -> Result<String> {
     let (host, path) = match url.split_once("://") {
         Some((_, rest)) => rest.split_once('/').unwrap_or((rest, "")),
         None => ("", url),
     };
     let path = path.split(['?', '#']).next().unwrap_or("");
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let own_account = |account: &str| account == naming.account_id;
+    let key = |owner: Option<&str>, region: Option<&str>, name: &str| {
+        Ok(naming.queue_key_in(owner, region, name))
+    };
     match segments.as_slice() {
-        [name] if host.is_empty() => Ok(naming.queue_key(request_region, name)),
-        [name] => Ok(naming.queue_key(region_of_host(host), name)),
-        [account, name] if own_account(account) => Ok(naming.queue_key(region_of_host(host), name)),
-        ["queue", region, account, name] if own_account(account) => {
-            Ok(naming.queue_key(Some(region), name))
+        [name] if host.is_empty() => key(account, request_region, name),
+        [name] => key(account, region_of_host(host), name),
+        [owner, name] if is_account_id(owner) => key(Some(owner), region_of_host(host), name),
+        ["queue", region, owner, name] if is_account_id(owner) => {
+            key(Some(owner), Some(region), name)
         }
         _ => Err(EngineError::QueueDoesNotExist.into()),
     }
@@ -60,7 +69,7 @@ pub fn region_of_host(host: &str) -> Option<&str> {
 /// in the own one, else `http://HOST/queue/REGION/ACCOUNT/NAME`.
 pub fn queue_url(naming: &Naming, host: &str, key: &str) -> String {
     let (region, name) = naming.key_parts(key);
-    let account = &naming.account_id;
+    let account = naming.key_account(key);
     let implied = region_of_host(host).unwrap_or(&naming.region);
     if region == implied {
         format!("http://{host}/{account}/{name}")

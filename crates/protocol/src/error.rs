@@ -42,6 +42,17 @@ pub enum ProtocolError {
     RequestTimeout(u64),
     #[error("{0}")]
     UnsupportedOperation(String),
+    /// The authentication failures, in AWS's words (`sigv4` at the server's edge).
+    #[error("Request is missing Authentication Token")]
+    MissingAuthenticationToken,
+    #[error("{0}")]
+    IncompleteSignature(String),
+    #[error("The security token included in the request is invalid.")]
+    InvalidClientTokenId,
+    #[error("{0}")]
+    SignatureDoesNotMatch(String),
+    #[error("{0}")]
+    RequestExpired(String),
 }
 
 impl From<BackendError> for ProtocolError {
@@ -235,6 +246,31 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
             400,
             "com.amazonaws.sqs#UnsupportedOperation",
             "AWS.SimpleQueueService.UnsupportedOperation",
+        ),
+        P::MissingAuthenticationToken => sender(
+            403,
+            "com.amazon.coral.service#MissingAuthenticationTokenException",
+            "MissingAuthenticationToken",
+        ),
+        P::IncompleteSignature(_) => sender(
+            400,
+            "com.amazon.coral.service#IncompleteSignatureException",
+            "IncompleteSignature",
+        ),
+        P::InvalidClientTokenId => sender(
+            403,
+            "com.amazon.coral.service#UnrecognizedClientException",
+            "InvalidClientTokenId",
+        ),
+        P::SignatureDoesNotMatch(_) => sender(
+            403,
+            "com.amazon.coral.service#InvalidSignatureException",
+            "SignatureDoesNotMatch",
+        ),
+        P::RequestExpired(_) => sender(
+            400,
+            "com.amazon.coral.service#RequestExpired",
+            "RequestExpired",
         ),
     }
 }

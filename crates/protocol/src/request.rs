@@ -47,8 +47,9 @@ macro_rules! actions {
                 }
             }
 
-            /// Step two: applies the request on `backend`.
+            /// Step two: applies the request on `backend`, if the caller may.
             pub async fn apply(self, backend: &dyn Backend, ctx: &Context) -> Result<Step> {
+                crate::actions::access::check(backend, ctx, &self).await?;
                 match self {
                     $(Request::$action(input) => Ok($apply(backend, ctx, input).await?.into_step()),)+
                 }

@@ -63,6 +63,7 @@ impl HttpRequest<'_> {
         let ctx = Context {
             host: self.host.to_string(),
             region: self.region(),
+            account: None,
         };
         let mut request = match self.target {
             Some(target) => {

@@ -113,6 +113,7 @@ async fn apply(action: &str, doc: Value) -> Result<(), ProtocolError> {
     let ctx = Context {
         host: "localhost".into(),
         region: None,
+        account: None,
     };
     let request = Request::from_value(action, doc)?;
     if let Step::Receive(receive) = request.apply(&backend, &ctx).await? {

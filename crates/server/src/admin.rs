@@ -1,10 +1,13 @@
 //! Leasehold's own routes: `/health` and `/ready` for load balancers and orchestrators, and
-//! under `/_leasehold` the time-travel clock for tests.
+//! under `/_leasehold` the time-travel clock for tests; and the guard that keeps the admin
+//! routes to the admin token when the server checks signatures.
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -69,4 +72,30 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Valu
             Json(json!({"status": "not ready", "reason": why.to_string()})),
         ),
     }
+}
+
+/// With credentials configured, an admin route answers only a request carrying the admin
+/// token (`Authorization: Bearer TOKEN`); without, it is as open as the rest of the server.
+pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some(auth) = &state.config.auth else {
+        return next.run(request).await;
+    };
+    if auth.is_admin(request.headers()) {
+        return next.run(request).await;
+    }
+    let message = if auth.admin_token.is_some() {
+        "this route wants the admin token: Authorization: Bearer TOKEN"
+    } else {
+        "the admin routes are served on the --admin-bind listener, or here with an admin token"
+    };
+    let mut response = (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({"status": "unauthorized", "message": message})),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        axum::http::header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
+    response
 }

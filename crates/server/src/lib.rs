@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod admin;
+pub mod auth;
 mod clock;
 mod lease_doc;
 mod leases;
@@ -34,27 +35,51 @@ pub use state::{AppState, Limits, ServerConfig};
 /// Longer than the longest long poll (20 s), so only a stuck request is cut.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The whole HTTP application. Tests drive it in-process; the binary serves it.
+/// The whole HTTP application. Tests drive it in-process; the binary serves it. With
+/// credentials configured, the admin routes want the admin token here (`admin::guard`).
 pub fn app(state: Arc<AppState>) -> Router {
-    let mut router = Router::new()
+    let guarded = admin_routes(&state).route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        admin::guard,
+    ));
+    let router = Router::new()
         .route("/", get(sqs::handle).post(sqs::handle))
         .route("/{account}/{queue}", get(sqs::handle).post(sqs::handle))
         .route(
             "/queue/{region}/{account}/{queue}",
             get(sqs::handle).post(sqs::handle),
         )
+        .merge(guarded)
+        .route("/health", get(admin::health))
+        .route("/ready", get(admin::ready));
+    layered(router.with_state(state))
+}
+
+/// The admin and observability routes alone, open, for the separate `--admin-bind` listener.
+pub fn admin_app(state: Arc<AppState>) -> Router {
+    let router = admin_routes(&state)
+        .route("/health", get(admin::health))
+        .route("/ready", get(admin::ready));
+    layered(router.with_state(state))
+}
+
+/// `/_leasehold/*` and `/metrics`.
+fn admin_routes(state: &AppState) -> Router<Arc<AppState>> {
+    let mut router = Router::new()
         .route(
             "/_leasehold/queues/{name}/leases",
             get(leases::queue_leases),
         )
-        .route("/metrics", get(leases::metrics))
-        .route("/health", get(admin::health))
-        .route("/ready", get(admin::ready));
+        .route("/metrics", get(leases::metrics));
     if state.config.time_travel {
         router = router.route("/_leasehold/clock/advance", post(admin::advance_clock));
     }
     router
-        .with_state(state)
+}
+
+/// The tower layers every listener's routes share: a timeout and tracing.
+fn layered(router: Router) -> Router {
+    router
         .layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(timed_out))

@@ -45,7 +45,7 @@ pub async fn handle(
         trace_id: header(header::HeaderName::from_static("x-amzn-trace-id")),
     };
     let wire = http.wire();
-    let rendered = match answer(&state, &http, &headers, body).await {
+    let rendered = match answer(&state, (&method, &uri), &http, &headers, body).await {
         Ok((action, answer)) => wire.render(action, answer, &request_id),
         Err(error) => wire.render_error(&error, &request_id),
     };
@@ -65,6 +65,7 @@ pub fn error_response(headers: &HeaderMap, error: &ProtocolError, request_id: &s
 
 async fn answer(
     state: &AppState,
+    (method, uri): (&Method, &Uri),
     http: &HttpRequest<'_>,
     headers: &HeaderMap,
     body: Body,
@@ -74,7 +75,9 @@ async fn answer(
         ProtocolError::ServiceUnavailable("The server is busy; try again.".into())
     })?;
     let body = read_body(body, http).await?;
-    let (ctx, request) = http.parse(&body)?;
+    let account = authenticate(state, method, uri, headers, &body)?;
+    let (mut ctx, request) = http.parse(&body)?;
+    ctx.account = account;
     if !http.is_post && !request.is_read_only() && !http.is_presigned() {
         return Err(ProtocolError::AccessDenied(format!(
             "{} changes state and cannot be sent by an unsigned GET; send it by POST, or presign the URL.",
@@ -83,6 +86,28 @@ async fn answer(
     }
     let action = request.action();
     Ok((action, run(state, &ctx, request, slot).await?))
+}
+
+/// With credentials configured, the account of the request's valid signature (else AWS's
+/// error); without, None: the server's own account.
+fn authenticate(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Option<String>, ProtocolError> {
+    let Some(auth) = &state.config.auth else {
+        return Ok(None);
+    };
+    let arrived = crate::auth::Arrived {
+        method: method.as_str(),
+        path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
+        headers,
+        body,
+    };
+    auth.authenticate(&arrived, std::time::SystemTime::now())
+        .map(Some)
 }
 
 /// A web page the developer has open must not drive a local server: browsers say where a

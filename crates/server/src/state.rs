@@ -20,6 +20,9 @@ pub struct ServerConfig {
     /// Enables `POST /_leasehold/clock/advance`.
     pub time_travel: bool,
     pub limits: Limits,
+    /// Checks SigV4 signatures and scopes queues by account; None: an open server, every
+    /// request the own account's.
+    pub auth: Option<crate::auth::Auth>,
 }
 
 /// What bounds the server's work, so no client can stall the others.
@@ -54,6 +57,7 @@ impl Default for ServerConfig {
             account_id: "000000000000".into(),
             time_travel: false,
             limits: Limits::default(),
+            auth: None,
         }
     }
 }

@@ -36,20 +36,8 @@ impl Backend for Embedded {
     }
 
     async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
-        let QueueListing {
-            region,
-            prefix,
-            page,
-        } = listing;
-        self.apply(Access::Read, |e| {
-            e.list_queues(
-                region.as_deref(),
-                prefix.as_deref(),
-                page.max,
-                page.next_token.as_deref(),
-            )
-        })
-        .await
+        self.apply(Access::Read, |e| e.list_queues(listing.asked()))
+            .await
     }
 
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {

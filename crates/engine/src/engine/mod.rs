@@ -32,7 +32,7 @@ pub use leases::LeaseReport;
 pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};
 pub use queues::{list_queue_keys, validate_queue_name, QueueListing};
-pub use regions::{is_region, Naming};
+pub use regions::{is_account_id, is_region, Naming};
 
 pub const MAX_LIST_RESULTS: usize = 1000;
 

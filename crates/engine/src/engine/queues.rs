@@ -47,6 +47,8 @@ fn check_tags(name: &str, count: usize) -> Result<()> {
 /// What ListQueues asks for.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QueueListing<'a> {
+    /// None: the own account.
+    pub account: Option<&'a str>,
     /// None: the own region.
     pub region: Option<&'a str>,
     pub prefix: Option<&'a str>,
@@ -63,10 +65,13 @@ pub fn list_queue_keys<'k>(
     listing: QueueListing,
 ) -> Result<QueuePage> {
     let region = naming.region_or_own(listing.region);
+    let account = listing.account.unwrap_or(&naming.account_id);
     let names = keys
         .filter(|key| {
             let (r, name) = naming.key_parts(key);
-            r == region && listing.prefix.is_none_or(|p| name.starts_with(p))
+            r == region
+                && naming.key_account(key) == account
+                && listing.prefix.is_none_or(|p| name.starts_with(p))
         })
         .cloned()
         .collect();
@@ -152,22 +157,9 @@ impl Engine {
         self.queue(name).map(|_| ())
     }
 
-    /// Names in order, optionally by prefix, paginated by an opaque token.
-    /// ListQueues: the keys of the queues in `region` (None: the engine's own) whose name
-    /// starts with `prefix`.
-    pub fn list_queues(
-        &self,
-        region: Option<&str>,
-        prefix: Option<&str>,
-        max_results: Option<usize>,
-        next_token: Option<&str>,
-    ) -> Result<QueuePage> {
-        let listing = QueueListing {
-            region,
-            prefix,
-            max_results,
-            next_token,
-        };
+    /// ListQueues: the keys of the queues of the listing's account and region whose name
+    /// starts with its prefix, in order, paginated by an opaque token.
+    pub fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
         list_queue_keys(&self.naming, self.queues.keys(), listing)
     }
 

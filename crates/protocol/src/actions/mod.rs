@@ -5,6 +5,7 @@
 //! as the engine's operations are (`queues`, `messages`, `receive`, `dead_letters`); the
 //! dispatch from a `Request` is generated from the one list of actions in `request.rs`.
 
+pub(crate) mod access;
 pub(crate) mod batch;
 pub(crate) mod dead_letters;
 pub(crate) mod messages;
@@ -29,18 +30,35 @@ pub struct Context {
     /// The region the request was made in (its SigV4 credential scope, else its host); None
     /// for the backend's own.
     pub region: Option<String>,
+    /// The account of the credential that signed the request; None for the backend's own
+    /// (every request when the server checks no signatures).
+    pub account: Option<String>,
 }
 
 impl Context {
     /// The key of the queue a QueueUrl names, for this request.
     fn queue(&self, backend: &dyn Backend, url: Option<String>) -> Result<String> {
         let url = required(url, "QueueUrl")?;
-        queue_key(backend.naming(), self.region.as_deref(), &url)
+        queue_key(
+            backend.naming(),
+            self.account.as_deref(),
+            self.region.as_deref(),
+            &url,
+        )
     }
 
-    /// The key of queue `name` in this request's region.
+    /// The key of the caller's queue `name` in this request's region.
     fn queue_named(&self, backend: &dyn Backend, name: &str) -> String {
-        backend.naming().queue_key(self.region.as_deref(), name)
+        backend
+            .naming()
+            .queue_key_in(self.account.as_deref(), self.region.as_deref(), name)
+    }
+
+    /// The caller's account id.
+    pub fn account<'a>(&'a self, backend: &'a dyn Backend) -> &'a str {
+        self.account
+            .as_deref()
+            .unwrap_or(&backend.naming().account_id)
     }
 
     /// The URL of the queue with this key, on the host the client addressed.

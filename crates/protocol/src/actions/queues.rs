@@ -96,6 +96,7 @@ pub(crate) async fn list_queues(
     input: ListQueuesInput,
 ) -> Result<ListQueuesOutput> {
     let listing = QueueListing {
+        account: ctx.account.clone(),
         region: ctx.region.clone(),
         prefix: input.queue_name_prefix,
         page: page(input.max_results, input.next_token)?,
