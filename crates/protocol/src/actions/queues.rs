@@ -31,7 +31,14 @@ pub(crate) async fn get_queue_url(
     ctx: &Context,
     input: GetQueueUrlInput,
 ) -> Result<QueueUrlOutput> {
-    let queue = ctx.queue_named(backend, &required(input.queue_name, "QueueName")?);
+    let name = required(input.queue_name, "QueueName")?;
+    // Another account's queue, when the owner is named (`access` has checked the caller may).
+    let queue = match &input.queue_owner_aws_account_id {
+        Some(owner) => backend
+            .naming()
+            .queue_key_in(Some(owner), ctx.region.as_deref(), &name),
+        None => ctx.queue_named(backend, &name),
+    };
     backend.queue_exists(&queue).await?;
     Ok(QueueUrlOutput {
         queue_url: ctx.url(backend, &queue),

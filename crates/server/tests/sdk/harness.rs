@@ -128,20 +128,8 @@ impl TestServer {
         let served = tokio::spawn(leasehold_server::serve(listener, state, async {
             let _ = stopped.await;
         }));
-        let config = aws_sdk_sqs::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .endpoint_url(&base)
-            .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-            .timeout_config(
-                aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
-                    .operation_timeout(Duration::from_secs(30))
-                    .build(),
-            )
-            .build();
         TestServer {
-            sqs: Client::from_conf(config),
+            sqs: sdk_client(&base, "test", "test", "us-east-1"),
             base,
             http: reqwest::Client::new(),
             stop: Some(stop),
@@ -160,6 +148,11 @@ impl TestServer {
         if let Some(schema) = self.schema.take() {
             postgres_admin(&drop_schema(&schema)).await;
         }
+    }
+
+    /// A client of this server signing with another key, in another region.
+    pub fn client_as(&self, access_key: &str, secret: &str, region: &str) -> Client {
+        sdk_client(&self.base, access_key, secret, region)
     }
 
     /// Creates a queue with the given attributes and returns its URL.
@@ -249,6 +242,23 @@ impl TestServer {
             .unwrap();
         out.attributes.unwrap()[&name.into()].clone()
     }
+}
+
+/// An SDK client of `base` that does not retry, signing with this key.
+pub fn sdk_client(base: &str, access_key: &str, secret: &str, region: &str) -> Client {
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(region.to_string()))
+        .endpoint_url(base)
+        .credentials_provider(Credentials::new(access_key, secret, None, None, "tests"))
+        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+        .timeout_config(
+            aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
+                .operation_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .build();
+    Client::from_conf(config)
 }
 
 /// The error code an SDK error carries (the legacy query code, via x-amzn-query-error).

@@ -2,6 +2,8 @@
 
 mod harness;
 
+mod auth;
+
 mod dead_letters;
 mod durability;
 mod errors;
