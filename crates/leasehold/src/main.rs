@@ -7,6 +7,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod advise;
+mod config;
 mod consume;
 mod redrive;
 mod simulate;
@@ -41,7 +42,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the SQS API (AWS JSON 1.0 and the query protocol) over HTTP.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Load-test any SQS endpoint that speaks AWS JSON 1.0 and report throughput and latency.
     Bench(BenchArgs),
     /// Recommend a visibility timeout, heartbeat and maxReceiveCount from measured times.
@@ -97,13 +98,24 @@ enum LeaseModeArg {
     Strict,
 }
 
+/// Every flag of `serve` is also a key of the config file and a `LEASEHOLD_*` variable
+/// (`--data-dir`, `data-dir = ...`, `LEASEHOLD_DATA_DIR`): flags win over variables, variables
+/// over the file, the file over the defaults.
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Address and port to listen on: an IP address or a host name (localhost:9324).
-    #[arg(long, default_value = "127.0.0.1:9324", value_parser = parse_bind)]
+    /// A TOML file with any of these flags as keys, `[[queues]]` to declare at start and
+    /// `[[access-keys]]`; see docs/operations.md.
+    #[arg(long, env = "LEASEHOLD_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// The config file, once read (its queues and access keys).
+    #[arg(skip)]
+    config_file: Option<config::ConfigFile>,
+    /// Address and port to listen on: an IP address or a host name (localhost:9324). Any
+    /// address but loopback wants --credentials (or --allow-anonymous).
+    #[arg(long, env = "LEASEHOLD_BIND", default_value = "127.0.0.1:9324", value_parser = parse_bind)]
     bind: SocketAddr,
     /// Keep everything in memory; nothing survives a restart.
-    #[arg(long, conflicts_with_all = ["data_dir", "fsync", "postgres"])]
+    #[arg(long, env = "LEASEHOLD_IN_MEMORY", conflicts_with_all = ["data_dir", "fsync", "postgres"])]
     in_memory: bool,
     /// Keep the queues in this PostgreSQL database, shared by every server given the same
     /// URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE); a schema of its own with
@@ -111,7 +123,7 @@ struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_POSTGRES_URL", conflicts_with_all = ["data_dir", "fsync"])]
     postgres: Option<String>,
     /// Where the durable store keeps its data file (leasehold.db).
-    #[arg(long, default_value = "./leasehold-data")]
+    #[arg(long, env = "LEASEHOLD_DATA_DIR", default_value = "./leasehold-data")]
     data_dir: std::path::PathBuf,
     /// When acknowledged writes reach the disk.
     /// `always`: fsync before every answer; nothing acknowledged is lost, even on power loss.
@@ -119,24 +131,54 @@ struct ServeArgs {
     /// loses up to N ms of acknowledged work.
     /// `never`: no fsync; a crash of the server loses nothing, a power cut loses whatever the
     /// operating system had not written yet.
-    #[arg(long, default_value = "always", verbatim_doc_comment)]
+    #[arg(
+        long,
+        env = "LEASEHOLD_FSYNC",
+        default_value = "always",
+        verbatim_doc_comment
+    )]
     fsync: Durability,
     /// The server's own region: where requests whose signature and host name none go.
-    #[arg(long, default_value = "us-east-1")]
+    #[arg(long, env = "LEASEHOLD_REGION", default_value = "us-east-1")]
     region: String,
-    /// Account id written into queue URLs and ARNs.
-    #[arg(long, default_value = "000000000000")]
+    /// The account of unsigned requests (and of credentials that name none), in queue URLs
+    /// and ARNs.
+    #[arg(long, env = "LEASEHOLD_ACCOUNT_ID", default_value = "000000000000")]
     account_id: String,
     /// Enable POST /_leasehold/clock/advance {"seconds": N}, for tests.
-    #[arg(long)]
+    #[arg(long, env = "LEASEHOLD_TIME_TRAVEL")]
     time_travel: bool,
     /// What a receipt handle is worth once its lease is over.
-    #[arg(long, value_enum, default_value = "aws")]
+    #[arg(long, env = "LEASEHOLD_LEASE_MODE", value_enum, default_value = "aws")]
     lease_mode: LeaseModeArg,
     /// Seconds a connection may take to send a request's head, and may stay idle between
     /// requests, before it is closed.
-    #[arg(long, default_value = "20", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, env = "LEASEHOLD_IDLE_TIMEOUT", default_value = "20", value_parser = clap::value_parser!(u64).range(1..=3600))]
     idle_timeout: u64,
+    /// Require a valid AWS Signature Version 4 on every request, by a key in this file (AWS's
+    /// shared credentials format, plus `account_id` per profile); queues belong to accounts.
+    #[arg(long, env = "LEASEHOLD_CREDENTIALS")]
+    credentials: Option<std::path::PathBuf>,
+    /// With credentials, the bearer token that opens /metrics and /_leasehold/* on --bind.
+    #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Also serve /metrics, /_leasehold/*, /health and /ready, without a token, here (keep it
+    /// on a private address).
+    #[arg(long, env = "LEASEHOLD_ADMIN_BIND", value_parser = parse_bind)]
+    admin_bind: Option<SocketAddr>,
+    /// Serve anyone who can reach a non-loopback --bind, without credentials.
+    #[arg(long, env = "LEASEHOLD_ALLOW_ANONYMOUS")]
+    allow_anonymous: bool,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "LEASEHOLD_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
+    /// What queue URLs start with, behind a proxy or in a container
+    /// (https://sqs.example.com); otherwise the scheme and Host of each request.
+    #[arg(long, env = "LEASEHOLD_PUBLIC_URL")]
+    public_url: Option<String>,
 }
 
 #[tokio::main]
@@ -157,7 +199,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = parse_cli()?;
     init_logs(cli.log_format);
     let command = cli.command;
     if matches!(
@@ -167,13 +209,46 @@ async fn run() -> anyhow::Result<()> {
         print_until_the_reader_goes();
     }
     match command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Bench(args) => bench(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Work(args) => consume::work(args).await,
         Command::Redrive(args) => redrive::redrive(args).await,
         Command::Simulate(args) => simulate::simulate(args),
     }
+}
+
+/// The command line; for `serve --config FILE`, parsed again with the file's values as the
+/// flags' defaults, so that variables and flags override them.
+fn parse_cli() -> anyhow::Result<Cli> {
+    use clap::{CommandFactory, FromArgMatches};
+    let cli = Cli::parse();
+    let Command::Serve(args) = &cli.command else {
+        return Ok(cli);
+    };
+    let Some(path) = &args.config else {
+        return Ok(cli);
+    };
+    let file =
+        config::ConfigFile::load(path).map_err(|e| consume::usage(format!("--config: {e}")))?;
+    let command = Cli::command().mut_subcommand("serve", |serve| {
+        let known: Vec<String> = serve
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect();
+        file.flag_defaults()
+            .into_iter()
+            .filter(|(id, _)| known.contains(id))
+            .fold(serve, |serve, (id, value)| {
+                serve.mut_arg(id, |arg| arg.default_value(value))
+            })
+    });
+    let matches = command.get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::Serve(args) = &mut cli.command {
+        args.config_file = Some(file);
+    }
+    Ok(cli)
 }
 
 /// Logs go to stderr (stdout is for what a command prints), filtered by `RUST_LOG`; colour
@@ -222,14 +297,89 @@ fn parse_bind(value: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{value} resolves to no address"))
 }
 
+/// Who may use the server: the credentials of `--credentials` and the config file's
+/// `[[access-keys]]`, if any. Checked at start: a wrong file is a usage error.
+fn auth_of(args: &ServeArgs) -> anyhow::Result<Option<leasehold_server::auth::Auth>> {
+    use leasehold_server::auth::{Auth, Credential, Credentials};
+    let mut list = Vec::new();
+    if let Some(path) = &args.credentials {
+        let from_file = Credentials::from_file(path)
+            .map_err(|e| consume::usage(format!("--credentials {e}")))?;
+        list.extend(from_file.into_list());
+    }
+    for key in args.config_file.iter().flat_map(|f| &f.access_keys) {
+        list.push(Credential {
+            access_key_id: key.access_key_id.clone(),
+            secret_access_key: key.secret_access_key.clone(),
+            account_id: key
+                .account_id
+                .clone()
+                .unwrap_or_else(|| args.account_id.clone()),
+        });
+    }
+    if list.is_empty() {
+        return Ok(None);
+    }
+    let credentials =
+        Credentials::new(list).map_err(|e| consume::usage(format!("credentials: {e}")))?;
+    Ok(Some(Auth {
+        credentials,
+        admin_token: args.admin_token.clone(),
+    }))
+}
+
+/// An open server on an address others can reach is refused unless asked for by name.
+fn check_exposure(args: &ServeArgs, signed: bool) -> anyhow::Result<()> {
+    if signed || args.bind.ip().is_loopback() {
+        return Ok(());
+    }
+    if !args.allow_anonymous {
+        return Err(consume::usage(format!(
+            "refusing to serve {} without credentials: anyone who can reach it could read, send and delete; give --credentials FILE, or --allow-anonymous to serve it open",
+            args.bind
+        )));
+    }
+    tracing::warn!(
+        bind = %args.bind,
+        "serving without credentials on a non-loopback address (--allow-anonymous): anyone who can reach it can read, send and delete"
+    );
+    Ok(())
+}
+
+fn tls_of(args: &ServeArgs) -> anyhow::Result<Option<leasehold_server::tls::TlsAcceptor>> {
+    match (&args.tls_cert, &args.tls_key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(
+            leasehold_server::tls::acceptor(cert, key)
+                .map_err(|e| consume::usage(e.to_string()))?,
+        )),
+        _ => Err(consume::usage(
+            "--tls-cert and --tls-key go together: give both, or neither",
+        )),
+    }
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let auth = auth_of(&args)?;
+    check_exposure(&args, auth.is_some())?;
+    let tls = tls_of(&args)?;
+    if let Some(url) = &args.public_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(consume::usage(format!(
+                "--public-url {url}: expected http://HOST[:PORT] or https://HOST[:PORT]"
+            )));
+        }
+    }
     let config = ServerConfig {
+        auth,
+        public_url: args.public_url.clone(),
+        tls: tls.is_some(),
         lease_mode: match args.lease_mode {
             LeaseModeArg::Aws => LeaseMode::Aws,
             LeaseModeArg::Strict => LeaseMode::Strict,
         },
-        region: args.region,
-        account_id: args.account_id,
+        region: args.region.clone(),
+        account_id: args.account_id.clone(),
         time_travel: args.time_travel,
         limits: Limits {
             idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
@@ -271,11 +421,34 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
         state
     };
+    if let Some(file) = &args.config_file {
+        let declared = file.declared_queues(state.backend.naming());
+        leasehold_server::declare_queues(&*state.backend, &declared)
+            .await
+            .map_err(|e| consume::usage(format!("--config: {e}")))?;
+    }
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
         .with_context(|| format!("cannot listen on {}", args.bind))?;
-    tracing::info!(address = %listener.local_addr()?, "leasehold is serving SQS");
-    leasehold_server::serve(listener, state, shutdown_signal())
+    let admin = match args.admin_bind {
+        Some(address) => Some(
+            tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on --admin-bind {address}"))?,
+        ),
+        None => None,
+    };
+    if let Some(admin) = &admin {
+        tracing::info!(address = %admin.local_addr()?, "admin routes served");
+    }
+    tracing::info!(
+        address = %listener.local_addr()?,
+        tls = tls.is_some(),
+        signatures = state.config.auth.is_some(),
+        "leasehold is serving SQS"
+    );
+    let listeners = leasehold_server::Listeners { tls, admin };
+    leasehold_server::serve_with(listener, state, listeners, shutdown_signal())
         .await
         .context("server failed")
 }

@@ -64,17 +64,20 @@ pub fn region_of_host(host: &str) -> Option<&str> {
     (is_region(region) && region.contains('-')).then_some(region)
 }
 
-/// The URL of the queue with this key, the host being the one the client addressed:
-/// `http://HOST/ACCOUNT/NAME` when the host already says the queue's region or the queue is
-/// in the own one, else `http://HOST/queue/REGION/ACCOUNT/NAME`.
-pub fn queue_url(naming: &Naming, host: &str, key: &str) -> String {
+/// The URL of the queue with this key under `origin` (`http://HOST` for the host the client
+/// addressed, or the server's public URL): `ORIGIN/ACCOUNT/NAME` when the host already says
+/// the queue's region or the queue is in the own one, else `ORIGIN/queue/REGION/ACCOUNT/NAME`.
+pub fn queue_url(naming: &Naming, origin: &str, key: &str) -> String {
     let (region, name) = naming.key_parts(key);
     let account = naming.key_account(key);
+    let origin = origin.trim_end_matches('/');
+    let host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+    let host = host.split('/').next().unwrap_or(host);
     let implied = region_of_host(host).unwrap_or(&naming.region);
     if region == implied {
-        format!("http://{host}/{account}/{name}")
+        format!("{origin}/{account}/{name}")
     } else {
-        format!("http://{host}/queue/{region}/{account}/{name}")
+        format!("{origin}/queue/{region}/{account}/{name}")
     }
 }
 

@@ -40,6 +40,9 @@ pub struct HttpRequest<'a> {
     /// The URL's query string, without the `?`.
     pub query: &'a str,
     pub host: &'a str,
+    /// What queue URLs start with (the server's public URL, or `https://HOST` behind TLS);
+    /// None: `http://HOST`.
+    pub origin: Option<&'a str>,
     pub target: Option<&'a str>,
     pub accept: Option<&'a str>,
     pub authorization: Option<&'a str>,
@@ -62,6 +65,9 @@ impl HttpRequest<'_> {
     pub fn parse(&self, body: &[u8]) -> Result<(Context, Request)> {
         let ctx = Context {
             host: self.host.to_string(),
+            origin: self
+                .origin
+                .map_or_else(|| format!("http://{}", self.host), str::to_string),
             region: self.region(),
             account: None,
         };

@@ -112,6 +112,7 @@ async fn apply(action: &str, doc: Value) -> Result<(), ProtocolError> {
     let backend = backend().await;
     let ctx = Context {
         host: "localhost".into(),
+        origin: "http://localhost".into(),
         region: None,
         account: None,
     };

@@ -9,11 +9,13 @@
 mod admin;
 pub mod auth;
 mod clock;
+mod declare;
 mod lease_doc;
 mod leases;
 pub mod listen;
 mod sqs;
 mod state;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +30,7 @@ use tower::ServiceBuilder;
 use tower_http::trace::TraceLayer;
 
 pub use clock::WallClock;
+pub use declare::{declare_queues, Applied, DeclareError, DeclaredQueue};
 pub use lease_doc::{LeaseReportDoc, LeaseSettings, MessageCounts, Quantiles};
 pub use leasehold_store::{Durability, SqliteStore, StoreError};
 pub use state::{AppState, Limits, ServerConfig};
@@ -106,17 +109,51 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, state, Listeners::default(), shutdown).await
+}
+
+/// What else `serve_with` serves: TLS on the main listener, and the admin routes on one of
+/// their own (`--admin-bind`).
+#[derive(Default)]
+pub struct Listeners {
+    pub tls: Option<tls::TlsAcceptor>,
+    pub admin: Option<tokio::net::TcpListener>,
+}
+
+/// `serve`, with TLS and an admin listener when given; the admin listener stops with the
+/// main one.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    listeners: Listeners,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let ticker = tokio::spawn(run_move_tasks(state.clone()));
-    let max_connections = listen::connection_limit();
+    let limits = (listen::connection_limit(), state.config.limits.idle_timeout);
+    let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin = listeners.admin.map(|admin| {
+        let app = admin_app(state.clone());
+        let tls = listeners.tls.clone();
+        tokio::spawn(async move {
+            let stopped = async {
+                let _ = admin_stopped.await;
+            };
+            listen::serve_connections(admin, app, tls, limits, stopped, || {}).await
+        })
+    });
     let served = listen::serve_connections(
         listener,
         app(state.clone()),
-        max_connections,
-        state.config.limits.idle_timeout,
+        listeners.tls,
+        limits,
         shutdown,
         || state.begin_shutdown(),
     )
     .await;
+    let _ = stop_admin.send(());
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
     ticker.abort();
     // Wait until the ticker has let go of the state, so the store is closed on return.
     let _ = ticker.await;

@@ -1,5 +1,5 @@
-//! The accept loop: a bounded number of connections, header and idle timeouts, and a
-//! shutdown that ends within `SHUTDOWN_GRACE` whatever the clients do.
+//! The accept loop: a bounded number of connections, TLS when configured, header and idle
+//! timeouts, and a shutdown that ends within `SHUTDOWN_GRACE` whatever the clients do.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,8 +37,8 @@ pub fn connection_limit() -> usize {
 pub async fn serve_connections(
     listener: TcpListener,
     app: Router,
-    max_connections: usize,
-    idle_timeout: Duration,
+    tls: Option<crate::tls::TlsAcceptor>,
+    (max_connections, idle_timeout): (usize, Duration),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     on_shutdown: impl FnOnce(),
 ) -> std::io::Result<()> {
@@ -81,10 +81,26 @@ pub async fn serve_connections(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let watcher = graceful.watcher();
+        let (builder, tls) = (builder.clone(), tls.clone());
         connections.spawn(async move {
             let _permit = permit;
-            let _ = connection.await;
+            let Some(tls) = tls else {
+                let _ = watcher
+                    .watch(builder.serve_connection(TokioIo::new(stream), service))
+                    .await;
+                return;
+            };
+            // A handshake is held to the same time as a request's head.
+            match tokio::time::timeout(idle_timeout, tls.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    let _ = watcher
+                        .watch(builder.serve_connection(TokioIo::new(stream), service))
+                        .await;
+                }
+                Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+                Err(_) => tracing::debug!("TLS handshake timed out"),
+            }
         });
     }
     drop(listener);

@@ -34,11 +34,18 @@ pub async fn handle(
 ) -> Response {
     let request_id = crate::state::request_id();
     let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let host = header(header::HOST).unwrap_or("localhost");
+    let origin = match (&state.config.public_url, state.config.tls) {
+        (Some(public), _) => public.clone(),
+        (None, true) => format!("https://{host}"),
+        (None, false) => format!("http://{host}"),
+    };
     let http = HttpRequest {
         is_post: method == Method::POST,
         path: uri.path(),
         query: uri.query().unwrap_or_default(),
-        host: header(header::HOST).unwrap_or("localhost"),
+        host,
+        origin: Some(&origin),
         target: header(header::HeaderName::from_static("x-amz-target")),
         accept: header(header::ACCEPT),
         authorization: header(header::AUTHORIZATION),

@@ -23,6 +23,11 @@ pub struct ServerConfig {
     /// Checks SigV4 signatures and scopes queues by account; None: an open server, every
     /// request the own account's.
     pub auth: Option<crate::auth::Auth>,
+    /// What queue URLs start with, when the server sits behind a proxy or in a container
+    /// (`https://sqs.example.com`); None: the scheme and `Host` each request arrived with.
+    pub public_url: Option<String>,
+    /// Whether the listener speaks TLS, so queue URLs say https.
+    pub tls: bool,
 }
 
 /// What bounds the server's work, so no client can stall the others.
@@ -58,6 +63,8 @@ impl Default for ServerConfig {
             time_travel: false,
             limits: Limits::default(),
             auth: None,
+            public_url: None,
+            tls: false,
         }
     }
 }

@@ -142,9 +142,9 @@ mod tests {
             r#"{{"Effect":"Allow","Principal":"*","Action":"sqs:*","Resource":"{ARN}"}}"#
         ));
         assert!(allows(&everyone, "111111111111", "PurgeQueue", ARN));
-        let denied = policy(&format!(
-            r#"{{"Effect":"Allow","Principal":"*","Action":"*","Resource":"*"}},{{"Effect":"Deny","Principal":{{"AWS":"111111111111"}},"Action":"SQS:PurgeQueue","Resource":"*"}}"#
-        ));
+        let denied = policy(
+            r#"{"Effect":"Allow","Principal":"*","Action":"*","Resource":"*"},{"Effect":"Deny","Principal":{"AWS":"111111111111"},"Action":"SQS:PurgeQueue","Resource":"*"}"#,
+        );
         assert!(!allows(&denied, "111111111111", "PurgeQueue", ARN));
         assert!(allows(&denied, "111111111111", "SendMessage", ARN));
         let conditional = policy(&format!(

@@ -25,8 +25,10 @@ pub use receive::{Attempt, Receive};
 /// What the request needs to know about how it arrived.
 #[derive(Debug, Clone)]
 pub struct Context {
-    /// The `Host` the client addressed, so queue URLs point back at it.
+    /// The `Host` the client addressed.
     pub host: String,
+    /// What queue URLs start with: the server's public URL, else `http://HOST` (or https).
+    pub origin: String,
     /// The region the request was made in (its SigV4 credential scope, else its host); None
     /// for the backend's own.
     pub region: Option<String>,
@@ -63,7 +65,7 @@ impl Context {
 
     /// The URL of the queue with this key, on the host the client addressed.
     fn url(&self, backend: &dyn Backend, key: &str) -> String {
-        queue_url(backend.naming(), &self.host, key)
+        queue_url(backend.naming(), &self.origin, key)
     }
 }
 

@@ -117,6 +117,11 @@ impl Credentials {
         Ok(Credentials { by_key })
     }
 
+    /// Every credential, to merge with others.
+    pub fn into_list(self) -> Vec<Credential> {
+        self.by_key.into_values().collect()
+    }
+
     pub fn get(&self, access_key_id: &str) -> Option<&Credential> {
         self.by_key.get(access_key_id)
     }

@@ -1,0 +1,248 @@
+//! `leasehold serve --config FILE` and the rules about who may reach the server, against the
+//! real binary: declared queues are made at start and a second start changes nothing; a
+//! changed declaration is applied and logged; variables override the file; a wrong file is
+//! one line naming the key and its line, exit 2; an open server refuses a non-loopback bind.
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use common::{client, free_port, wait_until_listening};
+
+const DECLARED: &str = r#"
+data-dir = "DATA"
+idle-timeout = 30
+
+[[queues]]
+name = "orders-dlq"
+
+[[queues]]
+name = "orders"
+attributes = { VisibilityTimeout = 60, RedrivePolicy = { deadLetterTargetArn = "orders-dlq", maxReceiveCount = 5 } }
+tags = { team = "payments" }
+
+[[queues]]
+name = "events.fifo"
+attributes = { FifoQueue = true, ContentBasedDeduplication = true }
+"#;
+
+fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("leasehold.toml");
+    let data = dir.join("data");
+    std::fs::write(&path, text.replace("DATA", &data.display().to_string())).unwrap();
+    path
+}
+
+fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("LEASEHOLD_BIND", format!("127.0.0.1:{port}"))
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let child = command.spawn().unwrap();
+    wait_until_listening(port);
+    child
+}
+
+/// SIGTERM, then everything the server logged.
+fn stop(mut child: Child) -> String {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    logs
+}
+
+async fn attribute(port: u16, url: &str, name: QueueAttributeName) -> String {
+    let out = client(port)
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(name.clone())
+        .send()
+        .await
+        .unwrap();
+    out.attributes().unwrap()[&name].clone()
+}
+
+#[tokio::test]
+async fn declared_queues_are_made_at_start_and_a_second_start_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), DECLARED);
+    let port = free_port();
+    let server = start(&config, port, &[]);
+    let sqs = client(port);
+    let orders = common::queue_url(&sqs, "orders").await;
+    assert_eq!(
+        attribute(port, &orders, QueueAttributeName::VisibilityTimeout).await,
+        "60"
+    );
+    let redrive = attribute(port, &orders, QueueAttributeName::RedrivePolicy).await;
+    assert!(redrive.contains(":000000000000:orders-dlq"), "{redrive}");
+    let tags = sqs
+        .list_queue_tags()
+        .queue_url(&orders)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tags.tags().unwrap()["team"], "payments");
+    let events = common::queue_url(&sqs, "events.fifo").await;
+    assert_eq!(
+        attribute(port, &events, QueueAttributeName::ContentBasedDeduplication).await,
+        "true"
+    );
+    common::send(&sqs, &orders, "kept").await;
+    let first = stop(server);
+    assert_eq!(
+        first.matches("declared queue created").count(),
+        3,
+        "{first}"
+    );
+
+    let server = start(&config, port, &[]);
+    assert_eq!(common::stored(&client(port), &orders).await, 1);
+    let second = stop(server);
+    assert!(
+        !second.contains("declared queue"),
+        "a second start changed something: {second}"
+    );
+
+    let changed = DECLARED.replace("VisibilityTimeout = 60", "VisibilityTimeout = 90");
+    let config = write_config(dir.path(), &changed);
+    let server = start(&config, port, &[]);
+    assert_eq!(
+        attribute(port, &orders, QueueAttributeName::VisibilityTimeout).await,
+        "90"
+    );
+    let third = stop(server);
+    assert!(third.contains("declared queue updated"), "{third}");
+    assert!(third.contains("VisibilityTimeout: 60 -> 90"), "{third}");
+}
+
+#[tokio::test]
+async fn variables_and_flags_override_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "bind = \"127.0.0.1:1\"\nin-memory = true\naccount-id = \"123456789012\"\n",
+    );
+    let port = free_port();
+    // LEASEHOLD_BIND (set by `start`) wins over the file's unusable port 1.
+    let server = start(&config, port, &[]);
+    let url = common::create_queue(&client(port), "where").await;
+    assert_eq!(
+        attribute(port, &url, QueueAttributeName::QueueArn).await,
+        "arn:aws:sqs:us-east-1:123456789012:where"
+    );
+    stop(server);
+}
+
+#[test]
+fn a_wrong_file_is_one_line_naming_the_key_and_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "in-memory = true\nidle-timout = 30\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("line 2") && stderr.contains("idle-timout"),
+        "{stderr}"
+    );
+
+    let config = write_config(
+        dir.path(),
+        "in-memory = true\n[[queues]]\nname = \"bad\"\nattributes = { VisibilityTimeout = 99999 }\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve",
+            "--bind",
+            &format!("127.0.0.1:{}", free_port()),
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("queue `bad`") && stderr.contains("VisibilityTimeout"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_open_server_refuses_a_non_loopback_bind_unless_allowed_by_name() {
+    let port = free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--in-memory", "--bind", &format!("0.0.0.0:{port}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("without credentials") && stderr.contains("--allow-anonymous"),
+        "{stderr}"
+    );
+
+    let mut open = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve",
+            "--in-memory",
+            "--allow-anonymous",
+            "--bind",
+            &format!("0.0.0.0:{port}"),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_listening(port);
+    let _ = open.kill();
+    let _ = open.wait();
+    let mut logs = String::new();
+    open.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    assert!(
+        logs.contains("WARN") && logs.contains("without credentials"),
+        "{logs}"
+    );
+}
+
+#[test]
+fn a_wrong_credentials_file_is_a_usage_error_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("credentials");
+    std::fs::write(&file, "[default]\naws_access_key_id = K\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--in-memory", "--credentials"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("profile [default]") && stderr.contains("aws_secret_access_key"),
+        "{stderr}"
+    );
+}
