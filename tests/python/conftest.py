@@ -32,11 +32,13 @@ def _free_port():
 
 
 class Server:
-    def __init__(self, *extra_args):
+    def __init__(self, *extra_args, scheme="http", verify=None, key=("test", "test")):
         if not BINARY.exists():
             raise RuntimeError(f"{BINARY} is missing: run `cargo build` first (scripts/test does)")
         self.port = _free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        host = "localhost" if scheme == "https" else "127.0.0.1"
+        self.endpoint = f"{scheme}://{host}:{self.port}"
+        self.verify = verify
         self.schema = None
         storage = ["--in-memory"]
         if BACKEND == "postgres":
@@ -59,12 +61,17 @@ class Server:
                 time.sleep(0.05)
         else:
             raise RuntimeError("server did not start listening within 20 s")
-        self.sqs = boto3.client(
+        self.sqs = self.client(*key)
+
+    def client(self, access_key, secret, region="us-east-1"):
+        """A boto3 client of this server signing with this key."""
+        return boto3.client(
             "sqs",
             endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
+            region_name=region,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret,
+            verify=self.verify,
             config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=30),
         )
 

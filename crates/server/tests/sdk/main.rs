@@ -16,3 +16,4 @@ mod long_poll;
 mod messages;
 mod query;
 mod queues;
+mod tls;
