@@ -37,3 +37,61 @@ fn serve_refuses_a_bind_that_does_not_resolve_as_a_usage_error() {
         "{stderr}"
     );
 }
+
+/// Everything a server logged from start to SIGTERM, with these arguments and RUST_LOG.
+async fn logs_of(args: &[&str], rust_log: &str, traffic: impl AsyncFnOnce(u16)) -> String {
+    use std::io::Read;
+    let port = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--in-memory", "--bind", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .env("RUST_LOG", rust_log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_listening(port);
+    traffic(port).await;
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    let mut logs = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    logs
+}
+
+#[tokio::test]
+async fn json_logs_carry_one_debug_line_per_request_with_action_queue_status_and_latency() {
+    let logs = logs_of(
+        &["--log-format", "json"],
+        "leasehold_server=debug",
+        async |port| {
+            let sqs = common::client(port);
+            let url = common::create_queue(&sqs, "logged").await;
+            common::send(&sqs, &url, "hello").await;
+        },
+    )
+    .await;
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let sent = lines
+        .iter()
+        .find(|l| l["fields"]["action"] == "SendMessage")
+        .unwrap_or_else(|| panic!("no SendMessage line in {logs}"));
+    assert_eq!(sent["level"], "DEBUG");
+    assert_eq!(sent["fields"]["message"], "request");
+    assert_eq!(sent["fields"]["queue"], "logged");
+    assert_eq!(sent["fields"]["status"], 200);
+    assert!(sent["fields"]["latency_ms"].as_f64().unwrap() >= 0.0);
+}
+
+#[tokio::test]
+async fn text_logs_to_a_pipe_carry_no_colour() {
+    let logs = logs_of(&[], "info", async |_| {}).await;
+    assert!(logs.contains("leasehold is serving SQS"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "ANSI escapes in {logs:?}");
+}

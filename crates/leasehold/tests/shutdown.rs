@@ -1,5 +1,6 @@
 //! SIGTERM with clients still connected: the real binary exits within two seconds, answering
-//! its waiting receives with no messages, whatever a slow client does.
+//! its hundred waiting receives with no messages, whatever a slow client does, and what it
+//! acknowledged is there after a restart.
 
 #![allow(unsafe_code)] // signals and ioctls through libc, on processes this test started
 
@@ -12,7 +13,7 @@ use common::{client, free_port};
 use tokio::io::AsyncWriteExt;
 
 #[tokio::test]
-async fn sigterm_ends_the_server_within_two_seconds_answering_waiting_receives_empty() {
+async fn sigterm_ends_the_server_within_two_seconds_answering_a_hundred_waiting_receives_empty() {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
@@ -26,7 +27,9 @@ async fn sigterm_ends_the_server_within_two_seconds_answering_waiting_receives_e
     common::wait_until_listening(port);
     let sqs = client(port);
     let url = common::create_queue(&sqs, "closing").await;
-    let polls: Vec<_> = (0..3)
+    let kept = common::create_queue(&sqs, "kept").await;
+    common::send(&sqs, &kept, "acknowledged before the signal").await;
+    let polls: Vec<_> = (0..100)
         .map(|_| {
             let (sqs, url) = (sqs.clone(), url.clone());
             tokio::spawn(async move {
@@ -49,7 +52,8 @@ async fn sigterm_ends_the_server_within_two_seconds_answering_waiting_receives_e
     let _idle = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every poll has reached the server and waits.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
 
     let started = Instant::now();
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
@@ -66,8 +70,12 @@ async fn sigterm_ends_the_server_within_two_seconds_answering_waiting_receives_e
     let took = started.elapsed();
     assert!(exited.success(), "{exited}");
     assert!(took < Duration::from_secs(2), "shutdown took {took:?}");
+    assert_eq!(polls.len(), 100);
     for poll in polls {
         assert_eq!(poll.await.unwrap().unwrap(), 0);
     }
-    println!("SIGTERM to exit: {took:?}");
+    println!("SIGTERM to exit with 100 long polls waiting: {took:?}");
+
+    let restarted = common::Server::start_on(port, &[], Some(dir.path()));
+    assert_eq!(common::stored(&restarted.client(), &kept).await, 1);
 }

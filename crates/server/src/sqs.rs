@@ -52,11 +52,28 @@ pub async fn handle(
         trace_id: header(header::HeaderName::from_static("x-amzn-trace-id")),
     };
     let wire = http.wire();
-    let rendered = match answer(&state, (&method, &uri), &http, &headers, body).await {
+    let started = Instant::now();
+    let mut seen = Seen::default();
+    let rendered = match answer(&state, (&method, &uri), &http, &headers, body, &mut seen).await {
         Ok((action, answer)) => wire.render(action, answer, &request_id),
         Err(error) => wire.render_error(&error, &request_id),
     };
+    tracing::debug!(
+        action = seen.action.unwrap_or("-"),
+        queue = seen.queue.as_deref().unwrap_or("-"),
+        status = rendered.status,
+        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        request_id = %request_id,
+        "request"
+    );
     respond(rendered, &request_id)
+}
+
+/// What a request turned out to be, for its log line: known once it parsed.
+#[derive(Default)]
+struct Seen {
+    action: Option<&'static str>,
+    queue: Option<String>,
 }
 
 /// An error in the format of the wire the headers say.
@@ -76,6 +93,7 @@ async fn answer(
     http: &HttpRequest<'_>,
     headers: &HeaderMap,
     body: Body,
+    seen: &mut Seen,
 ) -> Result<(&'static str, Answer), ProtocolError> {
     refuse_browsers_of_other_sites(headers)?;
     let slot = state.request_slot().ok_or_else(|| {
@@ -85,6 +103,10 @@ async fn answer(
     let account = authenticate(state, method, uri, headers, &body)?;
     let (mut ctx, request) = http.parse(&body)?;
     ctx.account = account;
+    seen.action = Some(request.action());
+    seen.queue = request
+        .queue_url()
+        .map(|url| url.rsplit('/').next().unwrap_or(url).to_string());
     if !http.is_post && !request.is_read_only() && !http.is_presigned() {
         return Err(ProtocolError::AccessDenied(format!(
             "{} changes state and cannot be sent by an unsigned GET; send it by POST, or presign the URL.",
