@@ -7,7 +7,7 @@ use common::{free_port, wait_until_listening};
 #[tokio::test]
 async fn serve_binds_to_a_host_name() {
     let port = free_port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args([
             "serve",
             "--in-memory",
@@ -17,10 +17,9 @@ async fn serve_binds_to_a_host_name() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let _running = common::Running::new(child);
     wait_until_listening(port);
     let queues = common::client(port).list_queues().send().await;
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(queues.is_ok(), "{queues:?}");
 }
 
@@ -40,9 +39,8 @@ fn serve_refuses_a_bind_that_does_not_resolve_as_a_usage_error() {
 
 /// Everything a server logged from start to SIGTERM, with these arguments and RUST_LOG.
 async fn logs_of(args: &[&str], rust_log: &str, traffic: impl AsyncFnOnce(u16)) -> String {
-    use std::io::Read;
     let port = free_port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["serve", "--in-memory", "--bind", &format!("127.0.0.1:{port}")])
         .args(args)
         .env("RUST_LOG", rust_log)
@@ -50,16 +48,10 @@ async fn logs_of(args: &[&str], rust_log: &str, traffic: impl AsyncFnOnce(u16)) 
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let running = common::Running::new(child);
     wait_until_listening(port);
     traffic(port).await;
-    std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    child.wait().unwrap();
-    let mut logs = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
-    logs
+    running.terminate()
 }
 
 #[tokio::test]

@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use common::{client, free_port, wait_until_listening};
+use common::{client, free_port, wait_until_listening, Running};
 
 const DECLARED: &str = r#"
 data-dir = "DATA"
@@ -36,7 +35,7 @@ fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
     path
 }
 
-fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Child {
+fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Running {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     command
         .args(["serve", "--config"])
@@ -45,26 +44,14 @@ fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Child {
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let child = command.spawn().unwrap();
+    let running = Running::new(command.spawn().unwrap());
     wait_until_listening(port);
-    child
+    running
 }
 
 /// SIGTERM, then everything the server logged.
-fn stop(mut child: Child) -> String {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    child.wait().unwrap();
-    let mut logs = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .unwrap();
-    logs
+fn stop(running: Running) -> String {
+    running.terminate()
 }
 
 async fn attribute(port: u16, url: &str, name: QueueAttributeName) -> String {
@@ -203,26 +190,21 @@ fn an_open_server_refuses_a_non_loopback_bind_unless_allowed_by_name() {
         "{stderr}"
     );
 
-    let mut open = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args([
-            "serve",
-            "--in-memory",
-            "--allow-anonymous",
-            "--bind",
-            &format!("0.0.0.0:{port}"),
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let open = Running::new(
+        Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args([
+                "serve",
+                "--in-memory",
+                "--allow-anonymous",
+                "--bind",
+                &format!("0.0.0.0:{port}"),
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     wait_until_listening(port);
-    let _ = open.kill();
-    let _ = open.wait();
-    let mut logs = String::new();
-    open.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .unwrap();
+    let logs = open.terminate();
     assert!(
         logs.contains("WARN") && logs.contains("without credentials"),
         "{logs}"

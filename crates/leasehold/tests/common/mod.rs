@@ -237,3 +237,42 @@ pub async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> boo
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A process a test started, killed when the test ends however it ends (a failed assertion
+/// must not leave a server running).
+pub struct Running(Option<Child>);
+
+impl Running {
+    pub fn new(child: Child) -> Running {
+        Running(Some(child))
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGTERM, then everything the process wrote to its piped stderr.
+    pub fn terminate(mut self) -> String {
+        use std::io::Read;
+        let mut child = self.0.take().expect("running");
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        child.wait().expect("the process ends");
+        let mut logs = String::new();
+        if let Some(mut stderr) = child.stderr.take() {
+            stderr.read_to_string(&mut logs).expect("stderr reads");
+        }
+        logs
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
