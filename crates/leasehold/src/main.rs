@@ -53,6 +53,19 @@ enum Command {
     Redrive(redrive::RedriveArgs),
     /// Run a death-spiral scenario on the real engine under a virtual clock.
     Simulate(simulate::SimulateArgs),
+    /// Copy a data directory's store to one file, consistently, while its server runs.
+    Backup(BackupArgs),
+}
+
+#[derive(clap::Args)]
+struct BackupArgs {
+    /// The data directory of the server to back up (its --data-dir).
+    #[arg(long, env = "LEASEHOLD_DATA_DIR", default_value = "./leasehold-data")]
+    data_dir: std::path::PathBuf,
+    /// The file to write; it must not exist. Restore by making it a data directory's
+    /// leasehold.db (see the README).
+    #[arg(long)]
+    to: std::path::PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -204,7 +217,11 @@ async fn run() -> anyhow::Result<()> {
     let command = cli.command;
     if matches!(
         command,
-        Command::Advise(_) | Command::Simulate(_) | Command::Bench(_) | Command::Redrive(_)
+        Command::Advise(_)
+            | Command::Simulate(_)
+            | Command::Bench(_)
+            | Command::Redrive(_)
+            | Command::Backup(_)
     ) {
         print_until_the_reader_goes();
     }
@@ -215,6 +232,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Work(args) => consume::work(args).await,
         Command::Redrive(args) => redrive::redrive(args).await,
         Command::Simulate(args) => simulate::simulate(args),
+        Command::Backup(args) => backup(args).await,
     }
 }
 
@@ -451,6 +469,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     leasehold_server::serve_with(listener, state, listeners, shutdown_signal())
         .await
         .context("server failed")
+}
+
+async fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    let (data_dir, to) = (args.data_dir.clone(), args.to.clone());
+    let summary = tokio::task::spawn_blocking(move || leasehold_server::backup(&data_dir, &to))
+        .await
+        .context("the backup stopped")??;
+    println!(
+        "backed up {} to {}: {} bytes ({} pages) in {} ms",
+        args.data_dir.display(),
+        args.to.display(),
+        summary.bytes,
+        summary.pages,
+        summary.took.as_millis()
+    );
+    Ok(())
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {

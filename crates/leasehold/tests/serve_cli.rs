@@ -41,7 +41,12 @@ fn serve_refuses_a_bind_that_does_not_resolve_as_a_usage_error() {
 async fn logs_of(args: &[&str], rust_log: &str, traffic: impl AsyncFnOnce(u16)) -> String {
     let port = free_port();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["serve", "--in-memory", "--bind", &format!("127.0.0.1:{port}")])
+        .args([
+            "serve",
+            "--in-memory",
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+        ])
         .args(args)
         .env("RUST_LOG", rust_log)
         .stdout(std::process::Stdio::null())
@@ -86,4 +91,62 @@ async fn text_logs_to_a_pipe_carry_no_colour() {
     let logs = logs_of(&[], "info", async |_| {}).await;
     assert!(logs.contains("leasehold is serving SQS"), "{logs}");
     assert!(!logs.contains('\u{1b}'), "ANSI escapes in {logs:?}");
+}
+
+/// A command for the binary run as a user who owns nothing here: `nobody` when the tests run
+/// as root (whom file permissions do not stop), else the tests' own user.
+fn as_unprivileged_user() -> std::process::Command {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() == "0" {
+        let mut command = std::process::Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_leasehold"));
+        command
+    } else {
+        std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    }
+}
+
+#[test]
+fn a_read_only_data_directory_is_reported_as_a_permission_problem_not_damage() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let first = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve",
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(&data)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let first = common::Running::new(first);
+    wait_until_listening(port);
+    first.terminate();
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let out = as_unprivileged_user()
+        .args([
+            "serve",
+            "--bind",
+            &format!("127.0.0.1:{}", free_port()),
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("permission problem"), "{stderr}");
+    assert!(!stderr.contains("damaged"), "{stderr}");
 }

@@ -16,6 +16,50 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
+/// Checks at start that this process may write the data directory and its files: a
+/// read-only directory, file or file system, or files of another user, is a permission
+/// problem to say as one, not a damaged file (SQLite's own words for it mislead).
+pub fn check_writable(dir: &Path, path: &Path) -> Result<(), String> {
+    let denied = |what: &str, e: std::io::Error| {
+        let why = match e.raw_os_error() {
+            Some(30) => "the file system is mounted read-only".to_string(),
+            _ => e.to_string(),
+        };
+        format!(
+            "permission problem: {what} is not writable by this user ({why}); Leasehold writes the data file, its -wal and -shm files beside it in {}",
+            dir.display()
+        )
+    };
+    let is_permission = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+        ) || e.raw_os_error() == Some(1)
+    };
+    let probe = dir.join(".leasehold-write-check");
+    match OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+        }
+        Err(e) if is_permission(&e) => return Err(denied("the data directory", e)),
+        Err(_) => {}
+    }
+    for file in [path.to_path_buf(), wal_path(path)] {
+        match OpenOptions::new().read(true).write(true).open(&file) {
+            Err(e) if is_permission(&e) => {
+                return Err(denied(&format!("{}", file.display()), e));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Creates the data file with owner-only permissions before SQLite opens it, so SQLite's
 /// write-ahead log (which copies the database file's mode) is owner-only too; an existing
 /// file readable by others is tightened.

@@ -8,6 +8,7 @@
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod backup;
 mod batch;
 pub mod codec;
 mod committer;
@@ -19,6 +20,7 @@ mod sqlite;
 use leasehold_engine::Snapshot;
 use thiserror::Error;
 
+pub use backup::{backup, BackupSummary};
 pub use batch::{Op, RangeDelete, WriteBatch};
 pub use committer::{Committer, Durability};
 pub use faulty::FaultyStore;

@@ -1,5 +1,6 @@
 //! The durable backend: one SQLite file in write-ahead-log mode, `leasehold.db` in the data
-//! directory, held exclusively by one server.
+//! directory (with its `-wal` and `-shm` files), written by one server (the directory lock)
+//! and readable by `leasehold backup` while it runs.
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +40,7 @@ impl SqliteStore {
         };
         create_private_dir(dir)
             .map_err(|e| open_err(format!("cannot create the data directory: {e}")))?;
+        crate::guard::check_writable(dir, &path).map_err(&open_err)?;
         let lock = DirLock::acquire(dir).map_err(&open_err)?;
         let existed = path.exists();
         let wal = wal_path(&path);
@@ -71,8 +73,8 @@ impl SqliteStore {
         // Another server holding the file answers at once instead of after a long wait.
         conn.busy_timeout(std::time::Duration::from_millis(200))
             .map_err(sql_err)?;
-        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
-            .map_err(sql_err)?;
+        // Normal locking, not exclusive: a backup may read a consistent snapshot while the
+        // server writes. One writer is the directory lock's to ensure.
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
             .map_err(sql_err)?;
