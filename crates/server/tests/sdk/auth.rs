@@ -295,6 +295,27 @@ async fn add_permission_lets_another_account_do_exactly_the_actions_it_names() {
     server.stop().await;
 }
 
+/// Alice's signing parameters at `time`, with these settings.
+fn alices_params(
+    identity: &Identity,
+    time: SystemTime,
+    settings: SigningSettings,
+) -> aws_sigv4::http_request::SigningParams<'_> {
+    v4::SigningParams::builder()
+        .identity(identity)
+        .region("us-east-1")
+        .name("sqs")
+        .time(time)
+        .settings(settings)
+        .build()
+        .unwrap()
+        .into()
+}
+
+fn alice() -> Identity {
+    AwsCredentials::new(ALICE.0, ALICE.1, None, None, "t").into()
+}
+
 /// Signs a JSON 1.0 request to `base` as the SDK would, at `time`, over `signed_body`, and
 /// sends `sent_body`.
 async fn send_signed(
@@ -310,16 +331,8 @@ async fn send_signed(
         ("host", host.as_str()),
         ("x-amz-target", target),
     ];
-    let identity: Identity = AwsCredentials::new(ALICE.0, ALICE.1, None, None, "t").into();
-    let params = v4::SigningParams::builder()
-        .identity(&identity)
-        .region("us-east-1")
-        .name("sqs")
-        .time(time)
-        .settings(SigningSettings::default())
-        .build()
-        .unwrap()
-        .into();
+    let identity = alice();
+    let params = alices_params(&identity, time, SigningSettings::default());
     let url = format!("{base}/");
     let signable = SignableRequest::new(
         "POST",
@@ -398,19 +411,11 @@ async fn an_old_signature_or_a_tampered_body_is_refused_and_changes_nothing() {
 
 /// A presigned GET URL for a query-protocol action, valid for `expires`, signed at `time`.
 fn presign(base: &str, query: &str, time: SystemTime, expires: Duration) -> String {
-    let identity: Identity = AwsCredentials::new(ALICE.0, ALICE.1, None, None, "t").into();
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;
     settings.expires_in = Some(expires);
-    let params = v4::SigningParams::builder()
-        .identity(&identity)
-        .region("us-east-1")
-        .name("sqs")
-        .time(time)
-        .settings(settings)
-        .build()
-        .unwrap()
-        .into();
+    let identity = alice();
+    let params = alices_params(&identity, time, settings);
     let url = format!("{base}/?{query}");
     let signable = SignableRequest::new(
         "GET",

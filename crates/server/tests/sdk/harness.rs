@@ -246,7 +246,17 @@ impl TestServer {
 
 /// An SDK client of `base` that does not retry, signing with this key.
 pub fn sdk_client(base: &str, access_key: &str, secret: &str, region: &str) -> Client {
-    let config = aws_sdk_sqs::Config::builder()
+    Client::from_conf(sdk_config(base, access_key, secret, region).build())
+}
+
+/// The configuration of `sdk_client`, for a test to add to (an HTTP client of its own).
+pub fn sdk_config(
+    base: &str,
+    access_key: &str,
+    secret: &str,
+    region: &str,
+) -> aws_sdk_sqs::config::Builder {
+    aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(region.to_string()))
         .endpoint_url(base)
@@ -257,8 +267,6 @@ pub fn sdk_client(base: &str, access_key: &str, secret: &str, region: &str) -> C
                 .operation_timeout(Duration::from_secs(30))
                 .build(),
         )
-        .build();
-    Client::from_conf(config)
 }
 
 /// The error code an SDK error carries (the legacy query code, via x-amzn-query-error).

@@ -2,10 +2,6 @@
 //! protocols' actions over it; queue URLs say https; a client that does not trust the CA
 //! is refused at the handshake.
 
-use std::time::Duration;
-
-use aws_credential_types::Credentials;
-use aws_sdk_sqs::config::{BehaviorVersion, Region};
 use aws_sdk_sqs::Client;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
 use leasehold_server::{AppState, ServerConfig};
@@ -42,18 +38,8 @@ fn client_trusting(endpoint: &str, ca_pem: Option<&str>) -> Client {
                 .unwrap(),
         )
         .build_https();
-    let config = aws_sdk_sqs::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
+    let config = crate::harness::sdk_config(endpoint, "test", "test", "us-east-1")
         .http_client(http)
-        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-        .timeout_config(
-            aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
-                .operation_timeout(Duration::from_secs(30))
-                .build(),
-        )
         .build();
     Client::from_conf(config)
 }
