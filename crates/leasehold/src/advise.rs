@@ -30,6 +30,9 @@ pub struct AdviseArgs {
     /// The queue whose measurements to read, by URL.
     #[arg(long, conflicts_with = "queue")]
     queue_url: Option<String>,
+    /// The server's admin token, when it checks signatures (its --admin-token).
+    #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     /// The queue whose measurements to read, by name.
     #[arg(long)]
     queue: Option<String>,
@@ -290,7 +293,7 @@ pub async fn run(args: AdviseArgs) -> anyhow::Result<()> {
                     .clone()
                     .unwrap_or_else(|| format!("{endpoint}/000000000000/{name}")),
             );
-            let report = leases_report(&endpoint, &name).await?;
+            let report = leases_report(&endpoint, &name, args.admin_token.as_deref()).await?;
             let settings = report.settings;
             inputs.current_visibility_s = inputs
                 .current_visibility_s
@@ -343,13 +346,27 @@ fn live_queue(args: &AdviseArgs) -> anyhow::Result<(String, String)> {
     }
 }
 
-async fn leases_report(endpoint: &str, name: &str) -> anyhow::Result<LeaseReportDoc> {
+async fn leases_report(
+    endpoint: &str,
+    name: &str,
+    admin_token: Option<&str>,
+) -> anyhow::Result<LeaseReportDoc> {
     let url = format!("{endpoint}/_leasehold/queues/{name}/leases");
-    let response = reqwest::get(&url)
+    let mut request = reqwest::Client::new().get(&url);
+    if let Some(token) = admin_token {
+        request = request.bearer_auth(token);
+    }
+    let response = request
+        .send()
         .await
         .map_err(|e| usage(format!("cannot reach {endpoint}: {}", with_causes(&e))))?;
     if response.status() == reqwest::StatusCode::NOT_FOUND {
         return Err(usage(format!("there is no queue {name:?} on {endpoint}")));
+    }
+    if response.status() == reqwest::StatusCode::UNAUTHORIZED {
+        return Err(usage(format!(
+            "{endpoint} wants its admin token for the lease report: give --admin-token (or LEASEHOLD_ADMIN_TOKEN)"
+        )));
     }
     if !response.status().is_success() {
         bail!("{url} answered {}", response.status());

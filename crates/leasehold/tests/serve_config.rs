@@ -228,3 +228,132 @@ fn a_wrong_credentials_file_is_a_usage_error_at_start() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn with_credentials_the_admin_routes_want_the_token_or_the_admin_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    // The key the tests' SDK client signs with.
+    std::fs::write(
+        &credentials,
+        "[tests]\naws_access_key_id = test\naws_secret_access_key = test\n",
+    )
+    .unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let server = Running::new(
+        Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args([
+                "serve",
+                "--in-memory",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args([
+                "--admin-token",
+                "let-me-in",
+                "--admin-bind",
+                &format!("127.0.0.1:{admin_port}"),
+            ])
+            .arg("--credentials")
+            .arg(&credentials)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_listening(port);
+    wait_until_listening(admin_port);
+    common::create_queue(&client(port), "watched").await;
+    let http = reqwest::Client::new();
+    let get = |url: String, token: Option<&str>| {
+        let mut request = http.get(url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(
+        get(format!("http://127.0.0.1:{port}/metrics"), None).await,
+        401
+    );
+    assert_eq!(
+        get(
+            format!("http://127.0.0.1:{port}/metrics"),
+            Some("let-me-in")
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        get(format!("http://127.0.0.1:{admin_port}/metrics"), None).await,
+        200
+    );
+    assert_eq!(
+        get(format!("http://127.0.0.1:{admin_port}/ready"), None).await,
+        200
+    );
+    // The admin listener serves no SQS.
+    assert_eq!(
+        reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{admin_port}/"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        404
+    );
+
+    let advise = |token: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .args([
+                "advise",
+                "--endpoint-url",
+                &format!("http://127.0.0.1:{port}"),
+                "--queue",
+                "watched",
+            ])
+            .env_remove("LEASEHOLD_ADMIN_TOKEN");
+        if let Some(token) = token {
+            command.args(["--admin-token", token]);
+        }
+        command.output().unwrap()
+    };
+    let refused = advise(None);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--admin-token"));
+    let allowed = advise(Some("let-me-in"));
+    assert!(
+        !String::from_utf8_lossy(&allowed.stderr).contains("admin token"),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    drop(server);
+}
+
+#[tokio::test]
+async fn the_public_url_starts_every_queue_url() {
+    let port = free_port();
+    let _server = Running::new(
+        Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args([
+                "serve",
+                "--in-memory",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--public-url", "https://sqs.example.com:8443"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_listening(port);
+    let sqs = client(port);
+    let url = common::create_queue(&sqs, "behind-a-proxy").await;
+    assert_eq!(
+        url,
+        "https://sqs.example.com:8443/000000000000/behind-a-proxy"
+    );
+    common::send(&sqs, &url, "through the proxy's URL").await;
+    assert_eq!(common::stored(&sqs, &url).await, 1);
+}
