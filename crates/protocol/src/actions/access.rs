@@ -37,7 +37,8 @@ pub(crate) async fn check(backend: &dyn Backend, ctx: &Context, request: &Reques
     }
 }
 
-/// The key of the queue of another account the request is about, if it is about one.
+/// The key of the queue of another account the request is about, if it is about one: its
+/// QueueUrl, GetQueueUrl's owner, or a move task's source (by ARN or inside its handle).
 fn foreign_queue(backend: &dyn Backend, ctx: &Context, request: &Request) -> Option<String> {
     let naming = backend.naming();
     let key = match request {
@@ -48,6 +49,11 @@ fn foreign_queue(backend: &dyn Backend, ctx: &Context, request: &Request) -> Opt
         }
         Request::StartMessageMoveTask(input) => naming.key_of_arn(input.source_arn.as_deref()?)?,
         Request::ListMessageMoveTasks(input) => naming.key_of_arn(input.source_arn.as_deref()?)?,
+        Request::CancelMessageMoveTask(input) => {
+            let handle = input.task_handle.as_deref()?;
+            let (_, source_arn) = leasehold_engine::MoveTask::read_handle(handle).ok()?;
+            naming.key_of_arn(&source_arn)?
+        }
         other => ctx
             .queue(backend, Some(other.queue_url()?.to_string()))
             .ok()?,

@@ -512,3 +512,75 @@ async fn the_admin_routes_want_the_admin_token_and_health_does_not() {
     assert_eq!(health.status(), 200);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn another_accounts_move_tasks_can_be_neither_listed_nor_started_nor_cancelled() {
+    let server = signed_server().await;
+    let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
+    let bob = server.client_as(BOB.0, BOB.1, "us-east-1");
+    let dlq = alice
+        .create_queue()
+        .queue_name("dlq")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let dlq_arn = "arn:aws:sqs:us-east-1:111111111111:dlq";
+    let policy = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":1}}"#);
+    alice
+        .create_queue()
+        .queue_name("source")
+        .attributes(QueueAttributeName::RedrivePolicy, policy)
+        .send()
+        .await
+        .unwrap();
+    alice
+        .send_message()
+        .queue_url(&dlq)
+        .message_body("stuck")
+        .send()
+        .await
+        .unwrap();
+    let started = alice
+        .start_message_move_task()
+        .source_arn(dlq_arn)
+        .max_number_of_messages_per_second(1)
+        .send()
+        .await
+        .unwrap();
+    let handle = started.task_handle().unwrap().to_string();
+
+    assert!(bob
+        .list_message_move_tasks()
+        .source_arn(dlq_arn)
+        .send()
+        .await
+        .is_err());
+    assert!(bob
+        .start_message_move_task()
+        .source_arn(dlq_arn)
+        .send()
+        .await
+        .is_err());
+    assert!(bob
+        .cancel_message_move_task()
+        .task_handle(&handle)
+        .send()
+        .await
+        .is_err());
+    let listed = alice
+        .list_message_move_tasks()
+        .source_arn(dlq_arn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.results().len(), 1);
+    alice
+        .cancel_message_move_task()
+        .task_handle(&handle)
+        .send()
+        .await
+        .unwrap();
+    server.stop().await;
+}
