@@ -31,6 +31,8 @@ pub struct ConfigFile {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub public_url: Option<String>,
+    /// The one flag of `leasehold` itself rather than of `serve`.
+    pub log_format: Option<String>,
     #[serde(default, skip_serializing)]
     pub access_keys: Vec<AccessKey>,
     #[serde(default, skip_serializing)]
@@ -100,7 +102,8 @@ impl ConfigFile {
     }
 
     /// Every flag the file sets, as `(argument id, value)`: the ids are the flags' own
-    /// (`data_dir` for `--data-dir`), so clap takes them as defaults.
+    /// (`data_dir` for `--data-dir`), so clap takes them as defaults. `log_format` belongs to
+    /// the `leasehold` command, the rest to `serve`.
     pub fn flag_defaults(&self) -> Vec<(String, String)> {
         let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) else {
             return Vec::new();

@@ -249,18 +249,19 @@ fn parse_cli() -> anyhow::Result<Cli> {
     };
     let file =
         config::ConfigFile::load(path).map_err(|e| consume::usage(format!("--config: {e}")))?;
-    let command = Cli::command().mut_subcommand("serve", |serve| {
-        let known: Vec<String> = serve
+    let with_defaults = |command: clap::Command| {
+        let known: Vec<String> = command
             .get_arguments()
             .map(|a| a.get_id().to_string())
             .collect();
         file.flag_defaults()
             .into_iter()
             .filter(|(id, _)| known.contains(id))
-            .fold(serve, |serve, (id, value)| {
-                serve.mut_arg(id, |arg| arg.default_value(value))
+            .fold(command, |command, (id, value)| {
+                command.mut_arg(id, |arg| arg.default_value(value))
             })
-    });
+    };
+    let command = with_defaults(Cli::command()).mut_subcommand("serve", with_defaults);
     let matches = command.get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Command::Serve(args) = &mut cli.command {
@@ -556,4 +557,32 @@ pub(crate) async fn shutdown_signal() {
         _ = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag of `serve`, and `--log-format`, is a key of the config file, and every key
+    /// a flag: the file can say anything the command line can.
+    #[test]
+    fn every_serve_flag_is_a_config_key_and_every_key_a_flag() {
+        let command = super::Cli::command();
+        let serve = command.find_subcommand("serve").expect("serve");
+        let mut flags: Vec<String> = serve
+            .get_arguments()
+            .chain(command.get_arguments())
+            .map(|a| a.get_id().to_string())
+            .filter(|id| !["help", "version", "config", "config_file"].contains(&id.as_str()))
+            .collect();
+        flags.sort();
+        let serde_json::Value::Object(keys) =
+            serde_json::to_value(crate::config::ConfigFile::default()).expect("serializes")
+        else {
+            panic!("a config file is a table");
+        };
+        let mut keys: Vec<String> = keys.keys().map(|k| k.replace('-', "_")).collect();
+        keys.sort();
+        assert_eq!(flags, keys);
+    }
 }

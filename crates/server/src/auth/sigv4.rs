@@ -314,7 +314,7 @@ fn check_time(claim: &Claim, now: SystemTime) -> Result<()> {
         return Err(ProtocolError::RequestExpired(format!(
             "Signature expired: {} is now earlier than {} ({} - 15 min.)",
             claim.time_text,
-            stamp(now - MAX_SKEW),
+            stamp(now.checked_sub(MAX_SKEW).unwrap_or(SystemTime::UNIX_EPOCH)),
             stamp(now)
         )));
     }
