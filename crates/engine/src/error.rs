@@ -43,6 +43,13 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// A move task's source or destination that does not exist, in AWS's words.
+    pub fn resource_not_found(parameter: &str) -> EngineError {
+        EngineError::ResourceNotFound(format!(
+            "The resource that you specified for the {parameter} parameter doesn't exist."
+        ))
+    }
+
     /// `InvalidParameterValue` for a numeric parameter outside its range, in AWS's words.
     pub fn out_of_range(param: &str, value: impl std::fmt::Display, reason: &str) -> Self {
         EngineError::InvalidParameterValue(format!(

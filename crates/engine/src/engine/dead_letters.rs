@@ -80,9 +80,7 @@ pub struct MoveTaskInfo {
 }
 
 fn not_found(what: &str) -> EngineError {
-    EngineError::ResourceNotFound(format!(
-        "The resource that you specified for the {what} parameter doesn't exist."
-    ))
+    EngineError::resource_not_found(what)
 }
 
 /// What a task handle carries, in AWS's form: base64 of `{"taskId":...,"sourceArn":...}`.

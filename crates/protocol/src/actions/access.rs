@@ -10,18 +10,23 @@ use super::Context;
 use crate::error::Result;
 use crate::request::Request;
 
-/// Refuses a request about another account's queue unless that queue's policy allows it.
+/// Refuses a request about another account's queue unless that queue's policy allows it,
+/// with the error the action gives for a queue that does not exist.
 pub(crate) async fn check(backend: &dyn Backend, ctx: &Context, request: &Request) -> Result<()> {
-    let Some(key) = foreign_queue(backend, ctx, request) else {
+    let Some((key, refusal)) = foreign_queue(backend, ctx, request) else {
         return Ok(());
     };
     let naming = backend.naming();
-    let policy = backend
+    let policy = match backend
         .get_attributes(&key, vec!["Policy".to_string()])
-        .await?
-        .into_iter()
-        .find(|(name, _)| name == "Policy")
-        .map(|(_, policy)| policy);
+        .await
+    {
+        Ok(attributes) => attributes
+            .into_iter()
+            .find(|(name, _)| name == "Policy")
+            .map(|(_, policy)| policy),
+        Err(_) => return Err(refusal.into()),
+    };
     let allowed = policy.is_some_and(|policy| {
         allows(
             &policy,
@@ -33,32 +38,46 @@ pub(crate) async fn check(backend: &dyn Backend, ctx: &Context, request: &Reques
     if allowed {
         Ok(())
     } else {
-        Err(EngineError::QueueDoesNotExist.into())
+        Err(refusal.into())
     }
 }
 
-/// The key of the queue of another account the request is about, if it is about one: its
-/// QueueUrl, GetQueueUrl's owner, or a move task's source (by ARN or inside its handle).
-fn foreign_queue(backend: &dyn Backend, ctx: &Context, request: &Request) -> Option<String> {
+/// The key of the queue of another account the request is about, if it is about one (its
+/// QueueUrl, GetQueueUrl's owner, or a move task's source, by ARN or inside its handle), and
+/// the error its action gives for a queue that does not exist.
+fn foreign_queue(
+    backend: &dyn Backend,
+    ctx: &Context,
+    request: &Request,
+) -> Option<(String, EngineError)> {
     let naming = backend.naming();
-    let key = match request {
+    let source = || EngineError::resource_not_found("SourceArn");
+    let (key, refusal) = match request {
         Request::GetQueueUrl(input) => {
             let owner = input.queue_owner_aws_account_id.as_deref()?;
             let name = input.queue_name.as_deref()?;
-            naming.queue_key_in(Some(owner), ctx.region.as_deref(), name)
+            let key = naming.queue_key_in(Some(owner), ctx.region.as_deref(), name);
+            (key, EngineError::QueueDoesNotExist)
         }
-        Request::StartMessageMoveTask(input) => naming.key_of_arn(input.source_arn.as_deref()?)?,
-        Request::ListMessageMoveTasks(input) => naming.key_of_arn(input.source_arn.as_deref()?)?,
+        Request::StartMessageMoveTask(input) => {
+            (naming.key_of_arn(input.source_arn.as_deref()?)?, source())
+        }
+        Request::ListMessageMoveTasks(input) => {
+            (naming.key_of_arn(input.source_arn.as_deref()?)?, source())
+        }
         Request::CancelMessageMoveTask(input) => {
             let handle = input.task_handle.as_deref()?;
             let (_, source_arn) = leasehold_engine::MoveTask::read_handle(handle).ok()?;
-            naming.key_of_arn(&source_arn)?
+            (naming.key_of_arn(&source_arn)?, source())
         }
-        other => ctx
-            .queue(backend, Some(other.queue_url()?.to_string()))
-            .ok()?,
+        other => {
+            let key = ctx
+                .queue(backend, Some(other.queue_url()?.to_string()))
+                .ok()?;
+            (key, EngineError::QueueDoesNotExist)
+        }
     };
-    (naming.key_account(&key) != ctx.account(backend)).then_some(key)
+    (naming.key_account(&key) != ctx.account(backend)).then_some((key, refusal))
 }
 
 /// Whether a queue policy allows `account` the SQS `action` on the queue `arn`: an `Allow`
