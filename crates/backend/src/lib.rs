@@ -81,6 +81,8 @@ pub trait Backend: Send + Sync {
     async fn tag(&self, queue: &str, tags: Pairs) -> Result<()>;
     async fn untag(&self, queue: &str, keys: Vec<String>) -> Result<()>;
     async fn list_tags(&self, queue: &str) -> Result<Pairs>;
+    /// The `limit` oldest messages, changing nothing: no receive count, no lease.
+    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>>;
     async fn add_permission(&self, queue: &str, permission: Permission) -> Result<()>;
     async fn remove_permission(&self, queue: &str, label: &str) -> Result<()>;
 

@@ -33,7 +33,7 @@ pub use lease_stats::{
 };
 pub use message::{
     format_message_id, is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute,
-    MessageAttributes, MsgKey, NewMessage, State as MessageState, StoredMessage,
+    MessageAttributes, MsgKey, NewMessage, Peeked, State as MessageState, StoredMessage,
     MAX_MESSAGE_ATTRIBUTES,
 };
 pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueMeta, QueueStats, Removed, Sent};

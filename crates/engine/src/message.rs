@@ -381,6 +381,20 @@ pub struct Delivery {
     pub dead_letter_source_arn: Option<Arc<str>>,
 }
 
+/// A stored message as a peek sees it: nothing about it changes by being looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peeked {
+    pub message_id: String,
+    pub sent_ms: u64,
+    pub receive_count: u32,
+    /// What a receive would find now: `Ready` (receivable), `InFlight` or `Delayed`.
+    pub state: State,
+    /// When an `InFlight` or `Delayed` state ends.
+    pub until_ms: Option<u64>,
+    pub group_id: Option<Arc<str>>,
+    pub body: Arc<str>,
+}
+
 /// Formats 16 random bytes as a version-4 UUID, as AWS message ids look.
 pub fn format_message_id(bytes: [u8; 16]) -> String {
     uuid::Builder::from_random_bytes(bytes)

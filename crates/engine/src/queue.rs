@@ -19,7 +19,7 @@ use crate::error::{EngineError, Result};
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::lease_stats::LeaseMetrics;
 use crate::message::{
-    format_message_id, Delivery, Extras, MsgKey, NewMessage, State, StoredMessage,
+    format_message_id, Delivery, Extras, MsgKey, NewMessage, Peeked, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::settings::{QueueSettings, MAX_VISIBILITY_TIMEOUT_S};
@@ -869,6 +869,28 @@ impl Queue {
 
     pub(crate) fn restore_dedup(&mut self, key: DedupKey, original: Original) {
         self.fifo.remember(key, original);
+    }
+
+    /// The `limit` oldest stored messages as they stand at `now`, changing nothing: no
+    /// receive count, no lease, no timer (a state whose end is past reads as receivable).
+    pub fn peek(&self, now: u64, limit: usize) -> Vec<Peeked> {
+        self.messages
+            .iter()
+            .take(limit)
+            .map(|(key, message)| {
+                let waiting = matches!(message.state, State::InFlight | State::Delayed)
+                    && message.until_ms > now;
+                Peeked {
+                    message_id: format_message_id(self.message_id(key, message)),
+                    sent_ms: key.sent_ms,
+                    receive_count: message.receive_count,
+                    state: if waiting { message.state } else { State::Ready },
+                    until_ms: waiting.then_some(message.until_ms),
+                    group_id: message.group().cloned(),
+                    body: message.body.clone(),
+                }
+            })
+            .collect()
     }
 
     /// When the oldest stored message was sent.

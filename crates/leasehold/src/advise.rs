@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use leasehold_advisor::{advise, Advice, Distribution, Evaluation, Inputs};
+use leasehold_advisor::{advise, Advice, Distribution, Inputs};
 use leasehold_server::LeaseReportDoc;
 use leasehold_worker::idempotency::with_causes;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::consume::usage;
 
@@ -173,36 +173,6 @@ fn pick_column(
     }
 }
 
-fn evaluation_json(e: &Evaluation) -> Value {
-    json!({
-        "visibility_timeout_s": e.visibility_timeout_s,
-        "heartbeat_interval_s": e.heartbeat_interval_s,
-        "max_receive_count": e.max_receive_count,
-        "overrun_fraction": e.overrun_fraction,
-        "crash_recovery_s": e.crash_recovery_s,
-        "time_to_dlq_s": e.time_to_dlq_s,
-        "verdict": e.verdict,
-    })
-}
-
-pub fn advice_json(d: &Distribution, a: &Advice) -> Value {
-    json!({
-        "visibility_timeout_s": a.visibility_timeout_s,
-        "heartbeat_interval_s": a.heartbeat_interval_s,
-        "max_receive_count": a.max_receive_count,
-        "time_to_dlq_s": a.time_to_dlq_s,
-        "crash_recovery_s": a.crash_recovery_s,
-        "shutdown_grace_s": a.shutdown_grace_s,
-        "warnings": a.warnings,
-        "reasons": a.reasons,
-        "measured": {"count": d.count, "p50_s": d.p50, "p90_s": d.p90, "p99_s": d.p99, "p999_s": d.p999, "max_s": d.max},
-        "evaluations": a.evaluations.iter().map(evaluation_json).collect::<Vec<_>>(),
-        "alternatives": a.alternatives.iter().map(|alt| json!({
-            "name": alt.name, "trade_off": alt.trade_off, "evaluation": evaluation_json(&alt.evaluation),
-        })).collect::<Vec<_>>(),
-    })
-}
-
 fn print_human(d: &Distribution, a: &Advice) {
     println!(
         "Measured {} durations: p50 {:.1} s, p90 {:.1} s, p99 {:.1} s, p99.9 {:.1} s, max {:.1} s",
@@ -301,13 +271,13 @@ pub async fn run(args: AdviseArgs) -> anyhow::Result<()> {
             inputs.max_receive_count = inputs.max_receive_count.or(settings.max_receive_count);
             inputs.retention_s = inputs.retention_s.or(Some(f64::from(settings.retention_s)));
             has_dlq = Some(settings.max_receive_count.is_some());
-            measured(&report, &name)?
+            leasehold_server::advice::measured(&report).map_err(|e| anyhow::anyhow!(e))?
         }
     };
     let advice = advise(&distribution, &inputs);
-    let apply = apply_commands(&advice, queue_url.as_deref(), has_dlq);
+    let apply = leasehold_server::advice::apply_commands(&advice, queue_url.as_deref(), has_dlq);
     if args.json {
-        let mut value = advice_json(&distribution, &advice);
+        let mut value = leasehold_server::advice::advice_json(&distribution, &advice);
         value["apply"] = json!(apply);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -375,53 +345,6 @@ async fn leases_report(
         .json()
         .await
         .context("the leases report is not JSON")
-}
-
-/// The measured hold times: the last 15 minutes when they hold enough to say something.
-fn measured(report: &LeaseReportDoc, name: &str) -> anyhow::Result<Distribution> {
-    let summary = if report.lease_hold_ms_last_15m.count >= 100 {
-        &report.lease_hold_ms_last_15m
-    } else {
-        &report.lease_hold_ms
-    };
-    let s = |ms: Option<u64>| ms.map(|v| v as f64 / 1000.0);
-    match (
-        s(summary.p50),
-        s(summary.p90),
-        s(summary.p99),
-        s(summary.p999),
-        s(summary.max),
-    ) {
-        (Some(p50), Some(p90), Some(p99), Some(p999), Some(max)) => {
-            Ok(Distribution::from_quantiles(p50, p90, p99, p999, max).with_count(summary.count))
-        }
-        _ => bail!("queue {name} has no measured deletes yet: run consumers first"),
-    }
-}
-
-/// The commands that put the advice in place.
-fn apply_commands(advice: &Advice, queue_url: Option<&str>, has_dlq: Option<bool>) -> Vec<String> {
-    let url = queue_url.unwrap_or("QUEUE_URL");
-    let lease = advice.visibility_timeout_s;
-    let mut lines = vec![format!(
-        "aws sqs set-queue-attributes --queue-url {url} --attributes VisibilityTimeout={lease:.0}"
-    )];
-    let receives = advice.max_receive_count;
-    lines.push(match has_dlq {
-        Some(false) => format!(
-            "  (the queue has no dead-letter queue: give it a RedrivePolicy with maxReceiveCount {receives})"
-        ),
-        _ => format!("  (and maxReceiveCount {receives} in the queue's RedrivePolicy)"),
-    });
-    let heartbeat = advice
-        .heartbeat_interval_s
-        .map(|h| format!(" --heartbeat {h:.0}"))
-        .unwrap_or_default();
-    lines.push(format!(
-        "leasehold work --queue-url {url} --lease {lease:.0}{heartbeat} --grace {:.0} -- YOUR_COMMAND",
-        advice.shutdown_grace_s
-    ));
-    lines
 }
 
 #[cfg(test)]

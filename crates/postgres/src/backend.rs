@@ -89,6 +89,10 @@ impl Backend for Postgres {
         Ok(list_queue_keys(&self.naming, keys.iter(), listing.asked())?)
     }
 
+    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>> {
+        self.peek(queue, limit).await
+    }
+
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
         self.queue_exists(queue).await?;
         let arn = self.naming.queue_arn(queue);

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use deadpool_postgres::Transaction;
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{
-    check_batch, format_message_id, Delivery, EngineError, MsgKey, NewMessage, QueueSettings,
-    Receipt, ReceiveRequest, Sent,
+    check_batch, format_message_id, Delivery, EngineError, MessageState, MsgKey, NewMessage,
+    Peeked, QueueSettings, Receipt, ReceiveRequest, Sent,
 };
 use leasehold_store::codec;
 
@@ -413,5 +413,61 @@ impl Postgres {
             .map_err(|e| unavailable(&e))?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok([0, 1, 2, 3, 4].map(|i| to_u64(row.get(i))))
+    }
+
+    /// The `limit` oldest messages, changing nothing (the dashboard's peek); none past the
+    /// queue's retention, as the counts.
+    pub(crate) async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<Peeked>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let opened = self.open_queue(&tx, queue).await?;
+        let oldest_kept = opened
+            .now
+            .saturating_sub(u64::from(opened.settings.retention_s) * 1000);
+        let rows = tx
+            .query(
+                &cached(
+                    &tx,
+                    "SELECT seq, sent_ms, visible_ms, receive_count, received_ms IS NOT NULL,
+                        body, message_id, group_id
+                 FROM leasehold_messages WHERE queue_id = $1 AND sent_ms > $2
+                 ORDER BY sent_ms, seq LIMIT $3",
+                )
+                .await?,
+                &[
+                    &to_i64(opened.id),
+                    &to_i64(oldest_kept),
+                    &i64::try_from(limit).unwrap_or(i64::MAX),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        tx.commit().await.map_err(|e| unavailable(&e))?;
+        rows.iter()
+            .map(|row| {
+                let seq = to_u64(row.get(0));
+                let visible_ms = to_u64(row.get(2));
+                let state = match (visible_ms > opened.now, row.get::<_, bool>(4)) {
+                    (false, _) => MessageState::Ready,
+                    (true, true) => MessageState::InFlight,
+                    (true, false) => MessageState::Delayed,
+                };
+                let id = match row.get::<_, Option<Vec<u8>>>(6) {
+                    Some(kept) => kept.try_into().map_err(|_| {
+                        BackendError::Failed("a message id in the database is damaged".into())
+                    })?,
+                    None => self.sealer.message_id(opened.id, seq),
+                };
+                Ok(Peeked {
+                    message_id: format_message_id(id),
+                    sent_ms: to_u64(row.get(1)),
+                    receive_count: u32::try_from(row.get::<_, i32>(3)).unwrap_or(0),
+                    until_ms: (state != MessageState::Ready).then_some(visible_ms),
+                    state,
+                    group_id: row.get::<_, Option<String>>(7).map(Arc::from),
+                    body: Arc::from(row.get::<_, String>(5)),
+                })
+            })
+            .collect()
     }
 }

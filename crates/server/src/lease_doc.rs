@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use leasehold_engine::{DurationSummary, LeaseReport, LEASE_WINDOW_MS};
+use leasehold_engine::{DurationSummary, LeaseReport, HOLD_BUCKETS_MS, LEASE_WINDOW_MS};
 use serde::{Deserialize, Serialize};
 
 /// Quantiles of measured durations, in milliseconds; None until something was measured.
@@ -32,6 +32,13 @@ impl From<Option<DurationSummary>> for Quantiles {
     }
 }
 
+/// One bucket of the hold-time histogram: holds up to `le_ms` (None: above the last bound).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldBucket {
+    pub le_ms: Option<u64>,
+    pub count: u64,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageCounts {
     pub visible: usize,
@@ -53,6 +60,10 @@ pub struct LeaseReportDoc {
     pub queue: String,
     pub lease_hold_ms: Quantiles,
     pub lease_hold_ms_last_15m: Quantiles,
+    /// Receive-to-delete times since start in fixed buckets (`HOLD_BUCKETS_MS`, then one
+    /// without an upper bound): each bucket's own count, not cumulative.
+    #[serde(default)]
+    pub lease_hold_buckets: Vec<HoldBucket>,
     pub window_ms: u64,
     pub send_to_first_receive_ms: Quantiles,
     pub send_to_first_receive_ms_last_15m: Quantiles,
@@ -83,6 +94,13 @@ impl LeaseReportDoc {
             queue: name.to_string(),
             lease_hold_ms: r.hold_total.into(),
             lease_hold_ms_last_15m: r.hold_recent.into(),
+            lease_hold_buckets: r.hold_buckets.as_ref().map_or_else(Vec::new, |b| {
+                let bounds = HOLD_BUCKETS_MS.iter().copied().map(Some).chain([None]);
+                bounds
+                    .zip(b.counts.iter().copied())
+                    .map(|(le_ms, count)| HoldBucket { le_ms, count })
+                    .collect()
+            }),
             window_ms: LEASE_WINDOW_MS,
             send_to_first_receive_ms: r.first_receive_total.into(),
             send_to_first_receive_ms_last_15m: r.first_receive_recent.into(),

@@ -7,8 +7,10 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod admin;
+pub mod advice;
 pub mod auth;
 mod clock;
+pub mod dashboard;
 mod declare;
 mod lease_doc;
 mod leases;
@@ -31,7 +33,7 @@ use tower_http::trace::TraceLayer;
 
 pub use clock::WallClock;
 pub use declare::{declare_queues, Applied, DeclareError, DeclaredQueue};
-pub use lease_doc::{LeaseReportDoc, LeaseSettings, MessageCounts, Quantiles};
+pub use lease_doc::{HoldBucket, LeaseReportDoc, LeaseSettings, MessageCounts, Quantiles};
 pub use leasehold_store::{backup, BackupSummary, Durability, SqliteStore, StoreError};
 pub use state::{AppState, Limits, ServerConfig};
 
@@ -46,7 +48,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         admin::guard,
     ));
     let router = Router::new()
-        .route("/", get(sqs::handle).post(sqs::handle))
+        .route("/", get(dashboard::root).post(sqs::handle))
         .route("/{account}/{queue}", get(sqs::handle).post(sqs::handle))
         .route(
             "/queue/{region}/{account}/{queue}",
@@ -66,9 +68,9 @@ pub fn admin_app(state: Arc<AppState>) -> Router {
     layered(router.with_state(state))
 }
 
-/// `/_leasehold/*` and `/metrics`.
+/// `/_leasehold/*` (the dashboard among them) and `/metrics`.
 fn admin_routes(state: &AppState) -> Router<Arc<AppState>> {
-    let mut router = Router::new()
+    let mut router = dashboard::routes()
         .route(
             "/_leasehold/queues/{name}/leases",
             get(leases::queue_leases),

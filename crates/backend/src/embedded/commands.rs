@@ -40,6 +40,10 @@ impl Backend for Embedded {
             .await
     }
 
+    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>> {
+        self.apply(Access::Read, |e| e.peek(queue, limit)).await
+    }
+
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
         self.apply(Access::Read, |e| {
             e.list_dead_letter_source_queues(queue, page.max, page.next_token.as_deref())

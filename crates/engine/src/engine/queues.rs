@@ -157,6 +157,12 @@ impl Engine {
         self.queue(name).map(|_| ())
     }
 
+    /// The `limit` oldest messages of a queue, changing nothing (the dashboard's peek).
+    pub fn peek(&self, name: &str, limit: usize) -> Result<Vec<crate::Peeked>> {
+        let now = self.clock.now_ms();
+        Ok(self.queue(name)?.peek(now, limit))
+    }
+
     /// ListQueues: the keys of the queues of the listing's account and region whose name
     /// starts with its prefix, in order, paginated by an opaque token.
     pub fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {

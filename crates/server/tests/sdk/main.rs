@@ -3,6 +3,7 @@
 mod harness;
 
 mod auth;
+mod dashboard;
 
 mod dead_letters;
 mod durability;

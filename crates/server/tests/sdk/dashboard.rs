@@ -1,0 +1,117 @@
+//! The dashboard's JSON, on either backend: the queue list with dead-letter queues and their
+//! sources, a peek that changes nothing, and a move task back from a dead-letter queue.
+
+use crate::harness::TestServer;
+
+async fn get(server: &TestServer, path: &str) -> serde_json::Value {
+    let response = reqwest::get(format!("{}/_leasehold/api{path}", server.base))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_peek_shows_the_oldest_messages_and_changes_nothing() {
+    let server = TestServer::start().await;
+    let url = server.queue("peeked", &[("VisibilityTimeout", "30")]).await;
+    for body in ["first", "second", "third"] {
+        server.send(&url, body).await;
+    }
+    let leased = server.receive(&url, 1).await;
+    assert_eq!(leased.len(), 1);
+    let peek = get(&server, "/queues/peeked/messages?limit=10").await;
+    let messages = peek["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3);
+    assert_eq!(messages[0]["state"], "in flight");
+    assert_eq!(messages[0]["receive_count"], 1);
+    assert_eq!(messages[0]["message_id"], leased[0].message_id().unwrap());
+    assert_eq!(messages[1]["state"], "visible");
+    assert!(messages[1]["body"].is_null(), "bodies only on request");
+    let with_bodies = get(&server, "/queues/peeked/messages?bodies=true").await;
+    assert_eq!(with_bodies["messages"][2]["body"], "third");
+    // Nothing changed: two receivable messages, never received before.
+    let rest = server
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(
+            aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount,
+        )
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(rest.len(), 2);
+    for message in &rest {
+        let attributes = message.attributes().unwrap();
+        let count =
+            &attributes[&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount];
+        assert_eq!(count, "1", "the peek counted no receive");
+    }
+    let report = get(&server, "/queues/peeked").await;
+    assert_eq!(report["report"]["received"], 3);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_queue_list_names_dead_letter_queues_and_a_redrive_moves_them_back() {
+    let server = TestServer::start().await;
+    let dlq = server.queue("dead", &[]).await;
+    let policy =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dead","maxReceiveCount":1}"#;
+    let source = server
+        .queue(
+            "live",
+            &[("RedrivePolicy", policy), ("VisibilityTimeout", "1")],
+        )
+        .await;
+    server.send(&source, "poison").await;
+    assert_eq!(server.receive(&source, 1).await.len(), 1);
+    server.advance(2).await;
+    assert!(server.receive(&source, 1).await.is_empty(), "dead-lettered");
+    let queues = get(&server, "/queues").await;
+    let row = |key: &str| {
+        queues["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["key"] == key)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(row("live")["dead_letter_queue"], "dead");
+    assert_eq!(row("dead")["sources"], serde_json::json!(["live"]));
+    assert_eq!(row("dead")["messages"]["visible"], 1);
+
+    let moved = reqwest::Client::new()
+        .post(format!(
+            "{}/_leasehold/api/queues/dead/redrive",
+            server.base
+        ))
+        .json(&serde_json::json!({"expected": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(moved.status(), 200);
+    let moved: serde_json::Value = moved.json().await.unwrap();
+    assert_eq!(moved["messages"], 1);
+    for _ in 0..100 {
+        if server
+            .attribute(&source, "ApproximateNumberOfMessages")
+            .await
+            == "1"
+        {
+            assert_eq!(
+                server.attribute(&dlq, "ApproximateNumberOfMessages").await,
+                "0"
+            );
+            server.stop().await;
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the move task did not move the message back");
+}
