@@ -291,7 +291,7 @@ async fn with_credentials_the_admin_routes_want_the_token_or_the_admin_listener(
         get(format!("http://127.0.0.1:{admin_port}/ready"), None).await,
         200
     );
-    // The admin listener serves no SQS.
+    // The admin listener serves no SQS; its root is the dashboard.
     assert_eq!(
         reqwest::Client::new()
             .post(format!("http://127.0.0.1:{admin_port}/"))
@@ -300,8 +300,17 @@ async fn with_credentials_the_admin_routes_want_the_token_or_the_admin_listener(
             .unwrap()
             .status()
             .as_u16(),
-        404
+        405
     );
+    let page = reqwest::get(format!("http://127.0.0.1:{admin_port}/"))
+        .await
+        .unwrap();
+    assert_eq!(page.url().path(), "/_leasehold/dashboard/");
+    assert!(page
+        .text()
+        .await
+        .unwrap()
+        .contains("<title>Leasehold</title>"));
 
     let advise = |token: Option<&str>| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));

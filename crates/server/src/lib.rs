@@ -60,9 +60,14 @@ pub fn app(state: Arc<AppState>) -> Router {
     layered(router.with_state(state))
 }
 
-/// The admin and observability routes alone, open, for the separate `--admin-bind` listener.
+/// The admin and observability routes alone, open, for the separate `--admin-bind` listener,
+/// its root the dashboard.
 pub fn admin_app(state: Arc<AppState>) -> Router {
     let router = admin_routes(&state)
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::to(dashboard::PATH) }),
+        )
         .route("/health", get(admin::health))
         .route("/ready", get(admin::ready));
     layered(router.with_state(state))
