@@ -52,6 +52,10 @@ enum Command {
     Counts {
         queue: usize,
     },
+    /// The dashboard's peek: the oldest messages, changing nothing.
+    Peek {
+        queue: usize,
+    },
     Purge {
         queue: usize,
     },
@@ -88,6 +92,7 @@ fn command() -> impl Strategy<Value = Command> {
         1 => (queue.clone(), 0..8usize, prop_oneof![Just(0u32), Just(15), Just(43_201)])
             .prop_map(|(queue, handle, timeout_s)| Command::Release { queue, handle, timeout_s }),
         2 => queue.clone().prop_map(|queue| Command::Counts { queue }),
+        1 => queue.clone().prop_map(|queue| Command::Peek { queue }),
         1 => queue.clone().prop_map(|queue| Command::Purge { queue }),
         1 => (queue.clone(), prop_oneof![3 => Just(None), 1 => (0..QUEUES.len()).prop_map(Some)], prop_oneof![Just(None), Just(Some(1u32)), Just(Some(501))])
             .prop_map(|(queue, to, rate)| Command::StartMove { queue, to, rate }),
@@ -234,6 +239,16 @@ impl Side<'_> {
                 let names = names.iter().map(|n| n.to_string()).collect();
                 format!("{:?}", b.get_attributes(QUEUES[*queue], names).await)
             }
+            Command::Peek { queue } => match b.peek(QUEUES[*queue], 5).await {
+                Ok(peeked) => {
+                    let seen: Vec<_> = peeked
+                        .iter()
+                        .map(|m| (m.body.to_string(), m.receive_count, m.state, m.until_ms))
+                        .collect();
+                    format!("{seen:?}")
+                }
+                Err(error) => format!("{error:?}"),
+            },
             Command::Purge { queue } => format!("{:?}", b.purge(QUEUES[*queue]).await),
             Command::StartMove { queue, to, rate } => {
                 let start = MoveTaskStart {
