@@ -21,6 +21,29 @@ const ALICE: (&str, &str, &str) = ("AKIDALICE", "alice-secret", "111111111111");
 const BOB: (&str, &str, &str) = ("AKIDBOB", "bob-secret", "222222222222");
 const ADMIN_TOKEN: &str = "admin-token-for-tests";
 
+/// A call refused as AWS refuses a queue the caller may not see: it does not exist.
+fn assert_no_queue<
+    T: std::fmt::Debug,
+    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::fmt::Debug,
+>(
+    result: Result<T, aws_sdk_sqs::error::SdkError<E, aws_smithy_runtime_api::http::Response>>,
+) {
+    let error = result.expect_err("refused");
+    assert_eq!(code(&error), "AWS.SimpleQueueService.NonExistentQueue");
+}
+
+/// Creates queue `name` as `client`'s account and answers its URL.
+async fn create(client: &aws_sdk_sqs::Client, name: &str) -> String {
+    client
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
 async fn signed_server() -> TestServer {
     let credentials = Credentials::new(
         [ALICE, BOB]
@@ -47,14 +70,7 @@ async fn signed_server() -> TestServer {
 async fn the_right_key_works_and_a_wrong_or_unknown_key_fails_with_awss_codes() {
     let server = signed_server().await;
     let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
-    let url = alice
-        .create_queue()
-        .queue_name("orders")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = create(&alice, "orders").await;
     assert!(url.ends_with("/111111111111/orders"), "{url}");
     alice
         .send_message()
@@ -134,14 +150,7 @@ async fn one_account_cannot_see_or_touch_anothers_queues() {
     let server = signed_server().await;
     let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
     let bob = server.client_as(BOB.0, BOB.1, "us-east-1");
-    let alices = alice
-        .create_queue()
-        .queue_name("shared-name")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let alices = create(&alice, "shared-name").await;
 
     assert!(bob
         .list_queues()
@@ -150,52 +159,20 @@ async fn one_account_cannot_see_or_touch_anothers_queues() {
         .unwrap()
         .queue_urls()
         .is_empty());
-    let error = bob
-        .get_queue_url()
-        .queue_name("shared-name")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&error), "AWS.SimpleQueueService.NonExistentQueue");
-    let error = bob
-        .send_message()
-        .queue_url(&alices)
-        .message_body("x")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&error), "AWS.SimpleQueueService.NonExistentQueue");
-    let error = bob
-        .receive_message()
-        .queue_url(&alices)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&error), "AWS.SimpleQueueService.NonExistentQueue");
-    let error = bob
-        .purge_queue()
-        .queue_url(&alices)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&error), "AWS.SimpleQueueService.NonExistentQueue");
-    let error = bob
-        .delete_queue()
-        .queue_url(&alices)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&error), "AWS.SimpleQueueService.NonExistentQueue");
+    assert_no_queue(bob.get_queue_url().queue_name("shared-name").send().await);
+    assert_no_queue(
+        bob.send_message()
+            .queue_url(&alices)
+            .message_body("x")
+            .send()
+            .await,
+    );
+    assert_no_queue(bob.receive_message().queue_url(&alices).send().await);
+    assert_no_queue(bob.purge_queue().queue_url(&alices).send().await);
+    assert_no_queue(bob.delete_queue().queue_url(&alices).send().await);
 
     // Bob's queue of the same name is his own.
-    let bobs = bob
-        .create_queue()
-        .queue_name("shared-name")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let bobs = create(&bob, "shared-name").await;
     assert!(bobs.ends_with("/222222222222/shared-name"), "{bobs}");
     bob.send_message()
         .queue_url(&bobs)
@@ -229,14 +206,7 @@ async fn add_permission_lets_another_account_do_exactly_the_actions_it_names() {
     let server = signed_server().await;
     let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
     let bob = server.client_as(BOB.0, BOB.1, "us-east-1");
-    let url = alice
-        .create_queue()
-        .queue_name("inbox")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = create(&alice, "inbox").await;
     alice
         .add_permission()
         .queue_url(&url)
@@ -262,13 +232,7 @@ async fn add_permission_lets_another_account_do_exactly_the_actions_it_names() {
         .await
         .unwrap();
     assert_eq!(found.queue_url(), Some(url.as_str()));
-    let error = bob
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&error), "AWS.SimpleQueueService.NonExistentQueue");
+    assert_no_queue(bob.receive_message().queue_url(&url).send().await);
     let got = alice
         .receive_message()
         .queue_url(&url)
@@ -284,14 +248,13 @@ async fn add_permission_lets_another_account_do_exactly_the_actions_it_names() {
         .send()
         .await
         .unwrap();
-    let error = bob
-        .send_message()
-        .queue_url(&url)
-        .message_body("again")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&error), "AWS.SimpleQueueService.NonExistentQueue");
+    assert_no_queue(
+        bob.send_message()
+            .queue_url(&url)
+            .message_body("again")
+            .send()
+            .await,
+    );
     server.stop().await;
 }
 
@@ -434,14 +397,7 @@ fn presign(base: &str, query: &str, time: SystemTime, expires: Duration) -> Stri
 async fn a_presigned_url_works_until_it_expires() {
     let server = signed_server().await;
     let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
-    let url = alice
-        .create_queue()
-        .queue_name("presigned")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = create(&alice, "presigned").await;
     let query = format!(
         "Action=SendMessage&Version=2012-11-05&QueueUrl={}&MessageBody=by%20link",
         form_urlencoded::byte_serialize(url.as_bytes()).collect::<String>()
@@ -518,14 +474,7 @@ async fn another_accounts_move_tasks_can_be_neither_listed_nor_started_nor_cance
     let server = signed_server().await;
     let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
     let bob = server.client_as(BOB.0, BOB.1, "us-east-1");
-    let dlq = alice
-        .create_queue()
-        .queue_name("dlq")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let dlq = create(&alice, "dlq").await;
     let dlq_arn = "arn:aws:sqs:us-east-1:111111111111:dlq";
     let policy = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":1}}"#);
     alice
