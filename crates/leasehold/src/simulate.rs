@@ -87,10 +87,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         s.executions,
         s.duplicate_executions,
         s.peak_amplification,
-        match s.recovery_s {
-            Some(r) if s.recovered => format!("recovered {r:.0} s after the trigger"),
-            _ => "did not recover".into(),
-        },
+        leasehold_sim::outcome_line(s),
         s.dlq_messages,
         s.dlq_messages_already_succeeded,
         s.wall_clock_s,

@@ -15,7 +15,7 @@ mod scenario;
 mod sim;
 mod sweep;
 
-pub use report::{write_outputs, Row, Summary};
+pub use report::{outcome_line, write_outputs, Row, Summary};
 pub use scenario::Scenario;
 pub use sweep::{sweep, SweepCell};
 

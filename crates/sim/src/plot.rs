@@ -31,10 +31,7 @@ where
         "{}: peak amplification {:.1}x, {}",
         scenario.name,
         s.peak_amplification,
-        match s.recovery_s {
-            Some(r) => format!("recovered {r:.0} s after the trouble"),
-            None => "did not recover".into(),
-        }
+        crate::report::outcome_line(s)
     );
     let root = root.titled(&title, ("sans-serif", 22)).map_err(err)?;
     let panels = root.split_evenly((3, 1));

@@ -45,10 +45,19 @@ pub struct Summary {
     pub lost_leases: u64,
     pub dlq_messages: u64,
     pub dlq_messages_already_succeeded: u64,
-    pub recovered: bool,
+    /// Whether the scenario has a trigger (a blip, a slow database, a crash) to recover from.
+    pub had_trigger: bool,
+    /// Whether the system was healthy again after the last trigger ended; null without a
+    /// trigger, where there is nothing to recover from (see `stable`).
+    pub recovered: Option<bool>,
     /// Seconds from the end of the last trigger until the system was healthy again; null when
-    /// it did not recover.
+    /// it did not recover, or had no trigger.
     pub recovery_s: Option<f64>,
+    /// Mean amplification over the second half of the run: where the system settled.
+    pub steady_amplification: f64,
+    /// Without a trigger: whether the second half ran healthy (no duplicate executions, no late
+    /// deletes); null with a trigger (see `recovered`).
+    pub stable: Option<bool>,
     /// Longest time a crashed worker's message stayed invisible before it was redelivered.
     pub crash_recovery_s: Option<f64>,
     /// Mean time from a poison message's first receive to its arrival in the DLQ.
@@ -65,7 +74,7 @@ pub struct Summary {
 /// five minutes on end (or to the end of the run, if at least two minutes).
 fn recovery(scenario: &Scenario, rows: &[Row]) -> (bool, Option<f64>) {
     let Some(end) = scenario.triggers_end_s() else {
-        return (true, Some(0.0));
+        return (false, None);
     };
     let start = scenario
         .triggers
@@ -92,8 +101,44 @@ fn recovery(scenario: &Scenario, rows: &[Row]) -> (bool, Option<f64>) {
     (false, None)
 }
 
+/// The second half of the run: its mean amplification, and whether every step was healthy.
+fn settled(rows: &[Row]) -> (f64, bool) {
+    let half = &rows[rows.len() / 2..];
+    let executing: Vec<&Row> = half.iter().filter(|r| r.executions > 0).collect();
+    let mean = if executing.is_empty() {
+        1.0
+    } else {
+        executing.iter().map(|r| r.amplification).sum::<f64>() / executing.len() as f64
+    };
+    let healthy = half
+        .iter()
+        .all(|r| r.duplicate_executions == 0 && r.late_deletes == 0);
+    (mean, healthy)
+}
+
+/// The one line that says how a run ended: recovered (or not) from its trigger, or, with none,
+/// stable (or not) and at what amplification.
+pub fn outcome_line(s: &Summary) -> String {
+    match (s.had_trigger, s.recovery_s) {
+        (true, Some(r)) => format!("recovered {r:.0} s after the trigger"),
+        (true, None) => format!(
+            "did not recover after the trigger (settled at {:.2}x)",
+            s.steady_amplification
+        ),
+        (false, _) if s.stable == Some(true) => {
+            format!("no trigger: stable at {:.2}x", s.steady_amplification)
+        }
+        (false, _) => format!(
+            "no trigger, and not stable: {:.2}x in its second half",
+            s.steady_amplification
+        ),
+    }
+}
+
 pub(crate) fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
+    let had_trigger = scenario.triggers_end_s().is_some();
     let (recovered, recovery_s) = recovery(scenario, &t.rows);
+    let (steady_amplification, healthy) = settled(&t.rows);
     let mean =
         |v: &[u64]| (!v.is_empty()).then(|| v.iter().sum::<u64>() as f64 / v.len() as f64 / 1000.0);
     Summary {
@@ -115,8 +160,11 @@ pub(crate) fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
         lost_leases: t.lost_leases,
         dlq_messages: t.dlq_messages,
         dlq_messages_already_succeeded: t.dlq_messages_already_succeeded,
-        recovered,
+        had_trigger,
+        recovered: had_trigger.then_some(recovered),
         recovery_s,
+        steady_amplification,
+        stable: (!had_trigger).then_some(healthy),
         crash_recovery_s: t
             .crash_recoveries_ms
             .iter()

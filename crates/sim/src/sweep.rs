@@ -44,7 +44,7 @@ pub fn sweep(
             cells.push(SweepCell {
                 lease_s: *lease,
                 load: *load,
-                recovered: outcome.summary.recovered,
+                recovered: outcome.summary.recovered.unwrap_or(false),
                 recovery_s: outcome.summary.recovery_s,
                 peak_amplification: outcome.summary.peak_amplification,
             });

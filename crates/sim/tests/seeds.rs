@@ -16,7 +16,7 @@ fn summary(s: &Scenario) -> Summary {
 fn seed_004_naive_consumers_spiral_at_least_fivefold_and_stay_there() {
     let s = summary(&scenario("seed-004-death-spiral-naive"));
     assert!(s.peak_amplification >= 5.0, "{s:#?}");
-    assert!(!s.recovered, "{s:#?}");
+    assert_eq!(s.recovered, Some(false), "{s:#?}");
     assert!(s.late_deletes > 0);
 }
 
@@ -24,7 +24,7 @@ fn seed_004_naive_consumers_spiral_at_least_fivefold_and_stay_there() {
 fn seed_004_with_heartbeat_idempotency_and_a_ceiling_stays_flat_and_recovers_in_minutes() {
     let s = summary(&scenario("seed-004-death-spiral-resilient"));
     assert!(s.peak_amplification < 1.05, "{s:#?}");
-    assert!(s.recovered, "{s:#?}");
+    assert_eq!(s.recovered, Some(true), "{s:#?}");
     assert!(s.recovery_s.unwrap() <= 300.0, "{s:#?}");
     assert!(s.peak_db_running <= 6);
 }
@@ -72,6 +72,13 @@ fn the_dlq_mirage_fills_the_dlq_with_work_that_succeeded() {
     let s = summary(&scenario("dlq-mirage"));
     assert!(s.dlq_messages > 100, "{s:#?}");
     assert_eq!(s.dlq_messages_already_succeeded, s.dlq_messages);
+    // No trigger: nothing to recover from, and a run that duplicates all along is not stable
+    // (it once read "recovered 0 s after the trigger").
+    assert_eq!(s.recovered, None, "{s:#?}");
+    assert_eq!(s.stable, Some(false), "{s:#?}");
+    assert!(s.steady_amplification > 2.0, "{s:#?}");
+    let line = leasehold_sim::outcome_line(&s);
+    assert!(line.starts_with("no trigger, and not stable"), "{line}");
 }
 
 #[test]
@@ -80,7 +87,8 @@ fn lambda_scales_into_the_database_and_does_not_recover() {
     let s = summary(&sc);
     assert!(s.peak_workers >= 10 * sc.scaling.workers, "{s:#?}");
     assert!(s.peak_db_running > 5 * sc.database.capacity, "{s:#?}");
-    assert!(!s.recovered);
+    assert_ne!(s.recovered, Some(true), "{s:#?}");
+    assert_ne!(s.stable, Some(true), "{s:#?}");
 }
 
 #[test]
