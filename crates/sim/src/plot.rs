@@ -1,5 +1,7 @@
 //! Plots a person can read at a glance: amplification, queue depth and database latency over
-//! time, with the trouble shaded; and the sweep's map of where the system is metastable.
+//! time, with the trouble shaded and named, the DLQ and the fleet where they matter, legends
+//! in headroom above the data, and the definition of recovery on the page; and the sweep's
+//! map of where the system is metastable, labelled at its cells' centres.
 
 use std::path::Path;
 
@@ -34,45 +36,64 @@ where
         crate::report::outcome_line(s)
     );
     let root = root.titled(&title, ("sans-serif", 22)).map_err(err)?;
+    let (root, footer) = root.split_vertically(root.dim_in_pixel().1 - 24);
+    footer
+        .draw(&Text::new(
+            RECOVERY,
+            (8, 4),
+            ("sans-serif", 12).into_font().color(&BLACK),
+        ))
+        .map_err(err)?;
     let panels = root.split_evenly((3, 1));
     let rows = &outcome.rows;
     let t_max = rows.last().map_or(1.0, |r| r.t_s).max(1.0);
-    let spans: Vec<(f64, f64)> = scenario
+    let spans: Vec<(f64, f64, &str)> = scenario
         .triggers
         .iter()
         .map(|t| match t.kind.as_str() {
-            "blip" => (t.start_s, t.end_s),
+            "blip" => (t.start_s, t.end_s, "trigger: blip"),
             "deploy" => (
                 t.start_s,
                 t.start_s + t.interval_s * scenario.scaling.workers as f64,
+                "trigger: deploy",
             ),
-            _ => (t.start_s, t.start_s + scenario.step_s),
+            "crash" => (t.start_s, t.start_s + scenario.step_s, "trigger: crash"),
+            _ => (t.start_s, t.start_s + scenario.step_s, "trigger: poison"),
         })
         .collect();
 
+    let mut messages: Vec<Line> = vec![
+        ("visible", BLUE, Box::new(|r| r.visible as f64)),
+        ("in flight", GREEN, Box::new(|r| r.in_flight as f64)),
+        (
+            "running on the database",
+            MAGENTA,
+            Box::new(|r| r.db_running as f64),
+        ),
+    ];
+    if scenario.queue.max_receive_count > 0 {
+        messages.push((
+            "in the DLQ",
+            RGBColor(120, 60, 0),
+            Box::new(|r| r.dlq_messages as f64),
+        ));
+    }
+    if scenario.scaling.kind != "fixed" {
+        messages.push(("workers", CYAN, Box::new(|r| f64::from(r.workers))));
+    }
     let series: [(&str, Vec<Line>); 3] = [
         (
             "executions per message (amplification)",
             vec![("amplification", RED, Box::new(|r| r.amplification))],
         ),
-        (
-            "messages",
-            vec![
-                ("visible", BLUE, Box::new(|r| r.visible as f64)),
-                ("in flight", GREEN, Box::new(|r| r.in_flight as f64)),
-                (
-                    "running on the database",
-                    MAGENTA,
-                    Box::new(|r| r.db_running as f64),
-                ),
-            ],
-        ),
+        ("messages", messages),
         (
             "processing time (s)",
             vec![("mean processing time", BLACK, Box::new(|r| r.db_latency_s))],
         ),
     ];
     for ((label, lines), panel) in series.iter().zip(panels.iter()) {
+        // Headroom above the data, where the legend sits without covering a line.
         let y_max = lines.iter().flat_map(|(_, _, f)| rows.iter().map(f)).fold(
             if *label == "processing time (s)" {
                 scenario.queue.visibility_timeout_s as f64
@@ -80,24 +101,42 @@ where
                 1.0
             },
             f64::max,
-        ) * 1.1;
+        ) * 1.45;
+        let integral = *label == "messages";
         let mut chart = ChartBuilder::on(panel)
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..t_max, 0.0..y_max)
             .map_err(err)?;
+        let whole = |v: &f64| {
+            if v.fract() == 0.0 {
+                format!("{v:.0}")
+            } else {
+                String::new()
+            }
+        };
+        let decimal = |v: &f64| format!("{v:.1}");
         chart
             .configure_mesh()
             .x_desc("simulated time (s)")
+            .x_label_formatter(&|v| format!("{v:.0}"))
             .y_desc(*label)
+            .y_label_formatter(if integral { &whole } else { &decimal })
             .draw()
             .map_err(err)?;
-        for (a, b) in &spans {
+        for (a, b, name) in &spans {
             chart
                 .draw_series(std::iter::once(Rectangle::new(
                     [(*a, 0.0), (*b, y_max)],
                     RGBColor(255, 220, 180).filled(),
+                )))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    name.to_string(),
+                    (*a, y_max * 0.97),
+                    ("sans-serif", 13).into_font().color(&RGBColor(150, 80, 0)),
                 )))
                 .map_err(err)?;
         }
@@ -127,13 +166,17 @@ where
         }
         chart
             .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
             .border_style(BLACK)
             .draw()
             .map_err(err)?;
     }
     root.present().map_err(err)
 }
+
+/// What "recovered" means, written under the plots.
+const RECOVERY: &str = "Recovered: after the last trigger, 5 min on end (or the rest of the run, if 2 min or more) with no duplicate execution, no late delete and a backlog at most twice its pre-trigger peak. Without a trigger: stable if the second half has neither.";
 
 pub fn draw(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Result<(), SimError> {
     let svg = dir.join("plot.svg");
@@ -164,20 +207,33 @@ where
     let mut loads: Vec<f64> = cells.iter().map(|c| c.load).collect();
     loads.sort_by(f64::total_cmp);
     loads.dedup();
+    // Segmented axes: each lease and load is a cell, labelled at its centre.
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0..leases.len(), 0..loads.len())
+        // A segmented range holds its end too: n values are 0..n-1.
+        .build_cartesian_2d(
+            (0..leases.len().saturating_sub(1)).into_segmented(),
+            (0..loads.len().saturating_sub(1)).into_segmented(),
+        )
         .map_err(err)?;
+    let centre = |value: &SegmentValue<usize>, values: &[f64], digits: usize| match value {
+        SegmentValue::CenterOf(i) => values
+            .get(*i)
+            .map_or(String::new(), |v| format!("{v:.digits$}")),
+        _ => String::new(),
+    };
     chart
         .configure_mesh()
         .disable_mesh()
         .x_desc("visibility timeout (s)")
         .y_desc("load (share of fleet capacity)")
-        .x_label_formatter(&|i| leases.get(*i).map_or(String::new(), |l| format!("{l:.0}")))
-        .y_label_formatter(&|i| loads.get(*i).map_or(String::new(), |l| format!("{l:.2}")))
+        .x_labels(leases.len())
+        .y_labels(loads.len())
+        .x_label_formatter(&|v| centre(v, &leases, 0))
+        .y_label_formatter(&|v| centre(v, &loads, 2))
         .draw()
         .map_err(err)?;
     for c in cells {
@@ -190,7 +246,10 @@ where
         };
         chart
             .draw_series(std::iter::once(Rectangle::new(
-                [(x, y), (x + 1, y + 1)],
+                [
+                    (SegmentValue::Exact(x), SegmentValue::Exact(y)),
+                    (SegmentValue::Exact(x + 1), SegmentValue::Exact(y + 1)),
+                ],
                 color.filled(),
             )))
             .map_err(err)?;

@@ -92,7 +92,8 @@ function route() {
   const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
   const parts = hash.split("/").filter(Boolean);
   if (parts[0] === "queue" && parts.length >= 2) {
-    const view = parts[parts.length - 1] === "messages" ? "messages" : "queue";
+    // "#/queue/messages" is the queue named "messages"; its messages are one part further.
+    const view = parts.length >= 3 && parts[parts.length - 1] === "messages" ? "messages" : "queue";
     const key = (view === "messages" ? parts.slice(1, -1) : parts.slice(1)).join("/");
     return { view, key };
   }
