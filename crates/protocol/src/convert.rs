@@ -45,13 +45,13 @@ pub fn queue_key(
     let key = |owner: Option<&str>, region: Option<&str>, name: &str| {
         Ok(naming.queue_key_in(owner, region, name))
     };
+    // The server's own `--account-id` need not be twelve digits; any other account is.
+    let an_account = |owner: &str| is_account_id(owner) || owner == naming.account_id;
     match segments.as_slice() {
         [name] if host.is_empty() => key(account, request_region, name),
         [name] => key(account, region_of_host(host), name),
-        [owner, name] if is_account_id(owner) => key(Some(owner), region_of_host(host), name),
-        ["queue", region, owner, name] if is_account_id(owner) => {
-            key(Some(owner), Some(region), name)
-        }
+        [owner, name] if an_account(owner) => key(Some(owner), region_of_host(host), name),
+        ["queue", region, owner, name] if an_account(owner) => key(Some(owner), Some(region), name),
         _ => Err(EngineError::QueueDoesNotExist.into()),
     }
 }
@@ -145,6 +145,31 @@ mod tests {
         assert_eq!(region_of_host("sqs.amazonaws.com"), None);
         assert_eq!(region_of_host("127.0.0.1:9324"), None);
         assert_eq!(region_of_host("sqs.localhost:9324"), None);
+    }
+
+    #[test]
+    fn a_url_names_its_accounts_queue_and_a_bare_name_the_callers() {
+        let naming = Naming {
+            region: "us-east-1".into(),
+            account_id: "local".into(),
+        };
+        let key = |account: Option<&str>, url: &str| queue_key(&naming, account, None, url);
+        // The server's own account id, twelve digits or not.
+        assert_eq!(key(None, "http://h/local/q").unwrap(), "q");
+        assert_eq!(
+            key(None, "http://h/111111111111/q").unwrap(),
+            "111111111111:q"
+        );
+        assert_eq!(key(Some("222222222222"), "q").unwrap(), "222222222222:q");
+        assert_eq!(
+            key(None, "http://h/queue/eu-west-1/111111111111/q").unwrap(),
+            "111111111111:eu-west-1/q"
+        );
+        assert!(key(None, "http://h/not-an-account/q").is_err());
+        assert_eq!(
+            queue_url(&naming, "https://sqs.example.com/", "111111111111:q"),
+            "https://sqs.example.com/111111111111/q"
+        );
     }
 
     #[test]

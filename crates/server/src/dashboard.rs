@@ -210,11 +210,7 @@ fn origin(state: &AppState, headers: &HeaderMap) -> String {
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
-    match (&state.config.public_url, state.config.tls) {
-        (Some(public), _) => public.clone(),
-        (None, true) => format!("https://{host}"),
-        (None, false) => format!("http://{host}"),
-    }
+    state.origin(host)
 }
 
 /// `GET /_leasehold/api/queues/{key}`: the row, the full lease report, the queue's sources

@@ -35,11 +35,7 @@ pub async fn handle(
     let request_id = crate::state::request_id();
     let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let host = header(header::HOST).unwrap_or("localhost");
-    let origin = match (&state.config.public_url, state.config.tls) {
-        (Some(public), _) => public.clone(),
-        (None, true) => format!("https://{host}"),
-        (None, false) => format!("http://{host}"),
-    };
+    let origin = state.origin(host);
     let http = HttpRequest {
         is_post: method == Method::POST,
         path: uri.path(),
@@ -104,9 +100,11 @@ async fn answer(
     let (mut ctx, request) = http.parse(&body)?;
     ctx.account = account;
     seen.action = Some(request.action());
-    seen.queue = request
-        .queue_url()
-        .map(|url| url.rsplit('/').next().unwrap_or(url).to_string());
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        seen.queue = request
+            .queue_url()
+            .map(|url| url.rsplit('/').next().unwrap_or(url).to_string());
+    }
     if !http.is_post && !request.is_read_only() && !http.is_presigned() {
         return Err(ProtocolError::AccessDenied(format!(
             "{} changes state and cannot be sent by an unsigned GET; send it by POST, or presign the URL.",

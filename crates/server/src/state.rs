@@ -128,6 +128,16 @@ impl AppState {
         }
     }
 
+    /// What queue URLs start with for a request to `host`: the public URL when one is set,
+    /// else the scheme the server speaks and the host the client addressed.
+    pub fn origin(&self, host: &str) -> String {
+        match (&self.config.public_url, self.config.tls) {
+            (Some(public), _) => public.clone(),
+            (None, true) => format!("https://{host}"),
+            (None, false) => format!("http://{host}"),
+        }
+    }
+
     /// A slot for a request's work, or None when too many are in progress.
     pub fn request_slot(&self) -> Option<OwnedSemaphorePermit> {
         self.in_progress.clone().try_acquire_owned().ok()

@@ -453,4 +453,10 @@ window.addEventListener("resize", () => {
   if (where.view === "queue") refresh();
 });
 refresh();
-state.timer = setInterval(refresh, POLL_MS);
+// A tab nobody looks at costs the server nothing; it catches up when shown again.
+state.timer = setInterval(() => {
+  if (!document.hidden) refresh();
+}, POLL_MS);
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden) refresh();
+});
