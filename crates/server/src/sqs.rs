@@ -92,6 +92,7 @@ async fn answer(
     seen: &mut Seen,
 ) -> Result<(&'static str, Answer), ProtocolError> {
     refuse_browsers_of_other_sites(headers)?;
+    refuse_the_unsigned_early(state, headers, uri)?;
     let slot = state.request_slot().ok_or_else(|| {
         ProtocolError::ServiceUnavailable("The server is busy; try again.".into())
     })?;
@@ -113,6 +114,27 @@ async fn answer(
     }
     let action = request.action();
     Ok((action, run(state, &ctx, request, slot).await?))
+}
+
+/// With credentials configured, a request that carries no signature at all is refused before
+/// it takes a work slot or has its body read; one that carries a signature is checked after,
+/// since the signature covers the body.
+fn refuse_the_unsigned_early(
+    state: &AppState,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<(), ProtocolError> {
+    if state.config.auth.is_none() || headers.contains_key(header::AUTHORIZATION) {
+        return Ok(());
+    }
+    let presigned = uri
+        .query()
+        .is_some_and(|q| q.contains("X-Amz-Signature=") || q.contains("X-Amz-Credential="));
+    if presigned {
+        Ok(())
+    } else {
+        Err(ProtocolError::MissingAuthenticationToken)
+    }
 }
 
 /// With credentials configured, the account of the request's valid signature (else AWS's
