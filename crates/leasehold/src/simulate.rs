@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use leasehold_sim::{run, sweep, write_outputs, Scenario};
+use leasehold_sim::{run, sweep, sweep_triggers, write_outputs, Scenario};
 
 #[derive(clap::Args)]
 pub struct SimulateArgs {
@@ -33,6 +33,16 @@ pub struct SimulateArgs {
         default_value = "0.3,0.4,0.5,0.6,0.7,0.8,0.9"
     )]
     loads: Vec<f64>,
+    /// Run the scenario over a grid of blip sizes and durations and map which blips tip it
+    /// into a spiral that outlives them (trigger-sweep.json, .svg, .png).
+    #[arg(long, conflicts_with = "sweep")]
+    sweep_triggers: bool,
+    /// Blip sizes for --sweep-triggers: how many times longer work takes.
+    #[arg(long, value_delimiter = ',', default_value = "1.2,1.5,1.8,2.1,2.5,3")]
+    factors: Vec<f64>,
+    /// Blip durations for --sweep-triggers, in seconds.
+    #[arg(long, value_delimiter = ',', default_value = "30,60,120,300,600")]
+    durations: Vec<f64>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -57,6 +67,25 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     );
     bar.set_message(scenario.name.clone());
     let mut progress = |fraction: f64| bar.set_position((fraction * 1000.0) as u64);
+    if args.sweep_triggers {
+        let cells = sweep_triggers(
+            &scenario,
+            &args.factors,
+            &args.durations,
+            &args.out,
+            &mut progress,
+        )?;
+        bar.finish_and_clear();
+        let tipped = cells.iter().filter(|c| !c.recovered).count();
+        println!(
+            "{}: {} of {} blips (size, duration) left a spiral that outlived them; map in {}",
+            scenario.name,
+            tipped,
+            cells.len(),
+            args.out.join("trigger-sweep.png").display()
+        );
+        return Ok(());
+    }
     if args.sweep {
         let cells = sweep(
             &scenario,

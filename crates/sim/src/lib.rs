@@ -17,7 +17,7 @@ mod sweep;
 
 pub use report::{outcome_line, write_outputs, Row, Summary};
 pub use scenario::Scenario;
-pub use sweep::{sweep, SweepCell};
+pub use sweep::{sweep, sweep_triggers, SweepCell, TriggerCell};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {

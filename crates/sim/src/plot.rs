@@ -193,21 +193,30 @@ pub fn draw(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Result<(), Si
     )
 }
 
-fn render_sweep<DB: DrawingBackend>(
+/// A map's axes: each axis's values (one cell each), its name and its decimals.
+pub struct MapAxes<'a> {
+    pub x_desc: &'a str,
+    pub xs: &'a [f64],
+    pub x_digits: usize,
+    pub y_desc: &'a str,
+    pub ys: &'a [f64],
+    pub y_digits: usize,
+}
+
+/// One cell of a map: its x and y values, and whether the system recovered there.
+pub type MapCell = (f64, f64, bool);
+
+fn render_map<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     title: &str,
-    cells: &[SweepCell],
+    axes: &MapAxes<'_>,
+    cells: &[MapCell],
 ) -> Result<(), SimError>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(err)?;
-    let mut leases: Vec<f64> = cells.iter().map(|c| c.lease_s).collect();
-    leases.dedup();
-    let mut loads: Vec<f64> = cells.iter().map(|c| c.load).collect();
-    loads.sort_by(f64::total_cmp);
-    loads.dedup();
-    // Segmented axes: each lease and load is a cell, labelled at its centre.
+    // Segmented axes: each value is a cell, labelled at its centre.
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(10)
@@ -215,8 +224,8 @@ where
         .y_label_area_size(60)
         // A segmented range holds its end too: n values are 0..n-1.
         .build_cartesian_2d(
-            (0..leases.len().saturating_sub(1)).into_segmented(),
-            (0..loads.len().saturating_sub(1)).into_segmented(),
+            (0..axes.xs.len().saturating_sub(1)).into_segmented(),
+            (0..axes.ys.len().saturating_sub(1)).into_segmented(),
         )
         .map_err(err)?;
     let centre = |value: &SegmentValue<usize>, values: &[f64], digits: usize| match value {
@@ -228,18 +237,18 @@ where
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_desc("visibility timeout (s)")
-        .y_desc("load (share of fleet capacity)")
-        .x_labels(leases.len())
-        .y_labels(loads.len())
-        .x_label_formatter(&|v| centre(v, &leases, 0))
-        .y_label_formatter(&|v| centre(v, &loads, 2))
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
+        .x_labels(axes.xs.len())
+        .y_labels(axes.ys.len())
+        .x_label_formatter(&|v| centre(v, axes.xs, axes.x_digits))
+        .y_label_formatter(&|v| centre(v, axes.ys, axes.y_digits))
         .draw()
         .map_err(err)?;
-    for c in cells {
-        let x = leases.iter().position(|l| *l == c.lease_s).unwrap_or(0);
-        let y = loads.iter().position(|l| *l == c.load).unwrap_or(0);
-        let color = if c.recovered {
+    for (x_value, y_value, recovered) in cells {
+        let x = axes.xs.iter().position(|v| v == x_value).unwrap_or(0);
+        let y = axes.ys.iter().position(|v| v == y_value).unwrap_or(0);
+        let color = if *recovered {
             RGBColor(120, 200, 120)
         } else {
             RGBColor(220, 80, 80)
@@ -257,19 +266,51 @@ where
     root.present().map_err(err)
 }
 
-/// The sweep's map: green where the system recovered after the trigger, red where it stayed
-/// in the spiral (metastable).
-pub fn draw_sweep(title: &str, cells: &[SweepCell], dir: &Path) -> Result<(), SimError> {
-    let svg = dir.join("sweep.svg");
-    render_sweep(
+/// A map as `STEM.svg` and `STEM.png` in `dir`.
+pub fn draw_map(
+    title: &str,
+    axes: &MapAxes<'_>,
+    cells: &[MapCell],
+    dir: &Path,
+    stem: &str,
+) -> Result<(), SimError> {
+    let svg = dir.join(format!("{stem}.svg"));
+    render_map(
         SVGBackend::new(&svg, (900, 700)).into_drawing_area(),
         title,
+        axes,
         cells,
     )?;
-    let png = dir.join("sweep.png");
-    render_sweep(
+    let png = dir.join(format!("{stem}.png"));
+    render_map(
         BitMapBackend::new(&png, (900, 700)).into_drawing_area(),
         title,
+        axes,
         cells,
     )
+}
+
+/// The lease-by-load map of `sweep`.
+pub fn draw_sweep(title: &str, cells: &[SweepCell], dir: &Path) -> Result<(), SimError> {
+    let distinct = |values: Vec<f64>| {
+        let mut values = values;
+        values.sort_by(f64::total_cmp);
+        values.dedup();
+        values
+    };
+    let leases = distinct(cells.iter().map(|c| c.lease_s).collect());
+    let loads = distinct(cells.iter().map(|c| c.load).collect());
+    let axes = MapAxes {
+        x_desc: "visibility timeout (s)",
+        xs: &leases,
+        x_digits: 0,
+        y_desc: "load (share of fleet capacity)",
+        ys: &loads,
+        y_digits: 2,
+    };
+    let map: Vec<MapCell> = cells
+        .iter()
+        .map(|c| (c.lease_s, c.load, c.recovered))
+        .collect();
+    draw_map(title, &axes, &map, dir, "sweep")
 }

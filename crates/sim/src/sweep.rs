@@ -1,5 +1,6 @@
-//! The sweep: a scenario run over a grid of lease lengths and loads, to map where the system
-//! stays in the spiral after the trigger is gone.
+//! The sweeps: a scenario run over a grid of lease lengths and loads, or of trigger sizes and
+//! durations, to map where the system stays in the spiral after the trigger is gone (the
+//! boundary of metastability, as Huang et al., OSDI 2022, draw it).
 
 use std::path::Path;
 
@@ -51,13 +52,89 @@ pub fn sweep(
             progress(cells.len() as f64 / total);
         }
     }
-    std::fs::create_dir_all(dir).map_err(|e| SimError::Output(e.to_string()))?;
-    let json = serde_json::to_string_pretty(&cells).map_err(|e| SimError::Output(e.to_string()))?;
-    std::fs::write(dir.join("sweep.json"), json).map_err(|e| SimError::Output(e.to_string()))?;
+    write_json(dir, "sweep.json", &cells)?;
     crate::plot::draw_sweep(
         &format!("{}: where the spiral outlives the trigger (red)", base.name),
         &cells,
         dir,
+    )?;
+    Ok(cells)
+}
+
+fn write_json(dir: &Path, file: &str, value: &impl Serialize) -> Result<(), SimError> {
+    let out = |e: &dyn std::fmt::Display| SimError::Output(e.to_string());
+    std::fs::create_dir_all(dir).map_err(|e| out(&e))?;
+    let json = serde_json::to_string_pretty(value).map_err(|e| out(&e))?;
+    std::fs::write(dir.join(file), json).map_err(|e| out(&e))
+}
+
+/// One run of the trigger sweep.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TriggerCell {
+    /// How many times longer work took during the blip.
+    pub factor: f64,
+    pub duration_s: f64,
+    pub recovered: bool,
+    pub recovery_s: Option<f64>,
+    pub peak_amplification: f64,
+}
+
+/// Runs `base` with its first blip set to each factor and duration: the map of which
+/// triggers the system shakes off and which tip it into a spiral that outlives them
+/// (`trigger-sweep.json`, `trigger-sweep.svg`, `trigger-sweep.png`).
+pub fn sweep_triggers(
+    base: &Scenario,
+    factors: &[f64],
+    durations: &[f64],
+    dir: &Path,
+    progress: &mut dyn FnMut(f64),
+) -> Result<Vec<TriggerCell>, SimError> {
+    let Some(blip) = base.triggers.iter().position(|t| t.kind == "blip") else {
+        return Err(SimError::Scenario(
+            "the trigger sweep varies a blip: the scenario has none".into(),
+        ));
+    };
+    let total = (factors.len() * durations.len()).max(1) as f64;
+    let mut cells = Vec::new();
+    for factor in factors {
+        for duration in durations {
+            let mut s = base.clone();
+            let trigger = &mut s.triggers[blip];
+            trigger.factor = *factor;
+            trigger.end_s = trigger.start_s + duration;
+            let outcome = run(&s, &mut |_| {})?;
+            cells.push(TriggerCell {
+                factor: *factor,
+                duration_s: *duration,
+                recovered: outcome.summary.recovered.unwrap_or(false),
+                recovery_s: outcome.summary.recovery_s,
+                peak_amplification: outcome.summary.peak_amplification,
+            });
+            progress(cells.len() as f64 / total);
+        }
+    }
+    write_json(dir, "trigger-sweep.json", &cells)?;
+    let axes = crate::plot::MapAxes {
+        x_desc: "blip: work takes this many times longer",
+        xs: factors,
+        x_digits: 2,
+        y_desc: "blip duration (s)",
+        ys: durations,
+        y_digits: 0,
+    };
+    let map: Vec<crate::plot::MapCell> = cells
+        .iter()
+        .map(|c| (c.factor, c.duration_s, c.recovered))
+        .collect();
+    crate::plot::draw_map(
+        &format!(
+            "{}: blips that tip it into a spiral that outlives them (red)",
+            base.name
+        ),
+        &axes,
+        &map,
+        dir,
+        "trigger-sweep",
     )?;
     Ok(cells)
 }

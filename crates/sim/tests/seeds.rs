@@ -183,3 +183,47 @@ fn arrivals_can_come_from_a_file_and_a_token_bucket_caps_starts() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn the_trigger_sweep_draws_the_boundary_between_blips_shaken_off_and_blips_that_tip_it() {
+    let dir = std::env::temp_dir().join(format!("leasehold-trigger-sweep-{}", std::process::id()));
+    let cells = leasehold_sim::sweep_triggers(
+        &scenario("seed-004-death-spiral-naive"),
+        &[1.2, 2.6],
+        &[60.0, 300.0],
+        &dir,
+        &mut |_| {},
+    )
+    .unwrap();
+    let recovered = |factor: f64, duration: f64| {
+        cells
+            .iter()
+            .find(|c| c.factor == factor && c.duration_s == duration)
+            .unwrap()
+            .recovered
+    };
+    assert!(
+        recovered(1.2, 60.0),
+        "a small short blip is shaken off: {cells:?}"
+    );
+    assert!(
+        recovered(1.2, 300.0),
+        "a small blip is shaken off however long: {cells:?}"
+    );
+    assert!(
+        recovered(2.6, 60.0),
+        "a large blip shorter than the backlog it needs: {cells:?}"
+    );
+    assert!(
+        !recovered(2.6, 300.0),
+        "a large long blip tips it for good: {cells:?}"
+    );
+    for file in [
+        "trigger-sweep.json",
+        "trigger-sweep.png",
+        "trigger-sweep.svg",
+    ] {
+        assert!(dir.join(file).exists(), "{file}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
