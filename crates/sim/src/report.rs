@@ -41,6 +41,8 @@ pub struct Summary {
     pub peak_amplification: f64,
     pub completed: u64,
     pub skipped_duplicates: u64,
+    /// Redeliveries put back because the retry budget was spent.
+    pub retries_refused: u64,
     pub late_deletes: u64,
     pub lost_leases: u64,
     pub dlq_messages: u64,
@@ -156,6 +158,7 @@ pub(crate) fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
         peak_amplification: t.rows.iter().map(|r| r.amplification).fold(1.0, f64::max),
         completed: t.completed,
         skipped_duplicates: t.skipped_duplicates,
+        retries_refused: t.retries_refused,
         late_deletes: t.rows.iter().map(|r| r.late_deletes).sum(),
         lost_leases: t.lost_leases,
         dlq_messages: t.dlq_messages,

@@ -167,6 +167,10 @@ pub struct Consumers {
     pub concurrency_ceiling: u32,
     /// Token bucket: at most this many executions started per second (0: none).
     pub rate_limit_per_s: f64,
+    /// Retry budget (a token bucket over retries, as Finagle's): each first execution earns
+    /// this many retry tokens (0: no budget); a redelivered message runs only on a token,
+    /// else it goes back with the backoff. Caps amplification near 1 + this.
+    pub retry_budget: f64,
     /// What a failed execution does: `wait-lease` (nothing; the lease runs out), `release`
     /// (visibility 0), or `backoff` (visibility = backoff_s x 2^(receives-1)).
     pub on_failure: String,
@@ -185,6 +189,7 @@ impl Default for Consumers {
             idempotency: false,
             concurrency_ceiling: 0,
             rate_limit_per_s: 0.0,
+            retry_budget: 0.0,
             on_failure: "wait-lease".into(),
             backoff_s: 5.0,
             graceful_shutdown_s: 0.0,

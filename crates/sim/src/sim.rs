@@ -79,6 +79,8 @@ pub struct Tally {
     pub messages_executed_more_than_once: u64,
     pub skipped_duplicates: u64,
     pub put_back_in_progress: u64,
+    /// Redeliveries put back because the retry budget was spent.
+    pub retries_refused: u64,
     pub completed: u64,
     pub dlq_messages: u64,
     pub dlq_messages_already_succeeded: u64,
@@ -114,6 +116,8 @@ pub struct Simulation<'a> {
     blip: f64,
     tokens: f64,
     tokens_at: u64,
+    /// The retry budget's tokens (`Consumers::retry_budget`).
+    retry_tokens: f64,
     dispatch_at: Option<u64>,
     dead_lettered_seen: u64,
     late_deletes_seen: u64,
@@ -197,6 +201,7 @@ impl<'a> Simulation<'a> {
             blip: 1.0,
             tokens: sc.consumers.rate_limit_per_s.max(1.0),
             tokens_at: start,
+            retry_tokens: 0.0,
             dispatch_at: None,
             dead_lettered_seen: 0,
             late_deletes_seen: 0,
@@ -465,6 +470,20 @@ impl<'a> Simulation<'a> {
         self.at(next, Ev::Scale);
     }
 
+    /// A first execution earns `ratio` retry tokens (at most 100 first executions' worth are
+    /// kept); a retry takes one. Whether this execution may start.
+    fn spend_retry_budget(&mut self, receive_count: u32, ratio: f64) -> bool {
+        if receive_count <= 1 {
+            self.retry_tokens = (self.retry_tokens + ratio).min(100.0 * ratio);
+            return true;
+        }
+        if self.retry_tokens >= 1.0 {
+            self.retry_tokens -= 1.0;
+            return true;
+        }
+        false
+    }
+
     fn running(&self) -> u32 {
         self.execs.len() as u32
     }
@@ -526,6 +545,17 @@ impl<'a> Simulation<'a> {
                 }
                 self.in_progress
                     .insert(msg, self.now + self.lease_ms + self.lease_ms / 3);
+            }
+            if c.retry_budget > 0.0 && !self.spend_retry_budget(d.receive_count, c.retry_budget) {
+                self.tally.retries_refused += 1;
+                let backoff = (c.backoff_s
+                    * 2f64.powi(d.receive_count.saturating_sub(1).min(10) as i32))
+                .min(900.0);
+                let _ =
+                    self.engine
+                        .change_visibility(QUEUE, &d.receipt_handle, backoff.round() as u32);
+                self.idle.insert(w);
+                continue;
             }
             self.start(w, msg, d.receipt_handle, d.receive_count);
         }

@@ -227,3 +227,24 @@ fn the_trigger_sweep_draws_the_boundary_between_blips_shaken_off_and_blips_that_
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_retry_budget_caps_the_naive_spirals_amplification() {
+    let naive = scenario("seed-004-death-spiral-naive");
+    let unbudgeted = summary(&naive);
+    let mut budgeted = naive.clone();
+    budgeted.consumers.retry_budget = 0.1;
+    let s = summary(&budgeted);
+    assert!(s.retries_refused > 0, "{s:#?}");
+    assert!(
+        s.peak_amplification <= 1.3 && s.peak_amplification < unbudgeted.peak_amplification / 3.0,
+        "budgeted {:.2}x against {:.2}x: {s:#?}",
+        s.peak_amplification,
+        unbudgeted.peak_amplification
+    );
+    eprintln!(
+        "retry budget 0.1: peak {:.2}x, {} duplicates, {} retries refused; without: peak {:.2}x, {} duplicates",
+        s.peak_amplification, s.duplicate_executions, s.retries_refused,
+        unbudgeted.peak_amplification, unbudgeted.duplicate_executions
+    );
+}
