@@ -77,6 +77,17 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Valu
 /// With credentials configured, an admin route answers only a request carrying the admin
 /// token (`Authorization: Bearer TOKEN`); without, it is as open as the rest of the server.
 pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    // A page of another site must not move messages or the clock through the browser of
+    // someone who has the dashboard open (reads are harmless: the browser hides the answer).
+    if request.method() != axum::http::Method::GET {
+        if let Err(refused) = crate::sqs::refuse_browsers_of_other_sites(request.headers()) {
+            return (
+                StatusCode::FORBIDDEN,
+                Json(json!({"status": "forbidden", "message": refused.to_string()})),
+            )
+                .into_response();
+        }
+    }
     let Some(auth) = &state.config.auth else {
         return next.run(request).await;
     };

@@ -161,7 +161,7 @@ fn authenticate(
 
 /// A web page the developer has open must not drive a local server: browsers say where a
 /// request comes from (`Origin`, `Sec-Fetch-Site`); AWS's SDKs and the CLI send neither.
-fn refuse_browsers_of_other_sites(headers: &HeaderMap) -> Result<(), ProtocolError> {
+pub(crate) fn refuse_browsers_of_other_sites(headers: &HeaderMap) -> Result<(), ProtocolError> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let denied = |why: String| Err(ProtocolError::AccessDenied(why));
     if let Some(site) = header("sec-fetch-site") {

@@ -115,3 +115,33 @@ async fn the_queue_list_names_dead_letter_queues_and_a_redrive_moves_them_back()
     }
     panic!("the move task did not move the message back");
 }
+
+#[tokio::test]
+async fn a_page_of_another_site_cannot_start_a_redrive_through_a_browser() {
+    let server = TestServer::start().await;
+    server.queue("dead-letters", &[]).await;
+    let url = format!("{}/_leasehold/api/queues/dead-letters/redrive", server.base);
+    let http = reqwest::Client::new();
+    for (header, value) in [
+        ("origin", "https://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        let refused = http.post(&url).header(header, value).send().await.unwrap();
+        assert_eq!(refused.status(), 403, "{header}: {value}");
+    }
+    // The dashboard's own page (same origin) gets past the check to the move task's rules.
+    let host = server.base.trim_start_matches("http://").to_string();
+    let own = http
+        .post(&url)
+        .header("origin", format!("http://{host}"))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        own.status(),
+        400,
+        "not a dead-letter queue: the move task's own refusal"
+    );
+    server.stop().await;
+}
