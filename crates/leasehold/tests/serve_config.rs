@@ -306,6 +306,16 @@ async fn with_credentials_the_admin_routes_want_the_token_or_the_admin_listener(
         .await
         .unwrap();
     assert_eq!(page.url().path(), "/_leasehold/dashboard/");
+    // Open, but not to a page of another site that would change something.
+    let cross_site = reqwest::Client::new()
+        .post(format!(
+            "http://127.0.0.1:{admin_port}/_leasehold/api/queues/watched/redrive"
+        ))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross_site.status(), 403);
     assert!(page
         .text()
         .await

@@ -77,17 +77,6 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Valu
 /// With credentials configured, an admin route answers only a request carrying the admin
 /// token (`Authorization: Bearer TOKEN`); without, it is as open as the rest of the server.
 pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    // A page of another site must not move messages or the clock through the browser of
-    // someone who has the dashboard open (reads are harmless: the browser hides the answer).
-    if request.method() != axum::http::Method::GET {
-        if let Err(refused) = crate::sqs::refuse_browsers_of_other_sites(request.headers()) {
-            return (
-                StatusCode::FORBIDDEN,
-                Json(json!({"status": "forbidden", "message": refused.to_string()})),
-            )
-                .into_response();
-        }
-    }
     let Some(auth) = &state.config.auth else {
         return next.run(request).await;
     };
@@ -109,4 +98,20 @@ pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: N
         axum::http::HeaderValue::from_static("Bearer"),
     );
     response
+}
+
+/// On every listener of the admin routes: a page of another site must not move messages or
+/// the clock through the browser of someone who has the dashboard open. Only GETs pass from
+/// another site (the browser hides their answers from it).
+pub async fn same_site(request: Request, next: Next) -> Response {
+    if request.method() != axum::http::Method::GET {
+        if let Err(refused) = crate::sqs::refuse_browsers_of_other_sites(request.headers()) {
+            return (
+                StatusCode::FORBIDDEN,
+                Json(json!({"status": "forbidden", "message": refused.to_string()})),
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
 }

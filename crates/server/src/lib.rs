@@ -43,10 +43,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// The whole HTTP application. Tests drive it in-process; the binary serves it. With
 /// credentials configured, the admin routes want the admin token here (`admin::guard`).
 pub fn app(state: Arc<AppState>) -> Router {
-    let guarded = admin_routes(&state).route_layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        admin::guard,
-    ));
+    let guarded = admin_routes(&state)
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            admin::guard,
+        ))
+        .route_layer(axum::middleware::from_fn(admin::same_site));
     let router = Router::new()
         .route("/", get(dashboard::root).post(sqs::handle))
         .route("/{account}/{queue}", get(sqs::handle).post(sqs::handle))
@@ -64,6 +66,7 @@ pub fn app(state: Arc<AppState>) -> Router {
 /// its root the dashboard.
 pub fn admin_app(state: Arc<AppState>) -> Router {
     let router = admin_routes(&state)
+        .route_layer(axum::middleware::from_fn(admin::same_site))
         .route(
             "/",
             get(|| async { axum::response::Redirect::to(dashboard::PATH) }),
