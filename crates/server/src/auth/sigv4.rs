@@ -70,15 +70,6 @@ const MISMATCH: &str = "The request signature we calculated does not match the s
 /// Reads the claim from the `Authorization` header or a presigned URL's query, or answers
 /// why it cannot: no signature at all, or one missing a part.
 pub fn claim(arrived: &Arrived<'_>) -> Result<Claim> {
-    let query = arrived
-        .path_and_query
-        .split_once('?')
-        .map_or("", |(_, q)| q);
-    let params = Params(
-        form_urlencoded::parse(query.as_bytes())
-            .into_owned()
-            .collect(),
-    );
     let authorization = arrived
         .headers
         .get(axum::http::header::AUTHORIZATION)
@@ -90,6 +81,16 @@ pub fn claim(arrived: &Arrived<'_>) -> Result<Claim> {
     if let Some(authorization) = authorization {
         return header_claim(authorization, arrived.headers);
     }
+    // Only a request without the header has its query read for a presigned signature.
+    let query = arrived
+        .path_and_query
+        .split_once('?')
+        .map_or("", |(_, q)| q);
+    let params = Params(
+        form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .collect(),
+    );
     if params.get("X-Amz-Signature").is_some() || params.get("X-Amz-Credential").is_some() {
         return query_claim(&params);
     }
@@ -227,10 +228,13 @@ fn build_claim(
     })
 }
 
+/// SigV4's time form, `20150830T123600Z`, read and written.
+const X_AMZ_DATE: &[time::format_description::BorrowedFormatItem<'static>] =
+    time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+
 /// `20150830T123600Z` as a point in time.
 fn parse_time(text: &str) -> Option<SystemTime> {
-    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-    let at = time::PrimitiveDateTime::parse(text, &format)
+    let at = time::PrimitiveDateTime::parse(text, X_AMZ_DATE)
         .ok()?
         .assume_utc();
     let seconds = u64::try_from(at.unix_timestamp()).ok()?;
@@ -290,11 +294,7 @@ fn check_time(claim: &Claim, now: SystemTime) -> Result<()> {
             .map_or(0, |d| d.as_secs() as i64);
         time::OffsetDateTime::from_unix_timestamp(s).map_or_else(
             |_| "?".to_string(),
-            |t| {
-                let format =
-                    time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-                t.format(&format).unwrap_or_default()
-            },
+            |t| t.format(X_AMZ_DATE).unwrap_or_default(),
         )
     };
     if let Some(expires) = claim.expires {
