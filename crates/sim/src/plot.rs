@@ -39,7 +39,7 @@ where
     let (root, footer) = root.split_vertically(root.dim_in_pixel().1 - 24);
     footer
         .draw(&Text::new(
-            RECOVERY,
+            recovery_definition(scenario).as_str(),
             (8, 4),
             ("sans-serif", 12).into_font().color(&BLACK),
         ))
@@ -176,7 +176,23 @@ where
 }
 
 /// What "recovered" means, written under the plots.
-const RECOVERY: &str = "Recovered: after the last trigger, 5 min on end (or the rest of the run, if 2 min or more) with no duplicate execution, no late delete and a backlog at most twice its pre-trigger peak. Without a trigger: stable if the second half has neither.";
+fn recovery_definition(scenario: &Scenario) -> String {
+    let hold = scenario.recovery_hold_s;
+    format!(
+        "Recovered: after the last trigger, {} on end (or the rest of the run, if {} or more) with no duplicate execution, no late delete and a backlog at most twice its pre-trigger peak. Without a trigger: stable if the second half has neither.",
+        span(hold),
+        span(0.4 * hold)
+    )
+}
+
+/// 300 s as "5 min", 20 s as "20 s".
+fn span(s: f64) -> String {
+    if s >= 60.0 && (s / 60.0).fract() == 0.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{s:.0} s")
+    }
+}
 
 pub fn draw(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Result<(), SimError> {
     let svg = dir.join("plot.svg");

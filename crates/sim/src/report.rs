@@ -55,6 +55,10 @@ pub struct Summary {
     /// Seconds from the end of the last trigger until the system was healthy again; null when
     /// it did not recover, or had no trigger.
     pub recovery_s: Option<f64>,
+    /// The arrival rate in force when the recovery began, in a scenario whose load changes:
+    /// below the rate before the trigger, it is hysteresis (the spiral outlived the load that
+    /// started it).
+    pub arrival_rate_at_recovery: Option<f64>,
     /// Mean amplification over the second half of the run: where the system settled.
     pub steady_amplification: f64,
     /// Without a trigger: whether the second half ran healthy (no duplicate executions, no late
@@ -73,7 +77,8 @@ pub struct Summary {
 
 /// Healthy: no duplicate executions and no late deletes in a step, and the backlog no longer
 /// than before the trouble (or than two steps of the fleet's work). Recovered: healthy for
-/// five minutes on end (or to the end of the run, if at least two minutes).
+/// `recovery_hold_s` on end (five minutes by default), or to the end of the run if that is at
+/// least two fifths of it.
 fn recovery(scenario: &Scenario, rows: &[Row]) -> (bool, Option<f64>) {
     let Some(end) = scenario.triggers_end_s() else {
         return (false, None);
@@ -88,14 +93,14 @@ fn recovery(scenario: &Scenario, rows: &[Row]) -> (bool, Option<f64>) {
     let limit = (2.0 * usual).max(2.0 * scenario.scaling.workers as f64);
     let healthy =
         |r: &Row| r.duplicate_executions == 0 && r.late_deletes == 0 && (r.visible as f64) <= limit;
-    let hold = 300.0;
+    let hold = scenario.recovery_hold_s;
     let last = rows.last().map_or(0.0, |r| r.t_s);
     for (i, row) in rows.iter().enumerate().filter(|(_, r)| r.t_s >= end) {
         let span: Vec<&Row> = rows[i..]
             .iter()
             .take_while(|r| r.t_s < row.t_s + hold)
             .collect();
-        let long_enough = row.t_s + hold <= last || last - row.t_s >= 120.0;
+        let long_enough = row.t_s + hold <= last || last - row.t_s >= 0.4 * hold;
         if long_enough && span.iter().all(|r| healthy(r)) {
             return (true, Some((row.t_s - end).max(0.0)));
         }
@@ -122,7 +127,12 @@ fn settled(rows: &[Row]) -> (f64, bool) {
 /// stable (or not) and at what amplification.
 pub fn outcome_line(s: &Summary) -> String {
     match (s.had_trigger, s.recovery_s) {
-        (true, Some(r)) => format!("recovered {r:.0} s after the trigger"),
+        (true, Some(r)) => match s.arrival_rate_at_recovery {
+            Some(rate) => format!(
+                "recovered {r:.0} s after the trigger, once arrivals were down to {rate:.2}/s"
+            ),
+            None => format!("recovered {r:.0} s after the trigger"),
+        },
         (true, None) => format!(
             "did not recover after the trigger (settled at {:.2}x)",
             s.steady_amplification
@@ -166,6 +176,10 @@ pub(crate) fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
         had_trigger,
         recovered: had_trigger.then_some(recovered),
         recovery_s,
+        arrival_rate_at_recovery: recovery_s
+            .filter(|_| !scenario.arrivals.rate_changes.is_empty())
+            .zip(scenario.triggers_end_s())
+            .map(|(r, end)| scenario.arrivals.rate_at(end + r)),
         steady_amplification,
         stable: (!had_trigger).then_some(healthy),
         crash_recovery_s: t

@@ -16,6 +16,9 @@ pub struct Scenario {
     pub step_s: f64,
     /// Window over which amplification (executions per distinct message) is measured.
     pub amplification_window_s: f64,
+    /// How long the system must stay healthy after the last trigger to count as recovered
+    /// (the rest of the run will do, if it is at least two fifths of this).
+    pub recovery_hold_s: f64,
     pub queue: QueueSpec,
     pub arrivals: Arrivals,
     pub work: Work,
@@ -23,6 +26,9 @@ pub struct Scenario {
     pub consumers: Consumers,
     pub scaling: Scaling,
     pub triggers: Vec<Trigger>,
+    /// How `leasehold lab` runs this scenario for real (time scale, database, redrive); the
+    /// simulator reads nothing here.
+    pub lab: Option<toml::Table>,
 }
 
 impl Default for Scenario {
@@ -34,6 +40,7 @@ impl Default for Scenario {
             duration_s: 3600.0,
             step_s: 10.0,
             amplification_window_s: 300.0,
+            recovery_hold_s: 300.0,
             queue: QueueSpec::default(),
             arrivals: Arrivals::default(),
             work: Work::default(),
@@ -41,6 +48,7 @@ impl Default for Scenario {
             consumers: Consumers::default(),
             scaling: Scaling::default(),
             triggers: Vec::new(),
+            lab: None,
         }
     }
 }
@@ -76,7 +84,37 @@ pub struct Arrivals {
     pub kind: String,
     pub rate_per_s: f64,
     pub bursts: Vec<Burst>,
+    /// From `at_s` on, arrivals come at `rate_per_s` instead (ramping load down after a trigger
+    /// shows hysteresis: the load at which a spiral ends is lower than the one that started it).
+    pub rate_changes: Vec<RateChange>,
     pub file: Option<String>,
+}
+
+impl Arrivals {
+    /// The steady arrival rate at `t_s` seconds into the run.
+    pub fn rate_at(&self, t_s: f64) -> f64 {
+        self.rate_changes
+            .iter()
+            .filter(|c| c.at_s <= t_s)
+            .max_by(|a, b| a.at_s.total_cmp(&b.at_s))
+            .map_or(self.rate_per_s, |c| c.rate_per_s)
+    }
+
+    /// The first rate change after `t_s`.
+    pub fn next_change_after(&self, t_s: f64) -> Option<f64> {
+        self.rate_changes
+            .iter()
+            .map(|c| c.at_s)
+            .filter(|at| *at > t_s)
+            .reduce(f64::min)
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateChange {
+    pub at_s: f64,
+    pub rate_per_s: f64,
 }
 
 impl Default for Arrivals {
@@ -85,6 +123,7 @@ impl Default for Arrivals {
             kind: "steady".into(),
             rate_per_s: 0.5,
             bursts: Vec::new(),
+            rate_changes: Vec::new(),
             file: None,
         }
     }
@@ -265,8 +304,23 @@ impl Scenario {
 
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: String| Err(SimError::Scenario(m));
-        if !(self.duration_s > 0.0 && self.step_s > 0.0 && self.amplification_window_s > 0.0) {
-            return bad("duration_s, step_s and amplification_window_s must be positive".into());
+        if !(self.duration_s > 0.0
+            && self.step_s > 0.0
+            && self.amplification_window_s > 0.0
+            && self.recovery_hold_s > 0.0)
+        {
+            return bad(
+                "duration_s, step_s, amplification_window_s and recovery_hold_s must be positive"
+                    .into(),
+            );
+        }
+        if self
+            .arrivals
+            .rate_changes
+            .iter()
+            .any(|c| !(c.rate_per_s >= 0.0 && c.at_s >= 0.0))
+        {
+            return bad("arrivals.rate_changes need at_s >= 0 and rate_per_s >= 0".into());
         }
         if !matches!(self.queue.lease_mode.as_str(), "strict" | "aws") {
             return bad(format!(

@@ -26,6 +26,8 @@ const DLQ: &str = "dlq";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Arrival,
+    /// The steady arrival rate changes: draw the next arrival afresh.
+    RateChange,
     Burst(usize),
     Send(u64),
     Complete(u64, u32),
@@ -239,6 +241,7 @@ impl<'a> Simulation<'a> {
                 }
             }
             _ if self.sc.arrivals.rate_per_s > 0.0 => self.at(start, Ev::Arrival),
+            _ if !self.sc.arrivals.rate_changes.is_empty() => self.at(start, Ev::RateChange),
             _ => {}
         }
         for (i, b) in self.sc.arrivals.bursts.iter().enumerate() {
@@ -298,12 +301,9 @@ impl<'a> Simulation<'a> {
         match ev {
             Ev::Arrival => {
                 self.send(false)?;
-                let gap = Exp::new(self.sc.arrivals.rate_per_s)
-                    .map(|d| d.sample(&mut self.rng))
-                    .unwrap_or(1.0);
-                let next = self.now + ms(gap).max(1);
-                self.at(next, Ev::Arrival);
+                self.schedule_arrival();
             }
+            Ev::RateChange => self.schedule_arrival(),
             Ev::Send(_) => self.send(false)?,
             Ev::Burst(i) => {
                 for _ in 0..self.sc.arrivals.bursts[i].count {
@@ -351,6 +351,33 @@ impl<'a> Simulation<'a> {
             .iter()
             .find(|t| t.kind == "deploy")
             .map_or(30.0, |t| t.restart_after_s)
+    }
+
+    /// The next steady arrival, at the rate in force now; a Poisson process forgets, so a
+    /// rate change on the way simply draws again from there.
+    fn schedule_arrival(&mut self) {
+        let t_s = self.elapsed_s();
+        let rate = self.sc.arrivals.rate_at(t_s);
+        let next = Exp::new(rate)
+            .ok()
+            .filter(|_| rate > 0.0)
+            .map(|d| self.now + ms(d.sample(&mut self.rng)).max(1));
+        let change = self
+            .sc
+            .arrivals
+            .next_change_after(t_s)
+            .map(|c| self.now + ms(c - t_s).max(1));
+        match (next, change) {
+            (Some(n), Some(c)) if c < n => self.at(c, Ev::RateChange),
+            (Some(n), _) => self.at(n, Ev::Arrival),
+            (None, Some(c)) => self.at(c, Ev::RateChange),
+            (None, None) => {}
+        }
+    }
+
+    /// Seconds since the run began.
+    fn elapsed_s(&self) -> f64 {
+        (self.now - (self.end - ms(self.sc.duration_s))) as f64 / 1000.0
     }
 
     fn send(&mut self, poison: bool) -> Result<(), SimError> {
@@ -816,7 +843,7 @@ impl<'a> Simulation<'a> {
         self.tally.peak_workers = self.tally.peak_workers.max(workers);
         let step = std::mem::take(&mut self.step);
         self.tally.rows.push(Row {
-            t_s: (self.now - (self.end - ms(self.sc.duration_s))) as f64 / 1000.0,
+            t_s: self.elapsed_s(),
             arrivals: step.arrivals,
             executions: step.executions,
             duplicate_executions: step.duplicates,

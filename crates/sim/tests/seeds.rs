@@ -248,3 +248,20 @@ fn a_retry_budget_caps_the_naive_spirals_amplification() {
         unbudgeted.peak_amplification, unbudgeted.duplicate_executions
     );
 }
+
+#[test]
+fn the_spiral_outlives_its_load_and_ends_only_when_arrivals_fall_below_it() {
+    // Hysteresis: at 0.3/s the naive fleet is healthy before the blip and still spiralling
+    // long after it; the ramp-down scenario recovers only once arrivals are lower.
+    let naive = summary(&scenario("seed-004-death-spiral-naive"));
+    assert_eq!(naive.recovered, Some(false), "{naive:?}");
+    let ramp = scenario("hysteresis-seed-004");
+    let s = summary(&ramp);
+    assert_eq!(s.recovered, Some(true), "{s:?}");
+    let rate = s.arrival_rate_at_recovery.expect("the load changes");
+    assert!(rate < ramp.arrivals.rate_per_s, "{s:?}");
+    // The spiral did not end while the load was what tipped it.
+    let end = ramp.triggers_end_s().expect("a trigger");
+    let first_change = ramp.arrivals.rate_changes[0].at_s;
+    assert!(end + s.recovery_s.expect("recovered") > first_change, "{s:?}");
+}
