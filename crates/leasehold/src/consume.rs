@@ -274,7 +274,7 @@ async fn run_command(
 
 /// The process group a command runs in (its id is the command's pid). Dropping it kills
 /// whatever is still in it.
-struct ProcessGroup(u32);
+pub(crate) struct ProcessGroup(pub(crate) u32);
 
 impl ProcessGroup {
     #[allow(unsafe_code)]
@@ -289,7 +289,7 @@ impl ProcessGroup {
     }
 
     /// SIGTERM to the group, then SIGKILL to whatever is left after `grace`.
-    async fn stop(&self, child: &mut tokio::process::Child, grace: Duration) {
+    pub(crate) async fn stop(&self, child: &mut tokio::process::Child, grace: Duration) {
         self.signal(libc::SIGTERM);
         let deadline = tokio::time::Instant::now() + grace;
         while tokio::time::Instant::now() < deadline {

@@ -9,6 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod advise;
 mod config;
 mod consume;
+mod lab;
 mod redrive;
 mod simulate;
 
@@ -53,6 +54,8 @@ enum Command {
     Redrive(redrive::RedriveArgs),
     /// Run a death-spiral scenario on the real engine under a virtual clock.
     Simulate(simulate::SimulateArgs),
+    /// Run a scenario live (server, consumers, a PostgreSQL downstream) against the simulator.
+    Lab(lab::LabArgs),
     /// Copy a data directory's store to one file, consistently, while its server runs.
     Backup(BackupArgs),
 }
@@ -219,6 +222,7 @@ async fn run() -> anyhow::Result<()> {
         command,
         Command::Advise(_)
             | Command::Simulate(_)
+            | Command::Lab(_)
             | Command::Bench(_)
             | Command::Redrive(_)
             | Command::Backup(_)
@@ -232,6 +236,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Work(args) => consume::work(args).await,
         Command::Redrive(args) => redrive::redrive(args).await,
         Command::Simulate(args) => simulate::simulate(args),
+        Command::Lab(args) => lab::lab(args).await,
         Command::Backup(args) => backup(args).await,
     }
 }

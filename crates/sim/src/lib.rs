@@ -15,8 +15,11 @@ mod scenario;
 mod sim;
 mod sweep;
 
-pub use report::{outcome_line, write_outputs, Row, Summary};
+pub use model::{contention, load_factor, WorkModel};
+pub use plot::draw_comparison;
+pub use report::{outcome_line, summarize, write_outputs, Row, Summary};
 pub use scenario::Scenario;
+pub use sim::Tally;
 pub use sweep::{sweep, sweep_triggers, SweepCell, TriggerCell};
 
 #[derive(Debug, thiserror::Error)]

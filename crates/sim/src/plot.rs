@@ -47,20 +47,7 @@ where
     let panels = root.split_evenly((3, 1));
     let rows = &outcome.rows;
     let t_max = rows.last().map_or(1.0, |r| r.t_s).max(1.0);
-    let spans: Vec<(f64, f64, &str)> = scenario
-        .triggers
-        .iter()
-        .map(|t| match t.kind.as_str() {
-            "blip" => (t.start_s, t.end_s, "trigger: blip"),
-            "deploy" => (
-                t.start_s,
-                t.start_s + t.interval_s * scenario.scaling.workers as f64,
-                "trigger: deploy",
-            ),
-            "crash" => (t.start_s, t.start_s + scenario.step_s, "trigger: crash"),
-            _ => (t.start_s, t.start_s + scenario.step_s, "trigger: poison"),
-        })
-        .collect();
+    let spans = trigger_spans(scenario);
 
     let mut messages: Vec<Line> = vec![
         ("visible", BLUE, Box::new(|r| r.visible as f64)),
@@ -173,6 +160,153 @@ where
             .map_err(err)?;
     }
     root.present().map_err(err)
+}
+
+/// Each trigger's span and its label, for the shaded bands.
+fn trigger_spans(scenario: &Scenario) -> Vec<(f64, f64, &'static str)> {
+    scenario
+        .triggers
+        .iter()
+        .map(|t| match t.kind.as_str() {
+            "blip" => (t.start_s, t.end_s, "trigger: blip"),
+            "deploy" => (
+                t.start_s,
+                t.start_s + t.interval_s * scenario.scaling.workers as f64,
+                "trigger: deploy",
+            ),
+            "crash" => (t.start_s, t.start_s + scenario.step_s, "trigger: crash"),
+            _ => (t.start_s, t.start_s + scenario.step_s, "trigger: poison"),
+        })
+        .collect()
+}
+
+/// One panel of the comparison: its axis label and its lines (name, colour, dashed, points).
+type ComparePanel = (&'static str, Vec<(String, RGBColor, bool, Vec<(f64, f64)>)>);
+
+fn render_comparison<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    scenario: &Scenario,
+    title: &str,
+    panels: &[ComparePanel],
+) -> Result<(), SimError>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(err)?;
+    let areas = root.split_evenly((panels.len(), 1));
+    let t_max = scenario.duration_s.max(1.0);
+    for ((label, lines), area) in panels.iter().zip(areas.iter()) {
+        let y_max = lines
+            .iter()
+            .flat_map(|l| l.3.iter().map(|p| p.1))
+            .fold(1.0, f64::max)
+            * 1.45;
+        let mut chart = ChartBuilder::on(area)
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_desc(*label)
+            .y_label_formatter(&|v| format!("{v:.1}"))
+            .draw()
+            .map_err(err)?;
+        for (a, b, name) in trigger_spans(scenario) {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(a, 0.0), (b, y_max)],
+                    RGBColor(255, 220, 180).filled(),
+                )))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    name,
+                    (a, y_max * 0.97),
+                    ("sans-serif", 13).into_font().color(&RGBColor(150, 80, 0)),
+                )))
+                .map_err(err)?;
+        }
+        for (name, color, dashed, points) in lines {
+            let style = color.stroke_width(if *dashed { 1 } else { 2 });
+            let anno = if *dashed {
+                chart
+                    .draw_series(DashedLineSeries::new(points.iter().copied(), 6, 4, style))
+                    .map_err(err)?
+            } else {
+                chart
+                    .draw_series(LineSeries::new(points.iter().copied(), style))
+                    .map_err(err)?
+            };
+            let color = *color;
+            anno.label(name.as_str())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
+/// `leasehold lab`'s picture: what the real system did (solid) beside what the simulator
+/// predicted for the same scenario (dashed), over time, in comparison.svg and .png.
+pub fn draw_comparison(
+    scenario: &Scenario,
+    title: &str,
+    measured: &[crate::Row],
+    predicted: &[crate::Row],
+    dir: &Path,
+) -> Result<(), SimError> {
+    let pair = |f: fn(&crate::Row) -> f64, what: &str, color: RGBColor| {
+        let points = |rows: &[crate::Row]| rows.iter().map(|r| (r.t_s, f(r))).collect();
+        vec![
+            (format!("{what}, measured"), color, false, points(measured)),
+            (format!("{what}, predicted"), color, true, points(predicted)),
+        ]
+    };
+    let mut messages = pair(|r| r.visible as f64, "visible", BLUE);
+    messages.extend(pair(|r| r.in_flight as f64, "in flight", GREEN));
+    if scenario.queue.max_receive_count > 0 {
+        messages.extend(pair(
+            |r| r.dlq_messages as f64,
+            "in the DLQ",
+            RGBColor(120, 60, 0),
+        ));
+    }
+    let panels: Vec<ComparePanel> = vec![
+        (
+            "executions per message",
+            pair(|r| r.amplification, "amplification", RED),
+        ),
+        ("messages", messages),
+        (
+            "on the database",
+            pair(|r| f64::from(r.db_running), "running", MAGENTA),
+        ),
+    ];
+    let svg = dir.join("comparison.svg");
+    render_comparison(
+        SVGBackend::new(&svg, (1200, 1000)).into_drawing_area(),
+        scenario,
+        title,
+        &panels,
+    )?;
+    let png = dir.join("comparison.png");
+    render_comparison(
+        BitMapBackend::new(&png, (1200, 1000)).into_drawing_area(),
+        scenario,
+        title,
+        &panels,
+    )
 }
 
 /// What "recovered" means, written under the plots.

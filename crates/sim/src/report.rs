@@ -147,7 +147,8 @@ pub fn outcome_line(s: &Summary) -> String {
     }
 }
 
-pub(crate) fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
+/// The summary of a run's tally: the simulator's, or one measured for real by `leasehold lab`.
+pub fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
     let had_trigger = scenario.triggers_end_s().is_some();
     let (recovered, recovery_s) = recovery(scenario, &t.rows);
     let (steady_amplification, healthy) = settled(&t.rows);

@@ -263,5 +263,8 @@ fn the_spiral_outlives_its_load_and_ends_only_when_arrivals_fall_below_it() {
     // The spiral did not end while the load was what tipped it.
     let end = ramp.triggers_end_s().expect("a trigger");
     let first_change = ramp.arrivals.rate_changes[0].at_s;
-    assert!(end + s.recovery_s.expect("recovered") > first_change, "{s:?}");
+    assert!(
+        end + s.recovery_s.expect("recovered") > first_change,
+        "{s:?}"
+    );
 }

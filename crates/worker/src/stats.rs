@@ -20,7 +20,7 @@ pub struct Counters {
 }
 
 /// A snapshot of the counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WorkerStats {
     pub received: u64,
     pub succeeded: u64,

@@ -1,0 +1,270 @@
+//! The consumer fleets: naive workers (receive one message, work, delete at the end; no
+//! heartbeat, no idempotency), or the runtime (`leasehold-worker`: heartbeat, lost-lease
+//! cancellation, the idempotency gate on the downstream's PostgreSQL, a ceiling on executions
+//! at once). Both work against the downstream for real; neither's word is used for measures.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use leasehold_sim::{Scenario, WorkModel};
+use leasehold_worker::idempotency::PostgresStore;
+use leasehold_worker::{CancellationToken, Worker, WorkerStats};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::task::JoinSet;
+
+use crate::downstream::{Downstream, Executor};
+use crate::LabError;
+
+/// What kind of fleet a scenario's `[consumers]` describe.
+pub fn uses_runtime(scenario: &Scenario) -> bool {
+    scenario.consumers.heartbeat
+}
+
+/// Draws processing times as the simulator does, for every consumer of the fleet.
+#[derive(Clone)]
+pub struct WorkDraw {
+    model: Arc<WorkModel>,
+    rng: Arc<Mutex<StdRng>>,
+}
+
+impl WorkDraw {
+    pub fn new(scenario: &Scenario) -> WorkDraw {
+        WorkDraw {
+            model: Arc::new(WorkModel::new(&scenario.work)),
+            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(scenario.seed))),
+        }
+    }
+
+    fn draw(&self) -> f64 {
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        self.model.draw(&mut rng)
+    }
+}
+
+/// What went wrong in the lab's own machinery (never a measure of the system): deletes the
+/// server refused, executions the database failed (the first one's error kept to show).
+#[derive(Default)]
+pub struct Failures {
+    pub deletes: AtomicU64,
+    pub executions: AtomicU64,
+    pub first_execution_error: Mutex<Option<String>>,
+}
+
+impl Failures {
+    pub fn snapshot(&self) -> crate::report::Counts {
+        crate::report::Counts {
+            failed_sends: 0,
+            delete_failures: self.deletes.load(Ordering::Relaxed),
+            execution_failures: self.executions.load(Ordering::Relaxed),
+            first_execution_error: self
+                .first_execution_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
+    }
+
+    fn execution(&self, error: &LabError) {
+        if self.executions.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!("an execution failed on the downstream: {error}");
+            *self
+                .first_execution_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+        }
+    }
+}
+
+/// A running fleet: stop it, then wait for it.
+pub struct Fleet {
+    tasks: JoinSet<()>,
+    runtime: Option<Arc<Worker>>,
+    pub failures: Arc<Failures>,
+}
+
+impl Fleet {
+    pub fn size(scenario: &Scenario) -> u32 {
+        let c = &scenario.consumers;
+        let workers = scenario.scaling.workers;
+        if uses_runtime(scenario) && c.concurrency_ceiling > 0 {
+            workers.min(c.concurrency_ceiling)
+        } else {
+            workers
+        }
+    }
+
+    /// Waits for every consumer to end (after the stop token).
+    pub async fn join(mut self) -> Option<WorkerStats> {
+        while self.tasks.join_next().await.is_some() {}
+        self.runtime.map(|w| w.stats())
+    }
+}
+
+/// Starts the fleet the scenario describes on `queue_url`.
+pub async fn start(
+    scenario: &Scenario,
+    client: &Client,
+    queue_url: &str,
+    downstream: &Downstream,
+    stop: &CancellationToken,
+) -> Result<Fleet, LabError> {
+    let draw = WorkDraw::new(scenario);
+    let n = Fleet::size(scenario) as usize;
+    let mut executors = Vec::with_capacity(n);
+    for _ in 0..n {
+        executors.push(downstream.executor().await?);
+    }
+    let failures = Arc::new(Failures::default());
+    let mut tasks = JoinSet::new();
+    if !uses_runtime(scenario) {
+        for executor in executors {
+            tasks.spawn(naive(
+                client.clone(),
+                queue_url.to_string(),
+                executor,
+                draw.clone(),
+                stop.clone(),
+                failures.clone(),
+            ));
+        }
+        return Ok(Fleet {
+            tasks,
+            runtime: None,
+            failures,
+        });
+    }
+    let worker = Arc::new(
+        runtime(
+            scenario,
+            client,
+            queue_url,
+            downstream,
+            executors,
+            draw,
+            stop,
+            failures.clone(),
+        )
+        .await?,
+    );
+    tasks.spawn({
+        let worker = worker.clone();
+        async move {
+            worker.run().await;
+        }
+    });
+    Ok(Fleet {
+        tasks,
+        runtime: Some(worker),
+        failures,
+    })
+}
+
+/// A naive consumer: one message at a time, the queue's lease as it is, delete at the end.
+/// A failed execution is left for its lease to run out, as the seed's workers do.
+async fn naive(
+    client: Client,
+    queue_url: String,
+    executor: Executor,
+    draw: WorkDraw,
+    stop: CancellationToken,
+    failures: Arc<Failures>,
+) {
+    while !stop.is_cancelled() {
+        let received = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = client.receive_message().queue_url(&queue_url).max_number_of_messages(1)
+                .wait_time_seconds(1).message_attribute_names("All").send() => r,
+        };
+        let Ok(received) = received else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        for m in received.messages.unwrap_or_default() {
+            let (Some(id), Some(handle)) = (&m.message_id, m.receipt_handle) else {
+                continue;
+            };
+            let key = crate::load::key_of(m.message_attributes.as_ref(), id);
+            let work_s = draw.draw();
+            let done = tokio::select! {
+                _ = stop.cancelled() => { executor.cancel().await; return; }
+                r = executor.execute(&key, work_s) => r,
+            };
+            if let Err(e) = &done {
+                failures.execution(e);
+            } else {
+                let deleted = client
+                    .delete_message()
+                    .queue_url(&queue_url)
+                    .receipt_handle(handle)
+                    .send()
+                    .await;
+                if deleted.is_err() {
+                    failures.deletes.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// The runtime: at most the ceiling's executions at once, each under a heartbeat and, where
+/// the scenario says so, the idempotency gate on the downstream's database.
+async fn runtime(
+    scenario: &Scenario,
+    client: &Client,
+    queue_url: &str,
+    downstream: &Downstream,
+    executors: Vec<Executor>,
+    draw: WorkDraw,
+    stop: &CancellationToken,
+    failures: Arc<Failures>,
+) -> Result<Worker, LabError> {
+    let lease = Duration::from_secs(u64::from(scenario.queue.visibility_timeout_s));
+    let pool = Arc::new(Mutex::new(executors));
+    let mut builder = Worker::builder(client.clone(), queue_url)
+        .concurrency(pool.lock().map_or(1, |p| p.len()))
+        .lease(lease)
+        .wait_time(1)
+        .shutdown(stop.clone())
+        .grace(Duration::ZERO);
+    if scenario.consumers.rate_limit_per_s >= 1.0 {
+        builder = builder.rate_limit(scenario.consumers.rate_limit_per_s as u32);
+    }
+    if scenario.consumers.idempotency {
+        let store = PostgresStore::connect(downstream.url())
+            .await
+            .map_err(|e| LabError::Setup(format!("idempotency store: {e}")))?;
+        builder = builder.idempotency(Arc::new(store));
+    }
+    Ok(builder
+        .handler(move |m| {
+            let pool = pool.clone();
+            let failures = failures.clone();
+            let work_s = draw.draw();
+            let key = crate::load::key_of(Some(&m.message_attributes), &m.message_id);
+            async move {
+                let executor = pool
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop()
+                    .ok_or("no free connection: more executions than the ceiling")?;
+                let result = tokio::select! {
+                    r = executor.execute(&key, work_s) => r.map_err(|e| {
+                        failures.execution(&e);
+                        e.to_string().into()
+                    }),
+                    _ = m.cancel.cancelled() => {
+                        executor.cancel().await;
+                        Err("lease lost: execution cancelled".into())
+                    }
+                };
+                pool.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(executor);
+                result
+            }
+        })
+        .build())
+}

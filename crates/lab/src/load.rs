@@ -1,0 +1,132 @@
+//! What happens to the system: arrivals sent to the real queue (Poisson at the scenario's
+//! rate, its rate changes and bursts), and the triggers injected into the real database.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::Client;
+use leasehold_sim::Scenario;
+use leasehold_worker::{CancellationToken, IDEMPOTENCY_KEY_ATTRIBUTE};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Exp};
+use tokio::time::Instant;
+
+use crate::downstream::Downstream;
+
+fn work_key(seq: u64) -> Option<HashMap<String, MessageAttributeValue>> {
+    let value = MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(format!("w{seq}"))
+        .build()
+        .ok()?;
+    Some(HashMap::from([(
+        IDEMPOTENCY_KEY_ATTRIBUTE.to_string(),
+        value,
+    )]))
+}
+
+/// A message's unit of work: its idempotency key attribute, else its MessageId.
+pub fn key_of(
+    attributes: Option<&HashMap<String, MessageAttributeValue>>,
+    message_id: &str,
+) -> String {
+    attributes
+        .and_then(|a| a.get(IDEMPOTENCY_KEY_ATTRIBUTE))
+        .and_then(|v| v.string_value.clone())
+        .unwrap_or_else(|| message_id.to_string())
+}
+
+/// Sends the scenario's arrivals from `start` until `stop`. Returns the sends that failed.
+pub async fn produce(
+    scenario: Scenario,
+    client: Client,
+    queue_url: String,
+    start: Instant,
+    stop: CancellationToken,
+) -> u64 {
+    let mut rng = StdRng::seed_from_u64(scenario.seed ^ 0x1ab);
+    let mut bursts = scenario.arrivals.bursts.clone();
+    bursts.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    let mut bursts = bursts.into_iter().peekable();
+    let mut failed = 0;
+    let mut seq = 0u64;
+    loop {
+        let t = start.elapsed().as_secs_f64();
+        let rate = scenario.arrivals.rate_at(t);
+        let mut next = Exp::new(rate)
+            .ok()
+            .filter(|_| rate > 0.0)
+            .map_or(f64::INFINITY, |d| t + d.sample(&mut rng));
+        let mut steady = true;
+        if let Some(change) = scenario.arrivals.next_change_after(t) {
+            if change < next {
+                (next, steady) = (change, false);
+            }
+        }
+        if let Some(b) = bursts.peek() {
+            if b.at_s < next {
+                (next, steady) = (b.at_s, false);
+            }
+        }
+        if !next.is_finite() {
+            next = scenario.duration_s;
+            steady = false;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return failed,
+            _ = tokio::time::sleep_until(start + Duration::from_secs_f64(next.max(0.0))) => {}
+        }
+        let burst = bursts.next_if(|b| b.at_s <= next).map_or(0, |b| b.count);
+        let count = burst + u64::from(steady);
+        for chunk in (0..count).collect::<Vec<_>>().chunks(10) {
+            let entries = chunk.iter().map(|i| {
+                seq += 1;
+                // The unit of work's name travels as the idempotency key: what the downstream,
+                // the runtime's gate and `leasehold redrive` all know a message by, through
+                // any redrive (which may give it a new MessageId).
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(format!("work {seq}"))
+                    .set_message_attributes(work_key(seq))
+                    .build()
+            });
+            let result = client
+                .send_message_batch()
+                .queue_url(&queue_url)
+                .set_entries(Some(entries.filter_map(Result::ok).collect()))
+                .send()
+                .await;
+            failed += match result {
+                Ok(out) => out.failed.len() as u64,
+                Err(_) => chunk.len() as u64,
+            };
+        }
+    }
+}
+
+/// Plays the scenario's blips on the database: each makes work `factor` times slower from
+/// its start to its end (a slow query; the factor multiplies the load model's).
+pub async fn triggers(
+    scenario: Scenario,
+    downstream: &Downstream,
+    start: Instant,
+    stop: CancellationToken,
+) {
+    let mut changes: Vec<(f64, f64)> = Vec::new();
+    for t in scenario.triggers.iter().filter(|t| t.kind == "blip") {
+        changes.push((t.start_s, t.factor));
+        changes.push((t.end_s, 1.0));
+    }
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (at, factor) in changes {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep_until(start + Duration::from_secs_f64(at.max(0.0))) => {}
+        }
+        if let Err(e) = downstream.set_slow_factor(factor).await {
+            tracing::warn!("could not set the slow-query factor to {factor}: {e}");
+        }
+    }
+}

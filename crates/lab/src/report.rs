@@ -1,0 +1,452 @@
+//! The report: what was measured beside what the simulator predicted for the same scenario,
+//! how far apart they are, and which of the model's parameters the measurements contradict
+//! (the reason for a disagreement, rather than a tuning that hides it).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use aws_sdk_sqs::Client;
+use leasehold_sim::{Row, Scenario, Summary, Tally, WorkModel};
+use leasehold_worker::WorkerStats;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use crate::downstream::ExecutionRow;
+use crate::measure::Sample;
+use crate::spec::LabSpec;
+use crate::LabError;
+
+/// What the lab's own tools saw go wrong (never a measure of the system).
+pub struct Counts {
+    pub failed_sends: u64,
+    pub delete_failures: u64,
+    pub execution_failures: u64,
+    pub first_execution_error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LabReport {
+    pub scenario: String,
+    pub description: String,
+    pub time_scale: f64,
+    /// The scaling of time, in words.
+    pub scaling: String,
+    /// `naive` or `runtime`.
+    pub consumers: &'static str,
+    pub measured: Summary,
+    pub predicted: Summary,
+    pub comparison: Vec<Comparison>,
+    pub model_check: Vec<ModelCheck>,
+    /// Each disagreement, in a sentence that names the measure or the model parameter.
+    pub disagreements: Vec<String>,
+    pub redrive: Option<crate::redrive::RedriveComparison>,
+    pub worker_stats: Option<WorkerStats>,
+    pub failed_sends: u64,
+    pub delete_failures: u64,
+    /// Executions the database failed (cancellations at a lost lease or the run's end aside).
+    pub execution_failures: u64,
+    pub first_execution_error: Option<String>,
+    #[serde(skip)]
+    pub measured_rows: Vec<Row>,
+    #[serde(skip)]
+    pub predicted_rows: Vec<Row>,
+}
+
+/// One measure, measured and predicted.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub measure: &'static str,
+    pub measured: f64,
+    pub predicted: f64,
+    /// measured - predicted.
+    pub difference: f64,
+    /// Within a quarter of the larger, or the measure's own small margin.
+    pub agree: bool,
+}
+
+/// One parameter of the simulator's model, checked against the executions the downstream
+/// recorded.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelCheck {
+    pub parameter: &'static str,
+    /// What is compared.
+    pub what: &'static str,
+    pub model: f64,
+    pub measured: f64,
+    /// Executions the measure is taken over.
+    pub executions: usize,
+    /// Off by more than a fifth, over at least five executions.
+    pub off: bool,
+}
+
+fn compared(measure: &'static str, measured: f64, predicted: f64, margin: f64) -> Comparison {
+    let difference = measured - predicted;
+    let agree = difference.abs() <= margin
+        || difference.abs() <= 0.25 * measured.abs().max(predicted.abs());
+    Comparison {
+        measure,
+        measured,
+        predicted,
+        difference,
+        agree,
+    }
+}
+
+fn comparisons(scenario: &Scenario, m: &Summary, p: &Summary) -> Vec<Comparison> {
+    let total = |s: &Summary| {
+        if s.unique_messages == 0 {
+            1.0
+        } else {
+            s.executions as f64 / s.unique_messages as f64
+        }
+    };
+    let recovery = |s: &Summary| match (s.recovered, s.recovery_s) {
+        (Some(true), Some(r)) => r,
+        _ => scenario.duration_s,
+    };
+    let mut list = vec![
+        compared(
+            "peak_amplification",
+            m.peak_amplification,
+            p.peak_amplification,
+            0.25,
+        ),
+        compared("total_amplification", total(m), total(p), 0.05),
+        compared(
+            "steady_amplification",
+            m.steady_amplification,
+            p.steady_amplification,
+            0.1,
+        ),
+        compared(
+            "duplicate_fraction",
+            m.duplicate_fraction,
+            p.duplicate_fraction,
+            0.05,
+        ),
+        compared(
+            "duplicate_executions",
+            m.duplicate_executions as f64,
+            p.duplicate_executions as f64,
+            3.0,
+        ),
+        compared(
+            "late_deletes",
+            m.late_deletes as f64,
+            p.late_deletes as f64,
+            3.0,
+        ),
+        compared(
+            "peak_db_running",
+            f64::from(m.peak_db_running),
+            f64::from(p.peak_db_running),
+            1.0,
+        ),
+        compared("mean_latency_s", m.mean_latency_s, p.mean_latency_s, 0.1),
+    ];
+    if scenario.triggers_end_s().is_some() {
+        list.push(compared(
+            "time_to_recover_s (the run's length if never)",
+            recovery(m),
+            recovery(p),
+            scenario.recovery_hold_s * 0.25,
+        ));
+    }
+    if scenario.queue.max_receive_count > 0 {
+        list.push(compared(
+            "dlq_messages",
+            m.dlq_messages as f64,
+            p.dlq_messages as f64,
+            3.0,
+        ));
+        list.push(compared(
+            "dlq_messages_already_succeeded",
+            m.dlq_messages_already_succeeded as f64,
+            p.dlq_messages_already_succeeded as f64,
+            3.0,
+        ));
+    }
+    list
+}
+
+/// The model's mean unloaded processing time, by drawing from it.
+fn model_mean_work(scenario: &Scenario) -> f64 {
+    let model = WorkModel::new(&scenario.work);
+    let mut rng = StdRng::seed_from_u64(scenario.seed);
+    let n = 20_000;
+    (0..n).map(|_| model.draw(&mut rng)).sum::<f64>() / f64::from(n)
+}
+
+/// What the database was doing when an execution started, for the model checks.
+struct Circumstances {
+    duration: f64,
+    running: u32,
+    blip: Option<f64>,
+    copies: usize,
+}
+
+fn circumstances(
+    scenario: &Scenario,
+    samples: &[Sample],
+    executions: &[ExecutionRow],
+) -> Vec<Circumstances> {
+    let mut by_message: HashMap<&str, Vec<&ExecutionRow>> = HashMap::new();
+    for e in executions {
+        by_message.entry(e.message_id.as_str()).or_default().push(e);
+    }
+    executions
+        .iter()
+        .filter_map(|e| {
+            let end = e.finished_s?;
+            let running = samples
+                .iter()
+                .find(|s| s.t_s >= e.started_s)
+                .map_or(0, |s| s.db_running);
+            let blip = scenario
+                .triggers
+                .iter()
+                .find(|t| t.kind == "blip" && t.start_s <= e.started_s && e.started_s < t.end_s)
+                .map(|t| t.factor);
+            let copies = by_message[e.message_id.as_str()]
+                .iter()
+                .filter(|o| o.started_s < end && o.finished_s.is_none_or(|f| f > e.started_s))
+                .count();
+            Some(Circumstances {
+                duration: end - e.started_s,
+                running,
+                blip,
+                copies,
+            })
+        })
+        .collect()
+}
+
+fn check(
+    parameter: &'static str,
+    what: &'static str,
+    pairs: impl Iterator<Item = (f64, f64)>,
+) -> ModelCheck {
+    let pairs: Vec<(f64, f64)> = pairs.collect();
+    let n = pairs.len();
+    let mean = |f: fn(&(f64, f64)) -> f64| {
+        if n == 0 {
+            0.0
+        } else {
+            pairs.iter().map(f).sum::<f64>() / n as f64
+        }
+    };
+    let (model, measured) = (mean(|p| p.0), mean(|p| p.1));
+    ModelCheck {
+        parameter,
+        what,
+        model,
+        measured,
+        executions: n,
+        off: n >= 5 && (measured / model.max(1e-9) - 1.0).abs() > 0.2,
+    }
+}
+
+/// The model's parameters against the executions: unloaded work, the load slope, the blip's
+/// factor, row contention. Each compares the model's slowdown with the measured one over the
+/// executions whose circumstances isolate that parameter.
+fn model_checks(
+    scenario: &Scenario,
+    samples: &[Sample],
+    executions: &[ExecutionRow],
+) -> Vec<ModelCheck> {
+    let db = &scenario.database;
+    let work = model_mean_work(scenario);
+    let all = circumstances(scenario, samples, executions);
+    let capacity = db.capacity.max(1);
+    let load = |c: &Circumstances| leasehold_sim::load_factor(db, c.running);
+    vec![
+        check(
+            "work",
+            "mean processing time (s) at or under capacity, no trigger, no copy running",
+            all.iter()
+                .filter(|c| c.blip.is_none() && c.running <= capacity && c.copies == 1)
+                .map(|c| (work, c.duration)),
+        ),
+        check(
+            "database.load_slope",
+            "slowdown past capacity (no trigger, no copy running)",
+            all.iter()
+                .filter(|c| c.blip.is_none() && c.running > capacity && c.copies == 1)
+                .map(|c| (load(c), c.duration / work)),
+        ),
+        check(
+            "triggers.factor",
+            "slowdown during the blip (no copy running)",
+            all.iter()
+                .filter(|c| c.copies == 1)
+                .filter_map(|c| c.blip.map(|f| (f * load(c), c.duration / work))),
+        ),
+        check(
+            "database.contention",
+            "slowdown of executions with a copy of their message running at once",
+            all.iter()
+                .filter(|c| c.blip.is_none() && c.copies > 1)
+                .map(|c| {
+                    (
+                        load(c) * leasehold_sim::contention(db, c.copies as f64),
+                        c.duration / work,
+                    )
+                }),
+        ),
+    ]
+}
+
+fn disagreements(comparison: &[Comparison], checks: &[ModelCheck]) -> Vec<String> {
+    let mut lines: Vec<String> = checks
+        .iter()
+        .filter(|c| c.off)
+        .map(|c| {
+            format!(
+                "{}: the model says {:.2}, the database measured {:.2} ({}; {} executions)",
+                c.parameter, c.model, c.measured, c.what, c.executions
+            )
+        })
+        .collect();
+    lines.extend(comparison.iter().filter(|c| !c.agree).map(|c| {
+        format!(
+            "{}: measured {:.2}, predicted {:.2}",
+            c.measure, c.measured, c.predicted
+        )
+    }));
+    lines
+}
+
+/// The run's report: the measured tally beside the simulator's prediction.
+pub fn compare(
+    scenario: &Scenario,
+    spec: &LabSpec,
+    tally: Tally,
+    executions: &[ExecutionRow],
+    samples: &[Sample],
+    counts: Counts,
+    stats: Option<WorkerStats>,
+) -> Result<LabReport, LabError> {
+    let predicted = leasehold_sim::run(scenario, &mut |_| {})?;
+    let measured = leasehold_sim::summarize(scenario, &tally);
+    let comparison = comparisons(scenario, &measured, &predicted.summary);
+    let model_check = model_checks(scenario, samples, executions);
+    Ok(LabReport {
+        scenario: scenario.name.clone(),
+        description: scenario.description.clone(),
+        time_scale: spec.time_scale,
+        scaling: scaling_sentence(scenario, spec),
+        consumers: if crate::consumers::uses_runtime(scenario) {
+            "runtime"
+        } else {
+            "naive"
+        },
+        disagreements: disagreements(&comparison, &model_check),
+        measured,
+        predicted: predicted.summary,
+        comparison,
+        model_check,
+        redrive: None,
+        worker_stats: stats,
+        failed_sends: counts.failed_sends,
+        delete_failures: counts.delete_failures,
+        execution_failures: counts.execution_failures,
+        first_execution_error: counts.first_execution_error,
+        measured_rows: tally.rows,
+        predicted_rows: predicted.rows,
+    })
+}
+
+fn scaling_sentence(scenario: &Scenario, spec: &LabSpec) -> String {
+    let k = spec.time_scale;
+    let mut s = format!(
+        "Time runs {k}x faster than the story it tells: the {} s lease stands for {:.0} s, the {:.0} s run for {:.0} min.",
+        scenario.queue.visibility_timeout_s,
+        f64::from(scenario.queue.visibility_timeout_s) * k,
+        scenario.duration_s,
+        scenario.duration_s * k / 60.0
+    );
+    if !spec.story.is_empty() {
+        s.push(' ');
+        s.push_str(&spec.story);
+    }
+    s
+}
+
+/// Counts the dead-letter queue's messages and those whose work the downstream had finished:
+/// each is received once (hidden while counting), then made visible again.
+pub async fn dead_letters(
+    client: &Client,
+    url: &str,
+    executions: &[ExecutionRow],
+) -> Result<(u64, u64), LabError> {
+    let finished: HashSet<&str> = executions
+        .iter()
+        .filter(|e| e.finished_s.is_some())
+        .map(|e| e.message_id.as_str())
+        .collect();
+    let keys = crate::redrive::drain_keys(client, url, true).await?;
+    let succeeded = keys
+        .iter()
+        .filter(|k| finished.contains(k.as_str()))
+        .count();
+    Ok((keys.len() as u64, succeeded as u64))
+}
+
+fn io(e: impl std::fmt::Display) -> LabError {
+    LabError::Output(e.to_string())
+}
+
+fn pretty<T: Serialize + ?Sized>(value: &T) -> Result<String, LabError> {
+    serde_json::to_string_pretty(value).map_err(io)
+}
+
+fn csv(rows: &[Row]) -> String {
+    let mut out = String::from("t_s,arrivals,executions,duplicate_executions,amplification,late_deletes,visible,in_flight,db_running,db_latency_s,dlq_messages\n");
+    for r in rows {
+        out.push_str(&format!(
+            "{},{},{},{},{:.4},{},{},{},{},{:.3},{}\n",
+            r.t_s,
+            r.arrivals,
+            r.executions,
+            r.duplicate_executions,
+            r.amplification,
+            r.late_deletes,
+            r.visible,
+            r.in_flight,
+            r.db_running,
+            r.db_latency_s,
+            r.dlq_messages
+        ));
+    }
+    out
+}
+
+/// summary.json, the measured and predicted time series (CSV and JSON), the server's samples,
+/// and comparison.svg/.png.
+pub fn write(
+    scenario: &Scenario,
+    report: &LabReport,
+    samples: &[Sample],
+    dir: &Path,
+) -> Result<(), LabError> {
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("summary.json"), pretty(report)? + "\n").map_err(io)?;
+    std::fs::write(dir.join("measured.json"), pretty(&report.measured_rows)?).map_err(io)?;
+    std::fs::write(dir.join("predicted.json"), pretty(&report.predicted_rows)?).map_err(io)?;
+    std::fs::write(dir.join("samples.json"), pretty(samples)?).map_err(io)?;
+    std::fs::write(dir.join("measured.csv"), csv(&report.measured_rows)).map_err(io)?;
+    std::fs::write(dir.join("predicted.csv"), csv(&report.predicted_rows)).map_err(io)?;
+    let title = format!(
+        "{}: peak amplification measured {:.2}x, predicted {:.2}x (solid: measured; dashed: simulator)",
+        scenario.name, report.measured.peak_amplification, report.predicted.peak_amplification
+    );
+    leasehold_sim::draw_comparison(
+        scenario,
+        &title,
+        &report.measured_rows,
+        &report.predicted_rows,
+        dir,
+    )?;
+    Ok(())
+}
