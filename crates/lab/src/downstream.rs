@@ -46,10 +46,13 @@ DECLARE
   done float8 := 0; running int; s record; factor float8; slice float8;
 BEGIN
   WHILE done < unloaded LOOP
-    PERFORM pg_stat_clear_snapshot();
-    SELECT count(*) INTO running FROM pg_stat_activity
-      WHERE application_name = app AND state = 'active';
     SELECT * INTO s FROM settings;
+    running := 0;
+    IF s.load_slope > 0 THEN
+      PERFORM pg_stat_clear_snapshot();
+      SELECT count(*) INTO running FROM pg_stat_activity
+        WHERE application_name = app AND state = 'active';
+    END IF;
     factor := (1 + s.load_slope * greatest(running - s.capacity, 0)::float8
                    / greatest(s.capacity, 1)) * s.slow_factor;
     slice := least(0.025, (unloaded - done) * factor);

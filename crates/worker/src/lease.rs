@@ -1,7 +1,7 @@
 //! The lease keeper: one task per message that renews its lease every period, from the
 //! moment the receive returned, and says when the lease is lost or can grow no more.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +21,10 @@ pub struct ClaimRenewal {
     pub claim: Claim,
     /// How much longer than the lease the claim lives, so it never lapses first.
     pub margin: Duration,
+    /// Set once the handler is done and the claim is being completed or released: from then
+    /// on the message's lease is still kept, but the claim is no longer renewed (an extension
+    /// racing the completion would find it completed and cry takeover).
+    pub settled: Arc<AtomicBool>,
 }
 
 pub struct LeaseSpec {
@@ -128,9 +132,11 @@ async fn keep(
                 counters.heartbeats.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("leasehold_worker_heartbeats_total").increment(1);
                 deadline = now + Duration::from_secs(seconds as u64);
-                if let Some(r) = &renewal {
+                let unsettled = |r: &&ClaimRenewal| !r.settled.load(Ordering::Acquire);
+                if let Some(r) = renewal.as_ref().filter(unsettled) {
                     let ttl = Duration::from_secs(seconds as u64) + r.margin;
-                    if let Ok(false) = r.store.extend(&r.key, &r.claim, ttl).await {
+                    let extended = r.store.extend(&r.key, &r.claim, ttl).await;
+                    if matches!(extended, Ok(false)) && unsettled(&r) {
                         tracing::warn!(key = %r.key, "idempotency claim taken over by another worker");
                     }
                 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -546,11 +546,13 @@ async fn run_message(
         },
     };
     let spec = lease_spec(&inner, &handle, message.received_at);
+    let settled = Arc::new(AtomicBool::new(false));
     let renewal = claim.as_ref().map(|(store, claim)| ClaimRenewal {
         store: store.clone(),
         key: key.clone(),
         claim: claim.clone(),
         margin: claim_margin,
+        settled: settled.clone(),
     });
     let keeper = LeaseKeeper::start(spec, renewal, counters.clone());
     let mut message = message;
@@ -571,6 +573,8 @@ async fn run_message(
     };
     metrics::histogram!("leasehold_worker_processing_seconds")
         .record(started.duration_since(received_at).as_secs_f64());
+    // Every outcome completes or releases the claim next: the keeper stops renewing it.
+    settled.store(true, Ordering::Release);
     match outcome {
         Outcome::Done(Ok(())) | Outcome::Stopped(Some(Ok(()))) => {
             if let Some((store, claim)) = &claim {
