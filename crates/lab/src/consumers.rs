@@ -56,7 +56,7 @@ pub struct Failures {
 impl Failures {
     pub fn snapshot(&self) -> crate::report::Counts {
         crate::report::Counts {
-            failed_sends: 0,
+            sending: crate::load::Sending::default(),
             delete_failures: self.deletes.load(Ordering::Relaxed),
             execution_failures: self.executions.load(Ordering::Relaxed),
             first_execution_error: self

@@ -16,6 +16,8 @@ use crate::LabError;
 #[derive(Clone, Debug)]
 pub struct ExecutionRow {
     pub message_id: String,
+    /// The processing time drawn for it, before the database's slowdowns.
+    pub unloaded_s: f64,
     pub started_s: f64,
     pub finished_s: Option<f64>,
 }
@@ -37,6 +39,7 @@ const SCHEMA_SQL: &str = r#"
 CREATE TABLE settings (capacity int NOT NULL, load_slope float8 NOT NULL,
                        contention float8 NOT NULL, slow_factor float8 NOT NULL);
 CREATE TABLE executions (id bigserial PRIMARY KEY, message_id text NOT NULL,
+                         unloaded_s float8 NOT NULL,
                          started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
                          finished_at timestamptz);
 CREATE INDEX executions_by_message ON executions (message_id);
@@ -183,7 +186,7 @@ impl Downstream {
         let rows = self
             .admin
             .query(
-                "SELECT message_id, started_at, finished_at FROM executions ORDER BY started_at, id",
+                "SELECT message_id, unloaded_s, started_at, finished_at FROM executions ORDER BY started_at, id",
                 &[],
             )
             .await
@@ -194,8 +197,9 @@ impl Downstream {
             .iter()
             .map(|r| ExecutionRow {
                 message_id: r.get(0),
-                started_s: since(r.get(1)),
-                finished_s: r.get::<_, Option<std::time::SystemTime>>(2).map(since),
+                unloaded_s: r.get(1),
+                started_s: since(r.get(2)),
+                finished_s: r.get::<_, Option<std::time::SystemTime>>(3).map(since),
             })
             .collect())
     }
@@ -237,8 +241,8 @@ impl Executor {
         let row = self
             .client
             .query_one(
-                "INSERT INTO executions (message_id) VALUES ($1) RETURNING id",
-                &[&message_id],
+                "INSERT INTO executions (message_id, unloaded_s) VALUES ($1, $2) RETURNING id",
+                &[&message_id, &unloaded_s],
             )
             .await
             .map_err(LabError::postgres)?;

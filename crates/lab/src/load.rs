@@ -38,22 +38,32 @@ pub fn key_of(
         .unwrap_or_else(|| message_id.to_string())
 }
 
-/// Sends the scenario's arrivals from `start` until `stop`. Returns the sends that failed.
+/// How the arrivals went: sends that failed, and how far behind its schedule a send went out
+/// at worst (a busy machine delays arrivals; the report says by how much).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Sending {
+    pub failed_sends: u64,
+    pub max_lag_s: f64,
+}
+
+/// Sends the scenario's arrivals from `start` until `stop`.
 pub async fn produce(
     scenario: Scenario,
     client: Client,
     queue_url: String,
     start: Instant,
     stop: CancellationToken,
-) -> u64 {
+) -> Sending {
     let mut rng = StdRng::seed_from_u64(scenario.seed ^ 0x1ab);
     let mut bursts = scenario.arrivals.bursts.clone();
     bursts.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     let mut bursts = bursts.into_iter().peekable();
-    let mut failed = 0;
+    let mut sending = Sending::default();
     let mut seq = 0u64;
+    // The schedule runs on its own time, not on when the last send returned: a slow send
+    // delays the next arrival, never thins the stream.
+    let mut t = 0.0;
     loop {
-        let t = start.elapsed().as_secs_f64();
         let rate = scenario.arrivals.rate_at(t);
         let mut next = Exp::new(rate)
             .ok()
@@ -71,13 +81,16 @@ pub async fn produce(
             }
         }
         if !next.is_finite() {
-            next = scenario.duration_s;
-            steady = false;
+            // Nothing more to send: wait for the end.
+            stop.cancelled().await;
+            return sending;
         }
         tokio::select! {
-            _ = stop.cancelled() => return failed,
+            _ = stop.cancelled() => return sending,
             _ = tokio::time::sleep_until(start + Duration::from_secs_f64(next.max(0.0))) => {}
         }
+        t = next;
+        sending.max_lag_s = sending.max_lag_s.max(start.elapsed().as_secs_f64() - t);
         let burst = bursts.next_if(|b| b.at_s <= next).map_or(0, |b| b.count);
         let count = burst + u64::from(steady);
         for chunk in (0..count).collect::<Vec<_>>().chunks(10) {
@@ -98,7 +111,7 @@ pub async fn produce(
                 .set_entries(Some(entries.filter_map(Result::ok).collect()))
                 .send()
                 .await;
-            failed += match result {
+            sending.failed_sends += match result {
                 Ok(out) => out.failed.len() as u64,
                 Err(_) => chunk.len() as u64,
             };

@@ -204,6 +204,7 @@ mod tests {
     fn exec(id: &str, start: f64, end: f64) -> ExecutionRow {
         ExecutionRow {
             message_id: id.into(),
+            unloaded_s: 1.0,
             started_s: start,
             finished_s: Some(end),
         }

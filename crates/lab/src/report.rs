@@ -6,10 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use aws_sdk_sqs::Client;
-use leasehold_sim::{Row, Scenario, Summary, Tally, WorkModel};
+use leasehold_sim::{Row, Scenario, Summary, Tally};
 use leasehold_worker::WorkerStats;
-use rand::rngs::StdRng;
-use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::downstream::ExecutionRow;
@@ -19,7 +17,7 @@ use crate::LabError;
 
 /// What the lab's own tools saw go wrong (never a measure of the system).
 pub struct Counts {
-    pub failed_sends: u64,
+    pub sending: crate::load::Sending,
     pub delete_failures: u64,
     pub execution_failures: u64,
     pub first_execution_error: Option<String>,
@@ -42,7 +40,8 @@ pub struct LabReport {
     pub disagreements: Vec<String>,
     pub redrive: Option<crate::redrive::RedriveComparison>,
     pub worker_stats: Option<WorkerStats>,
-    pub failed_sends: u64,
+    /// Arrivals: sends that failed, and the worst delay of a send behind its schedule.
+    pub sending: crate::load::Sending,
     pub delete_failures: u64,
     /// Executions the database failed (cancellations at a lost lease or the run's end aside).
     pub execution_failures: u64,
@@ -170,17 +169,10 @@ fn comparisons(scenario: &Scenario, m: &Summary, p: &Summary) -> Vec<Comparison>
     list
 }
 
-/// The model's mean unloaded processing time, by drawing from it.
-fn model_mean_work(scenario: &Scenario) -> f64 {
-    let model = WorkModel::new(&scenario.work);
-    let mut rng = StdRng::seed_from_u64(scenario.seed);
-    let n = 20_000;
-    (0..n).map(|_| model.draw(&mut rng)).sum::<f64>() / f64::from(n)
-}
-
 /// What the database was doing when an execution started, for the model checks.
 struct Circumstances {
-    duration: f64,
+    /// Measured processing time over the time drawn for it: the slowdown it met.
+    slowdown: f64,
     running: u32,
     blip: Option<f64>,
     copies: usize,
@@ -213,7 +205,7 @@ fn circumstances(
                 .filter(|o| o.started_s < end && o.finished_s.is_none_or(|f| f > e.started_s))
                 .count();
             Some(Circumstances {
-                duration: end - e.started_s,
+                slowdown: (end - e.started_s) / e.unloaded_s.max(1e-3),
                 running,
                 blip,
                 copies,
@@ -247,40 +239,43 @@ fn check(
     }
 }
 
-/// The model's parameters against the executions: unloaded work, the load slope, the blip's
-/// factor, row contention. Each compares the model's slowdown with the measured one over the
-/// executions whose circumstances isolate that parameter.
+/// The model's parameters against the executions: each compares the slowdown the model
+/// gives an execution (its measured time over the time drawn for it) with the measured one,
+/// over the executions whose circumstances isolate that parameter. Running counts are the
+/// step's sample at the execution's start, so a load that changed while it ran blurs them.
 fn model_checks(
     scenario: &Scenario,
     samples: &[Sample],
     executions: &[ExecutionRow],
 ) -> Vec<ModelCheck> {
     let db = &scenario.database;
-    let work = model_mean_work(scenario);
     let all = circumstances(scenario, samples, executions);
     let capacity = db.capacity.max(1);
     let load = |c: &Circumstances| leasehold_sim::load_factor(db, c.running);
+    let alone = |c: &&Circumstances| c.blip.is_none() && c.copies == 1;
     vec![
         check(
             "work",
-            "mean processing time (s) at or under capacity, no trigger, no copy running",
+            "slowdown at or under capacity, no trigger, no copy running (the lab's own overhead)",
             all.iter()
-                .filter(|c| c.blip.is_none() && c.running <= capacity && c.copies == 1)
-                .map(|c| (work, c.duration)),
+                .filter(alone)
+                .filter(|c| c.running <= capacity)
+                .map(|c| (1.0, c.slowdown)),
         ),
         check(
             "database.load_slope",
             "slowdown past capacity (no trigger, no copy running)",
             all.iter()
-                .filter(|c| c.blip.is_none() && c.running > capacity && c.copies == 1)
-                .map(|c| (load(c), c.duration / work)),
+                .filter(alone)
+                .filter(|c| c.running > capacity)
+                .map(|c| (load(c), c.slowdown)),
         ),
         check(
             "triggers.factor",
             "slowdown during the blip (no copy running)",
             all.iter()
                 .filter(|c| c.copies == 1)
-                .filter_map(|c| c.blip.map(|f| (f * load(c), c.duration / work))),
+                .filter_map(|c| c.blip.map(|f| (f * load(c), c.slowdown))),
         ),
         check(
             "database.contention",
@@ -290,7 +285,7 @@ fn model_checks(
                 .map(|c| {
                     (
                         load(c) * leasehold_sim::contention(db, c.copies as f64),
-                        c.duration / work,
+                        c.slowdown,
                     )
                 }),
         ),
@@ -348,7 +343,7 @@ pub fn compare(
         model_check,
         redrive: None,
         worker_stats: stats,
-        failed_sends: counts.failed_sends,
+        sending: counts.sending,
         delete_failures: counts.delete_failures,
         execution_failures: counts.execution_failures,
         first_execution_error: counts.first_execution_error,

@@ -201,7 +201,7 @@ async fn run_on(
     stop.cancel();
     // Taken before the run's end cuts executions short, which is no failure of theirs.
     let failures = fleet.failures.snapshot();
-    let failed_sends = producer.await.unwrap_or(0);
+    let sending = producer.await.unwrap_or_default();
     downstream.terminate_executions().await?;
     let stats = tokio::time::timeout(Duration::from_secs(10), fleet.join())
         .await
@@ -229,7 +229,7 @@ async fn run_on(
         &executions,
         &samples,
         report::Counts {
-            failed_sends,
+            sending,
             ..failures
         },
         stats,

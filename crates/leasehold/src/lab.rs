@@ -173,6 +173,12 @@ fn print_report(report: &LabReport, out: &std::path::Path) {
             r.leasehold.re_executions_of_finished_work
         );
     }
+    if report.sending.max_lag_s > 1.0 {
+        println!(
+            "  note: arrivals went out up to {:.1} s behind their schedule (a busy machine)",
+            report.sending.max_lag_s
+        );
+    }
     if report.execution_failures > 0 {
         println!(
             "  warning: {} executions failed on the database, the first with: {}",

@@ -1,0 +1,177 @@
+//! `leasehold lab` for real, on the machine's PostgreSQL: the shipped scenarios make the spiral
+//! happen (measured from the downstream table), the runtime stop it, the DLQ mirage fill the
+//! dead-letter queue with finished work, and the report set each beside the simulator. The
+//! runs take the machine for a minute or two each, so they take turns.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs a shipped scenario and returns its summary.json, after checking what every run
+/// writes and that it left no schema behind.
+fn lab(scenario: &str, out: &Path) -> Value {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let path = format!(
+        "{}/../../scenarios/{scenario}.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "lab",
+            &path,
+            "--quiet",
+            "--postgres",
+            common::POSTGRES_URL,
+            "--out",
+        ])
+        .arg(out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let run = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    println!("{stdout}");
+    for file in [
+        "summary.json",
+        "measured.csv",
+        "predicted.csv",
+        "comparison.svg",
+        "comparison.png",
+        "server.log",
+    ] {
+        assert!(out.join(file).exists(), "{file} missing");
+    }
+    assert!(no_schema_left(pid), "the run's schema outlived it");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["execution_failures"], 0, "{summary:#}");
+    assert_eq!(summary["sending"]["failed_sends"], 0, "{summary:#}");
+    for side in ["measured", "predicted"] {
+        for key in [
+            "peak_amplification",
+            "duplicate_executions",
+            "recovered",
+            "unique_messages",
+        ] {
+            assert!(summary[side].get(key).is_some(), "{side} lacks {key}");
+        }
+    }
+    summary
+}
+
+fn no_schema_left(pid: u32) -> bool {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let (client, connection) =
+            tokio_postgres::connect(common::POSTGRES_URL, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+                &[&format!("leasehold_lab_{pid}")],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) == 0
+    })
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn the_naive_seed_004_fleet_spirals_live_on_postgres_as_the_simulator_predicts() {
+    let out = tempfile::tempdir().unwrap();
+    let s = lab("lab-seed-004-naive", out.path());
+    let (measured, predicted) = (&s["measured"], &s["predicted"]);
+    // Measured from the downstream table: executions per distinct message over the window.
+    assert!(f(&measured["peak_amplification"]) >= 3.0, "{s:#}");
+    assert!(f(&measured["duplicate_executions"]) > 0.0, "{s:#}");
+    assert!(f(&measured["late_deletes"]) > 0.0, "{s:#}");
+    assert_eq!(measured["recovered"], false, "{s:#}");
+    assert!(f(&predicted["peak_amplification"]) >= 3.0, "{s:#}");
+    assert_eq!(s["consumers"], "naive");
+    assert!(s["comparison"].as_array().unwrap().len() >= 8);
+    assert!(s["scaling"].as_str().unwrap().contains("15x"), "{s:#}");
+}
+
+#[test]
+fn the_runtime_keeps_seed_004_flat_with_no_duplicate_execution_on_postgres() {
+    let out = tempfile::tempdir().unwrap();
+    let s = lab("lab-seed-004-resilient", out.path());
+    let measured = &s["measured"];
+    assert!(f(&measured["peak_amplification"]) < 1.05, "{s:#}");
+    assert_eq!(measured["duplicate_executions"], 0, "{s:#}");
+    assert_eq!(measured["recovered"], true, "{s:#}");
+    assert!(f(&measured["peak_db_running"]) <= 6.0, "{s:#}");
+    assert_eq!(s["consumers"], "runtime");
+    assert_eq!(s["worker_stats"]["lost_leases"], 0, "{s:#}");
+}
+
+#[test]
+fn the_dlq_mirage_holds_finished_work_and_only_a_blind_redrive_repeats_it_on_postgres() {
+    let out = tempfile::tempdir().unwrap();
+    let s = lab("lab-dlq-mirage", out.path());
+    let measured = &s["measured"];
+    let dead = f(&measured["dlq_messages"]);
+    assert!(dead >= 10.0, "{s:#}");
+    // Every execution succeeds: what the DLQ holds is finished work.
+    assert_eq!(
+        measured["dlq_messages_already_succeeded"], measured["dlq_messages"],
+        "{s:#}"
+    );
+    let (blind, leasehold) = (&s["redrive"]["blind"], &s["redrive"]["leasehold"]);
+    assert!(
+        f(&blind["re_executions_of_finished_work"]) >= f(&blind["already_succeeded"]),
+        "{s:#}"
+    );
+    assert_eq!(leasehold["re_executions_of_finished_work"], 0, "{s:#}");
+    assert_eq!(
+        leasehold["skipped_as_done"], leasehold["already_succeeded"],
+        "{s:#}"
+    );
+    assert!(f(&leasehold["messages"]) >= 5.0, "{s:#}");
+}
+
+#[test]
+fn a_scenario_the_lab_cannot_run_is_one_line_and_exit_2_before_anything_starts() {
+    let out = tempfile::tempdir().unwrap();
+    let crash = format!(
+        "{}/../../scenarios/seed-000-transcoding-30s.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for (scenario, expected) in [
+        (crash.as_str(), "runs only in the simulator"),
+        ("no-such-scenario.toml", "cannot read no-such-scenario.toml"),
+    ] {
+        let run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["lab", scenario, "--out"])
+            .arg(out.path().join("x"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            !out.path().join("x").exists(),
+            "nothing is started or written"
+        );
+    }
+}
