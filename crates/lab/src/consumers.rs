@@ -103,14 +103,24 @@ impl Fleet {
     }
 }
 
-/// Starts the fleet the scenario describes on `queue_url`.
-pub async fn start(
-    scenario: &Scenario,
-    client: &Client,
-    queue_url: &str,
-    downstream: &Downstream,
-    stop: &CancellationToken,
-) -> Result<Fleet, LabError> {
+/// Where a fleet works: the scenario, the queue, the downstream, and the token that stops it.
+pub struct Target<'a> {
+    pub scenario: &'a Scenario,
+    pub client: &'a Client,
+    pub queue_url: &'a str,
+    pub downstream: &'a Downstream,
+    pub stop: &'a CancellationToken,
+}
+
+/// Starts the fleet the scenario describes on the target's queue.
+pub async fn start(target: &Target<'_>) -> Result<Fleet, LabError> {
+    let Target {
+        scenario,
+        client,
+        queue_url,
+        downstream,
+        stop,
+    } = *target;
     let draw = WorkDraw::new(scenario);
     let n = Fleet::size(scenario) as usize;
     let mut executors = Vec::with_capacity(n);
@@ -136,19 +146,7 @@ pub async fn start(
             failures,
         });
     }
-    let worker = Arc::new(
-        runtime(
-            scenario,
-            client,
-            queue_url,
-            downstream,
-            executors,
-            draw,
-            stop,
-            failures.clone(),
-        )
-        .await?,
-    );
+    let worker = Arc::new(runtime(target, executors, draw, failures.clone()).await?);
     tasks.spawn({
         let worker = worker.clone();
         async move {
@@ -212,15 +210,18 @@ async fn naive(
 /// The runtime: at most the ceiling's executions at once, each under a heartbeat and, where
 /// the scenario says so, the idempotency gate on the downstream's database.
 async fn runtime(
-    scenario: &Scenario,
-    client: &Client,
-    queue_url: &str,
-    downstream: &Downstream,
+    target: &Target<'_>,
     executors: Vec<Executor>,
     draw: WorkDraw,
-    stop: &CancellationToken,
     failures: Arc<Failures>,
 ) -> Result<Worker, LabError> {
+    let Target {
+        scenario,
+        client,
+        queue_url,
+        downstream,
+        stop,
+    } = *target;
     let lease = Duration::from_secs(u64::from(scenario.queue.visibility_timeout_s));
     let pool = Arc::new(Mutex::new(executors));
     let mut builder = Worker::builder(client.clone(), queue_url)

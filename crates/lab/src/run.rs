@@ -172,7 +172,14 @@ async fn run_on(
 ) -> Result<LabReport, LabError> {
     let queues = create_queues(client, scenario).await?;
     let stop = CancellationToken::new();
-    let fleet = consumers::start(scenario, client, &queues.url, downstream, &stop).await?;
+    let fleet = consumers::start(&consumers::Target {
+        scenario,
+        client,
+        queue_url: &queues.url,
+        downstream,
+        stop: &stop,
+    })
+    .await?;
     let origin = downstream.now().await?;
     let start = Instant::now();
     let producer = tokio::spawn(load::produce(
@@ -275,13 +282,13 @@ impl RedrivePhase<'_> {
             .collect();
         let redrive_at = self.elapsed().await?;
         let stop = CancellationToken::new();
-        let fleet = consumers::start(
-            self.scenario,
+        let fleet = consumers::start(&consumers::Target {
+            scenario: self.scenario,
             client,
-            &self.queues.url,
-            self.downstream,
-            &stop,
-        )
+            queue_url: &self.queues.url,
+            downstream: self.downstream,
+            stop: &stop,
+        })
         .await?;
         let source_arn = queue_arn(client, &self.queues.url).await?;
         redrive::blind(client, &queue_arn(client, dlq_url).await?, &source_arn).await?;

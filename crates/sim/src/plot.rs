@@ -68,6 +68,14 @@ where
     if scenario.scaling.kind != "fixed" {
         messages.push(("workers", CYAN, Box::new(|r| f64::from(r.workers))));
     }
+    if !scenario.arrivals.rate_changes.is_empty() {
+        // The load stepped down after the trigger: where the spiral ends shows hysteresis.
+        messages.push((
+            "arrivals per step",
+            RGBColor(90, 90, 90),
+            Box::new(|r| r.arrivals as f64),
+        ));
+    }
     let series: [(&str, Vec<Line>); 3] = [
         (
             "executions per message (amplification)",
