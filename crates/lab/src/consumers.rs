@@ -215,20 +215,14 @@ async fn runtime(
     draw: WorkDraw,
     failures: Arc<Failures>,
 ) -> Result<Worker, LabError> {
-    let Target {
-        scenario,
-        client,
-        queue_url,
-        downstream,
-        stop,
-    } = *target;
+    let (scenario, downstream) = (target.scenario, target.downstream);
     let lease = Duration::from_secs(u64::from(scenario.queue.visibility_timeout_s));
     let pool = Arc::new(Mutex::new(executors));
-    let mut builder = Worker::builder(client.clone(), queue_url)
+    let mut builder = Worker::builder(target.client.clone(), target.queue_url)
         .concurrency(pool.lock().map_or(1, |p| p.len()))
         .lease(lease)
         .wait_time(1)
-        .shutdown(stop.clone())
+        .shutdown(target.stop.clone())
         .grace(Duration::ZERO);
     if scenario.consumers.rate_limit_per_s >= 1.0 {
         builder = builder.rate_limit(scenario.consumers.rate_limit_per_s as u32);

@@ -40,10 +40,14 @@ pub fn key_of(
 
 /// How the arrivals went: sends that failed, and how far behind its schedule a send went out
 /// at worst (a busy machine delays arrivals; the report says by how much).
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Sending {
     pub failed_sends: u64,
     pub max_lag_s: f64,
+    /// When each message went out, in seconds from the start: the simulator's prediction
+    /// runs on these same arrivals.
+    #[serde(skip)]
+    pub sent_at_s: Vec<f64>,
 }
 
 /// Sends the scenario's arrivals from `start` until `stop`.
@@ -111,10 +115,13 @@ pub async fn produce(
                 .set_entries(Some(entries.filter_map(Result::ok).collect()))
                 .send()
                 .await;
-            sending.failed_sends += match result {
-                Ok(out) => out.failed.len() as u64,
-                Err(_) => chunk.len() as u64,
+            let failed = match result {
+                Ok(out) => out.failed.len(),
+                Err(_) => chunk.len(),
             };
+            sending.failed_sends += failed as u64;
+            let sent = chunk.len().saturating_sub(failed);
+            sending.sent_at_s.extend(std::iter::repeat_n(t, sent));
         }
     }
 }

@@ -312,17 +312,30 @@ fn disagreements(comparison: &[Comparison], checks: &[ModelCheck]) -> Vec<String
     lines
 }
 
+/// What the run measured, for the report.
+pub struct Measurement<'a> {
+    pub tally: Tally,
+    pub executions: &'a [ExecutionRow],
+    pub samples: &'a [Sample],
+    pub counts: Counts,
+    pub stats: Option<WorkerStats>,
+}
+
 /// The run's report: the measured tally beside the simulator's prediction.
 pub fn compare(
     scenario: &Scenario,
     spec: &LabSpec,
-    tally: Tally,
-    executions: &[ExecutionRow],
-    samples: &[Sample],
-    counts: Counts,
-    stats: Option<WorkerStats>,
+    arrivals: &Path,
+    measurement: Measurement<'_>,
 ) -> Result<LabReport, LabError> {
-    let predicted = leasehold_sim::run(scenario, &mut |_| {})?;
+    let Measurement {
+        tally,
+        executions,
+        samples,
+        counts,
+        stats,
+    } = measurement;
+    let predicted = leasehold_sim::run(&on_arrivals(scenario, arrivals), &mut |_| {})?;
     let measured = leasehold_sim::summarize(scenario, &tally);
     let comparison = comparisons(scenario, &measured, &predicted.summary);
     let model_check = model_checks(scenario, samples, executions);
@@ -350,6 +363,33 @@ pub fn compare(
         measured_rows: tally.rows,
         predicted_rows: predicted.rows,
     })
+}
+
+/// The scenario as the simulator should predict it: on the arrivals the lab really sent
+/// (`arrivals.txt`), so a different random stream is no part of a disagreement.
+fn on_arrivals(scenario: &Scenario, arrivals: &Path) -> Scenario {
+    let mut predicted = scenario.clone();
+    predicted.arrivals.kind = "file".into();
+    predicted.arrivals.file = Some(arrivals.display().to_string());
+    predicted.arrivals.bursts.clear();
+    predicted.arrivals.rate_changes.clear();
+    predicted
+}
+
+/// Writes one arrival time per line, for the simulator's `arrivals.kind = "file"`.
+pub fn write_arrivals(
+    sending: &crate::load::Sending,
+    dir: &Path,
+) -> Result<std::path::PathBuf, LabError> {
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let path = dir.join("arrivals.txt");
+    let lines: String = sending
+        .sent_at_s
+        .iter()
+        .map(|t| format!("{t:.3}\n"))
+        .collect();
+    std::fs::write(&path, lines).map_err(io)?;
+    Ok(path)
 }
 
 fn scaling_sentence(scenario: &Scenario, spec: &LabSpec) -> String {
@@ -396,27 +436,6 @@ fn pretty<T: Serialize + ?Sized>(value: &T) -> Result<String, LabError> {
     serde_json::to_string_pretty(value).map_err(io)
 }
 
-fn csv(rows: &[Row]) -> String {
-    let mut out = String::from("t_s,arrivals,executions,duplicate_executions,amplification,late_deletes,visible,in_flight,db_running,db_latency_s,dlq_messages\n");
-    for r in rows {
-        out.push_str(&format!(
-            "{},{},{},{},{:.4},{},{},{},{},{:.3},{}\n",
-            r.t_s,
-            r.arrivals,
-            r.executions,
-            r.duplicate_executions,
-            r.amplification,
-            r.late_deletes,
-            r.visible,
-            r.in_flight,
-            r.db_running,
-            r.db_latency_s,
-            r.dlq_messages
-        ));
-    }
-    out
-}
-
 /// summary.json, the measured and predicted time series (CSV and JSON), the server's samples,
 /// and comparison.svg/.png.
 pub fn write(
@@ -430,8 +449,16 @@ pub fn write(
     std::fs::write(dir.join("measured.json"), pretty(&report.measured_rows)?).map_err(io)?;
     std::fs::write(dir.join("predicted.json"), pretty(&report.predicted_rows)?).map_err(io)?;
     std::fs::write(dir.join("samples.json"), pretty(samples)?).map_err(io)?;
-    std::fs::write(dir.join("measured.csv"), csv(&report.measured_rows)).map_err(io)?;
-    std::fs::write(dir.join("predicted.csv"), csv(&report.predicted_rows)).map_err(io)?;
+    std::fs::write(
+        dir.join("measured.csv"),
+        leasehold_sim::rows_csv(&report.measured_rows),
+    )
+    .map_err(io)?;
+    std::fs::write(
+        dir.join("predicted.csv"),
+        leasehold_sim::rows_csv(&report.predicted_rows),
+    )
+    .map_err(io)?;
     let title = format!(
         "{}: peak amplification measured {:.2}x, predicted {:.2}x (solid: measured; dashed: simulator)",
         scenario.name, report.measured.peak_amplification, report.predicted.peak_amplification

@@ -229,17 +229,21 @@ async fn run_on(
         workers: consumers::Fleet::size(scenario),
     };
     let tally = measure::tally(scenario, &samples, &executions, &extras);
+    let arrivals = report::write_arrivals(&sending, &options.out)?;
     let mut report = report::compare(
         scenario,
         spec,
-        tally,
-        &executions,
-        &samples,
-        report::Counts {
-            sending,
-            ..failures
+        &arrivals,
+        report::Measurement {
+            tally,
+            executions: &executions,
+            samples: &samples,
+            counts: report::Counts {
+                sending,
+                ..failures
+            },
+            stats,
         },
-        stats,
     )?;
     if spec.redrive == "both" {
         let phase = RedrivePhase {

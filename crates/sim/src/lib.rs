@@ -17,7 +17,7 @@ mod sweep;
 
 pub use model::{contention, load_factor, WorkModel};
 pub use plot::draw_comparison;
-pub use report::{outcome_line, summarize, write_outputs, Row, Summary};
+pub use report::{outcome_line, rows_csv, summarize, write_outputs, Row, Summary};
 pub use scenario::Scenario;
 pub use sim::Tally;
 pub use sweep::{sweep, sweep_triggers, SweepCell, TriggerCell};

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -47,7 +48,6 @@ where
     let panels = root.split_evenly((3, 1));
     let rows = &outcome.rows;
     let t_max = rows.last().map_or(1.0, |r| r.t_s).max(1.0);
-    let spans = trigger_spans(scenario);
 
     let mut messages: Vec<Line> = vec![
         ("visible", BLUE, Box::new(|r| r.visible as f64)),
@@ -120,21 +120,7 @@ where
             .y_label_formatter(if integral { &whole } else { &decimal })
             .draw()
             .map_err(err)?;
-        for (a, b, name) in &spans {
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(*a, 0.0), (*b, y_max)],
-                    RGBColor(255, 220, 180).filled(),
-                )))
-                .map_err(err)?;
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    name.to_string(),
-                    (*a, y_max * 0.97),
-                    ("sans-serif", 13).into_font().color(&RGBColor(150, 80, 0)),
-                )))
-                .map_err(err)?;
-        }
+        shade_triggers(&mut chart, scenario, y_max)?;
         if *label == "processing time (s)" {
             let lease = scenario.queue.visibility_timeout_s as f64;
             chart
@@ -159,15 +145,53 @@ where
                 .label(*name)
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], *color));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut chart)?;
     }
     root.present().map_err(err)
+}
+
+/// A time-series chart: seconds across, values up.
+type TimeChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Shades each trigger's span across the chart, its name at the top.
+fn shade_triggers<'a, DB: DrawingBackend + 'a>(
+    chart: &mut TimeChart<'a, DB>,
+    scenario: &Scenario,
+    y_max: f64,
+) -> Result<(), SimError>
+where
+    DB::ErrorType: 'static,
+{
+    for (a, b, name) in trigger_spans(scenario) {
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(a, 0.0), (b, y_max)],
+                RGBColor(255, 220, 180).filled(),
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                name,
+                (a, y_max * 0.97),
+                ("sans-serif", 13).into_font().color(&RGBColor(150, 80, 0)),
+            )))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The legend, top right, in the headroom left above the data.
+fn draw_legend<'a, DB: DrawingBackend + 'a>(chart: &mut TimeChart<'a, DB>) -> Result<(), SimError>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
 }
 
 /// Each trigger's span and its label, for the shaded bands.
@@ -224,21 +248,7 @@ where
             .y_label_formatter(&|v| format!("{v:.1}"))
             .draw()
             .map_err(err)?;
-        for (a, b, name) in trigger_spans(scenario) {
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(a, 0.0), (b, y_max)],
-                    RGBColor(255, 220, 180).filled(),
-                )))
-                .map_err(err)?;
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    name,
-                    (a, y_max * 0.97),
-                    ("sans-serif", 13).into_font().color(&RGBColor(150, 80, 0)),
-                )))
-                .map_err(err)?;
-        }
+        shade_triggers(&mut chart, scenario, y_max)?;
         for (name, color, dashed, points) in lines {
             let style = color.stroke_width(if *dashed { 1 } else { 2 });
             let anno = if *dashed {
@@ -254,13 +264,7 @@ where
             anno.label(name.as_str())
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut chart)?;
     }
     root.present().map_err(err)
 }

@@ -205,18 +205,10 @@ fn io(e: impl std::fmt::Display) -> SimError {
     SimError::Output(e.to_string())
 }
 
-/// Writes summary.json, timeseries.csv, timeseries.json and the plots (SVG and PNG).
-pub fn write_outputs(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Result<(), SimError> {
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let summary = serde_json::to_string_pretty(&outcome.summary).map_err(io)?;
-    std::fs::write(dir.join("summary.json"), summary + "\n").map_err(io)?;
-    std::fs::write(
-        dir.join("timeseries.json"),
-        serde_json::to_string(&outcome.rows).map_err(io)?,
-    )
-    .map_err(io)?;
+/// The rows as CSV, one line per step, with a header.
+pub fn rows_csv(rows: &[Row]) -> String {
     let mut csv = String::from("t_s,arrivals,executions,duplicate_executions,amplification,late_deletes,visible,in_flight,db_running,db_latency_s,workers,dlq_messages\n");
-    for r in &outcome.rows {
+    for r in rows {
         csv.push_str(&format!(
             "{},{},{},{},{:.4},{},{},{},{},{:.3},{},{}\n",
             r.t_s,
@@ -233,6 +225,19 @@ pub fn write_outputs(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Resu
             r.dlq_messages
         ));
     }
-    std::fs::write(dir.join("timeseries.csv"), csv).map_err(io)?;
+    csv
+}
+
+/// Writes summary.json, timeseries.csv, timeseries.json and the plots (SVG and PNG).
+pub fn write_outputs(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Result<(), SimError> {
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let summary = serde_json::to_string_pretty(&outcome.summary).map_err(io)?;
+    std::fs::write(dir.join("summary.json"), summary + "\n").map_err(io)?;
+    std::fs::write(
+        dir.join("timeseries.json"),
+        serde_json::to_string(&outcome.rows).map_err(io)?,
+    )
+    .map_err(io)?;
+    std::fs::write(dir.join("timeseries.csv"), rows_csv(&outcome.rows)).map_err(io)?;
     crate::plot::draw(scenario, outcome, dir)
 }
