@@ -33,6 +33,8 @@ pub enum LabError {
     Sim(#[from] leasehold_sim::SimError),
     #[error("writing the report: {0}")]
     Output(String),
+    #[error("interrupted: the run stopped early and cleaned up")]
+    Interrupted,
 }
 
 impl LabError {

@@ -26,6 +26,8 @@ pub struct LabOptions {
     pub endpoint: String,
     pub postgres_url: String,
     pub out: PathBuf,
+    /// Cancel to end the run early: it stops, cleans up, and returns `Interrupted`.
+    pub interrupt: CancellationToken,
 }
 
 /// The queues of a run.
@@ -121,7 +123,7 @@ async fn create_queues(client: &Client, scenario: &Scenario) -> Result<Queues, L
 /// Samples the server and the database every step until the run's end.
 async fn sample_steps(
     scenario: &Scenario,
-    endpoint: &str,
+    options: &LabOptions,
     queues: &Queues,
     downstream: &Downstream,
     start: Instant,
@@ -132,7 +134,11 @@ async fn sample_steps(
     let mut samples = Vec::with_capacity(steps as usize);
     for k in 1..=steps {
         let t = f64::from(k) * scenario.step_s;
-        tokio::time::sleep_until(start + Duration::from_secs_f64(t)).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(start + Duration::from_secs_f64(t)) => {}
+            _ = options.interrupt.cancelled() => return Err(LabError::Interrupted),
+        }
+        let endpoint = options.endpoint.as_str();
         let source = measure::lease_report(&http, endpoint, &queues.name).await?;
         let dlq = match &queues.dlq {
             Some((name, _)) => Some(measure::lease_report(&http, endpoint, name).await?),
@@ -189,22 +195,15 @@ async fn run_on(
         start,
         stop.clone(),
     ));
-    let sampled = {
-        let triggers = load::triggers(scenario.clone(), downstream, start, stop.clone());
-        let sampling = sample_steps(
-            scenario,
-            &options.endpoint,
-            &queues,
-            downstream,
-            start,
-            progress,
-        );
-        tokio::pin!(sampling);
-        tokio::select! {
-            s = &mut sampling => s,
-            _ = async { triggers.await; std::future::pending::<()>().await } => unreachable!(),
-        }
+    // Sampling runs the clock: when it ends (or fails, or is interrupted), everything stops,
+    // the pending triggers with it.
+    let sampling = async {
+        let sampled = sample_steps(scenario, options, &queues, downstream, start, progress).await;
+        stop.cancel();
+        sampled
     };
+    let triggers = load::triggers(scenario.clone(), downstream, start, stop.clone());
+    let (sampled, ()) = tokio::join!(sampling, triggers);
     stop.cancel();
     // Taken before the run's end cuts executions short, which is no failure of theirs.
     let failures = fleet.failures.snapshot();

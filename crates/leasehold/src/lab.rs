@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use leasehold_lab::{LabOptions, LabReport, LabSpec};
 use leasehold_sim::Scenario;
+use tokio_util::sync::CancellationToken;
 
 use crate::consume::{usage, ProcessGroup};
 
@@ -100,18 +101,25 @@ pub async fn lab(args: LabArgs) -> anyhow::Result<()> {
     let scenario = Scenario::from_toml(&text)
         .map_err(|e| usage(format!("{}: {e}", args.scenario.display())))?;
     LabSpec::of(&scenario).map_err(|e| usage(format!("{}: {e}", args.scenario.display())))?;
+    // Ctrl-C or SIGTERM ends the run early; it still drops its schema, and the server stops.
+    let interrupt = CancellationToken::new();
+    tokio::spawn({
+        let interrupt = interrupt.clone();
+        async move {
+            crate::shutdown_signal().await;
+            interrupt.cancel();
+        }
+    });
     let server = Server::start(&scenario, &args.out).await?;
     let bar = progress_bar(&scenario, args.quiet);
     let options = LabOptions {
         endpoint: server.endpoint.clone(),
         postgres_url: args.postgres.clone(),
         out: args.out.clone(),
+        interrupt,
     };
     let mut progress = |fraction: f64| bar.set_position((fraction * 1000.0) as u64);
-    let result = tokio::select! {
-        r = leasehold_lab::run(&scenario, &options, &mut progress) => r.map_err(anyhow::Error::from),
-        _ = crate::shutdown_signal() => Err(anyhow::anyhow!("interrupted: the lab's server is stopped; the downstream schema may be left")),
-    };
+    let result = leasehold_lab::run(&scenario, &options, &mut progress).await;
     bar.finish_and_clear();
     server.stop().await;
     print_report(&result?, &args.out);
