@@ -394,18 +394,31 @@ pub fn write_arrivals(
 
 fn scaling_sentence(scenario: &Scenario, spec: &LabSpec) -> String {
     let k = spec.time_scale;
-    let mut s = format!(
-        "Time runs {k}x faster than the story it tells: the {} s lease stands for {:.0} s, the {:.0} s run for {:.0} min.",
-        scenario.queue.visibility_timeout_s,
-        f64::from(scenario.queue.visibility_timeout_s) * k,
-        scenario.duration_s,
-        scenario.duration_s * k / 60.0
-    );
+    let mut s = if k == 1.0 {
+        "Time is not scaled: the scenario's times are the story's.".to_string()
+    } else {
+        format!(
+            "Time runs {k}x faster than the story it tells: the {} s lease stands for {}, the {:.0} s run for {}.",
+            scenario.queue.visibility_timeout_s,
+            story_time(f64::from(scenario.queue.visibility_timeout_s) * k),
+            scenario.duration_s,
+            story_time(scenario.duration_s * k)
+        )
+    };
     if !spec.story.is_empty() {
         s.push(' ');
         s.push_str(&spec.story);
     }
     s
+}
+
+/// 30 s as "30 s", 1500 s as "25 min".
+fn story_time(seconds: f64) -> String {
+    if seconds >= 120.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{seconds:.0} s")
+    }
 }
 
 /// Counts the dead-letter queue's messages and those whose work the downstream had finished:
@@ -471,4 +484,28 @@ pub fn write(
         dir,
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scaling_is_said_in_the_storys_units() {
+        let mut lab = Scenario {
+            duration_s: 100.0,
+            ..Scenario::default()
+        };
+        lab.queue.visibility_timeout_s = 2;
+        let mut spec = LabSpec {
+            time_scale: 15.0,
+            ..LabSpec::default()
+        };
+        assert_eq!(
+            scaling_sentence(&lab, &spec),
+            "Time runs 15x faster than the story it tells: the 2 s lease stands for 30 s, the 100 s run for 25 min."
+        );
+        spec.time_scale = 1.0;
+        assert!(scaling_sentence(&lab, &spec).starts_with("Time is not scaled"));
+    }
 }

@@ -11,7 +11,6 @@ use aws_sdk_sqs::Client;
 use leasehold_worker::idempotency::with_causes;
 use leasehold_worker::{idempotency, Backoff, IdempotencyStore, Message, Worker};
 use tokio::io::AsyncWriteExt;
-use tokio_util::sync::CancellationToken;
 
 /// Where to find SQS: the AWS defaults (environment, profile), with an optional endpoint.
 #[derive(clap::Args, Clone)]
@@ -319,7 +318,7 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
         Some(url) => Some(Arc::<dyn IdempotencyStore>::from(open_store(url).await?)),
         None => None,
     };
-    let shutdown = CancellationToken::new();
+    let shutdown = crate::cancelled_on_shutdown();
     let command = Arc::new(args.command.clone());
     let queue_url = Arc::new(args.queue_url.clone());
     let kill_grace = Duration::try_from_secs_f64(args.kill_grace)
@@ -347,13 +346,6 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
         builder = builder.idempotency(store);
     }
     let worker = builder.build();
-    tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            crate::shutdown_signal().await;
-            shutdown.cancel();
-        }
-    });
     tracing::info!(queue = %args.queue_url, "worker started");
     let stats = worker.run().await;
     tracing::info!(?stats, "worker stopped");

@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use leasehold_lab::{LabOptions, LabReport, LabSpec};
 use leasehold_sim::Scenario;
-use tokio_util::sync::CancellationToken;
 
 use crate::consume::{usage, ProcessGroup};
 
@@ -102,14 +101,7 @@ pub async fn lab(args: LabArgs) -> anyhow::Result<()> {
         .map_err(|e| usage(format!("{}: {e}", args.scenario.display())))?;
     LabSpec::of(&scenario).map_err(|e| usage(format!("{}: {e}", args.scenario.display())))?;
     // Ctrl-C or SIGTERM ends the run early; it still drops its schema, and the server stops.
-    let interrupt = CancellationToken::new();
-    tokio::spawn({
-        let interrupt = interrupt.clone();
-        async move {
-            crate::shutdown_signal().await;
-            interrupt.cancel();
-        }
-    });
+    let interrupt = crate::cancelled_on_shutdown();
     let server = Server::start(&scenario, &args.out).await?;
     let bar = progress_bar(&scenario, args.quiet);
     let options = LabOptions {

@@ -542,6 +542,20 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A token cancelled by Ctrl-C or SIGTERM: what a command that ends early but cleanly
+/// (draining, releasing, dropping what it made) listens to.
+pub(crate) fn cancelled_on_shutdown() -> tokio_util::sync::CancellationToken {
+    let token = tokio_util::sync::CancellationToken::new();
+    tokio::spawn({
+        let token = token.clone();
+        async move {
+            shutdown_signal().await;
+            token.cancel();
+        }
+    });
+    token
+}
+
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

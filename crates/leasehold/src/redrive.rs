@@ -5,7 +5,6 @@
 use aws_sdk_sqs::types::QueueAttributeName as A;
 use aws_sdk_sqs::Client;
 use leasehold_worker::redrive::{self, RedrivePlan, RedriveReport};
-use tokio_util::sync::CancellationToken;
 
 use crate::consume::{open_store, queue_attributes, sqs_client, usage, SqsArgs};
 
@@ -59,14 +58,7 @@ pub async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
     let client = sqs_client(&args.sqs, &args.from).await?;
     let queues = check_queues(&client, &args).await?;
     let store = open_store(&args.idempotency).await?;
-    let stop = CancellationToken::new();
-    tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            crate::shutdown_signal().await;
-            stop.cancel();
-        }
-    });
+    let stop = crate::cancelled_on_shutdown();
     let plan = RedrivePlan {
         from: args.from.clone(),
         to: args.to.clone(),
