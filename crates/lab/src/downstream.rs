@@ -155,6 +155,28 @@ impl Downstream {
         Ok(())
     }
 
+    /// The table-lock trigger: a transaction of its own locks `records` against writes for
+    /// `length` (or until `stop`), then commits. Executions reaching their upsert wait on it.
+    pub async fn lock_records(
+        &self,
+        length: Duration,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Result<(), LabError> {
+        let client = connect(&self.config).await?;
+        client
+            .batch_execute("BEGIN; LOCK TABLE records IN SHARE ROW EXCLUSIVE MODE")
+            .await
+            .map_err(LabError::postgres)?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(length) => {}
+                _ = stop.cancelled() => {}
+            }
+            let _ = client.batch_execute("COMMIT").await;
+        });
+        Ok(())
+    }
+
     /// Transactions of the consumers running on the database now.
     pub async fn running(&self) -> Result<u32, LabError> {
         let row = self

@@ -126,27 +126,49 @@ pub async fn produce(
     }
 }
 
-/// Plays the scenario's blips on the database: each makes work `factor` times slower from
-/// its start to its end (a slow query; the factor multiplies the load model's).
+/// One thing a trigger does to the database, at a time.
+enum Change {
+    /// Work takes this many times as long from now on.
+    SlowFactor(f64),
+    /// The `records` table is locked for this long.
+    Lock(Duration),
+}
+
+/// Plays the scenario's triggers on the database: a blip makes work `factor` times slower from
+/// its start to its end (a slow query; the factor multiplies the load model's); a lock holds
+/// the table every execution writes, as a migration would, from its start to its end.
 pub async fn triggers(
     scenario: Scenario,
     downstream: &Downstream,
     start: Instant,
     stop: CancellationToken,
 ) {
-    let mut changes: Vec<(f64, f64)> = Vec::new();
-    for t in scenario.triggers.iter().filter(|t| t.kind == "blip") {
-        changes.push((t.start_s, t.factor));
-        changes.push((t.end_s, 1.0));
+    let mut changes: Vec<(f64, Change)> = Vec::new();
+    for t in &scenario.triggers {
+        match t.kind.as_str() {
+            "blip" => {
+                changes.push((t.start_s, Change::SlowFactor(t.factor)));
+                changes.push((t.end_s, Change::SlowFactor(1.0)));
+            }
+            "lock" => {
+                let length = Duration::from_secs_f64((t.end_s - t.start_s).max(0.0));
+                changes.push((t.start_s, Change::Lock(length)));
+            }
+            _ => {}
+        }
     }
     changes.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (at, factor) in changes {
+    for (at, change) in changes {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(start + Duration::from_secs_f64(at.max(0.0))) => {}
         }
-        if let Err(e) = downstream.set_slow_factor(factor).await {
-            tracing::warn!("could not set the slow-query factor to {factor}: {e}");
+        let done = match change {
+            Change::SlowFactor(factor) => downstream.set_slow_factor(factor).await,
+            Change::Lock(length) => downstream.lock_records(length, stop.clone()).await,
+        };
+        if let Err(e) = done {
+            tracing::warn!("a trigger could not be played on the database: {e}");
         }
     }
 }

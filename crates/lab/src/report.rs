@@ -200,11 +200,16 @@ fn circumstances(
                 .iter()
                 .find(|t| t.kind == "blip" && t.start_s <= e.started_s && e.started_s < t.end_s)
                 .map(|t| t.factor);
+            // An execution that overlapped a table lock measures the lock, not the model.
+            let locked = scenario
+                .triggers
+                .iter()
+                .any(|t| t.kind == "lock" && t.start_s < end && e.started_s < t.end_s);
             let copies = by_message[e.message_id.as_str()]
                 .iter()
                 .filter(|o| o.started_s < end && o.finished_s.is_none_or(|f| f > e.started_s))
                 .count();
-            Some(Circumstances {
+            (!locked).then_some(Circumstances {
                 slowdown: (end - e.started_s) / e.unloaded_s.max(1e-3),
                 running,
                 blip,

@@ -60,9 +60,13 @@ impl LabSpec {
                 "[lab] redrive needs a dead-letter queue: set queue.max_receive_count".into(),
             ));
         }
-        if let Some(t) = scenario.triggers.iter().find(|t| t.kind != "blip") {
+        if let Some(t) = scenario
+            .triggers
+            .iter()
+            .find(|t| !matches!(t.kind.as_str(), "blip" | "lock"))
+        {
             return Err(LabError::Setup(format!(
-                "the lab injects blips (a slow query on the database) and bursts of arrivals; a {:?} trigger runs only in the simulator",
+                "the lab injects blips (a slow query on the database), table locks and bursts of arrivals; a {:?} trigger runs only in the simulator",
                 t.kind
             )));
         }

@@ -201,6 +201,7 @@ fn trigger_spans(scenario: &Scenario) -> Vec<(f64, f64, &'static str)> {
         .iter()
         .map(|t| match t.kind.as_str() {
             "blip" => (t.start_s, t.end_s, "trigger: blip"),
+            "lock" => (t.start_s, t.end_s, "trigger: table lock"),
             "deploy" => (
                 t.start_s,
                 t.start_s + t.interval_s * scenario.scaling.workers as f64,

@@ -265,7 +265,10 @@ impl Default for Scaling {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Trigger {
-    /// `blip` (work takes `factor` times longer from start_s to end_s), `crash` (`workers`
+    /// `blip` (work takes `factor` times longer from start_s to end_s), `lock` (the rows every
+    /// execution writes are locked from start_s to end_s, as a migration's table lock would:
+    /// an execution reaching its write, after (1 - database.contention) of its time, waits for
+    /// the end, then does the rest), `crash` (`workers`
     /// busy workers die at start_s, back after restart_after_s), `deploy` (a rolling restart
     /// from start_s, one worker every interval_s), `poison` (`count` messages that always
     /// fail, sent at start_s).
@@ -356,7 +359,10 @@ impl Scenario {
             return bad("scaling.kind is fixed or lambda, with workers >= 1".into());
         }
         for t in &self.triggers {
-            if !matches!(t.kind.as_str(), "blip" | "crash" | "deploy" | "poison") {
+            if !matches!(
+                t.kind.as_str(),
+                "blip" | "lock" | "crash" | "deploy" | "poison"
+            ) {
                 return bad(format!("unknown trigger kind {:?}", t.kind));
             }
         }
@@ -368,7 +374,7 @@ impl Scenario {
         self.triggers
             .iter()
             .map(|t| match t.kind.as_str() {
-                "blip" => t.end_s,
+                "blip" | "lock" => t.end_s,
                 "deploy" => {
                     t.start_s + t.interval_s * self.scaling.workers as f64 + t.restart_after_s
                 }

@@ -375,6 +375,28 @@ impl<'a> Simulation<'a> {
         }
     }
 
+    /// When an execution from `start` to `end` really ends, given the table locks: if it
+    /// reaches its write (after 1 - contention of its time) while the rows are locked, it
+    /// waits for the lock's end and then does the rest.
+    fn locked_end(&self, start: u64, end: u64) -> u64 {
+        let origin = self.end - ms(self.sc.duration_s);
+        let write_share = 1.0 - self.sc.database.contention.clamp(0.0, 1.0);
+        self.sc
+            .triggers
+            .iter()
+            .filter(|t| t.kind == "lock")
+            .fold(end, |end, t| {
+                let (from, to) = (origin + ms(t.start_s), origin + ms(t.end_s));
+                let length = (end - start) as f64;
+                let write = start + (length * write_share) as u64;
+                if (from..to).contains(&write) {
+                    to + (length * (1.0 - write_share)) as u64
+                } else {
+                    end
+                }
+            })
+    }
+
     /// Seconds since the run began.
     fn elapsed_s(&self) -> f64 {
         (self.now - (self.end - ms(self.sc.duration_s))) as f64 / 1000.0
@@ -400,6 +422,8 @@ impl<'a> Simulation<'a> {
         let t = self.sc.triggers[i].clone();
         match t.kind.as_str() {
             "blip" => self.blip = t.factor,
+            // Each execution's wait is settled when it starts (`locked_end`).
+            "lock" => {}
             "poison" => {
                 for _ in 0..t.count {
                     self.send(true)?;
@@ -617,7 +641,8 @@ impl<'a> Simulation<'a> {
         );
         let exec = self.next_exec;
         self.next_exec += 1;
-        let end = self.now + ms(seconds).max(1);
+        let end = self.locked_end(self.now, self.now + ms(seconds).max(1));
+        let seconds = (end - self.now) as f64 / 1000.0;
         let state = self.msgs.entry(msg).or_default();
         state.executions += 1;
         let fails = state.poison;

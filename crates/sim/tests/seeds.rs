@@ -268,3 +268,27 @@ fn the_spiral_outlives_its_load_and_ends_only_when_arrivals_fall_below_it() {
         "{s:?}"
     );
 }
+
+#[test]
+fn a_table_lock_stalls_writes_and_a_long_one_leaves_a_spiral_behind() {
+    let long = scenario("lab-seed-004-table-lock");
+    let s = summary(&long);
+    assert_eq!(s.recovered, Some(false), "{s:#?}");
+    assert!(s.duplicate_executions > 0 && s.late_deletes > 0, "{s:#?}");
+    // A 4 s lock is shaken off.
+    let mut short = long.clone();
+    short.triggers[0].end_s = short.triggers[0].start_s + 4.0;
+    let s = summary(&short);
+    assert_eq!(s.recovered, Some(true), "{s:#?}");
+    // An execution that starts while the rows are locked ends only after the lock lifts.
+    let rows = run(&long, &mut |_| {}).unwrap().rows;
+    let lifted = long.triggers[0].end_s;
+    let during: Vec<_> = rows
+        .iter()
+        .filter(|r| r.t_s > 31.0 && r.t_s <= lifted - 2.0 && r.executions > 0)
+        .collect();
+    assert!(!during.is_empty());
+    for r in during {
+        assert!(r.db_latency_s >= lifted - r.t_s, "{r:?}");
+    }
+}
