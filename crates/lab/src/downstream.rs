@@ -84,12 +84,16 @@ async fn connect(config: &Config) -> Result<Client, LabError> {
     Ok(client)
 }
 
+/// Reads a PostgreSQL URL, or says in one line why it is not one.
+pub fn parse_url(url: &str) -> Result<Config, LabError> {
+    url.parse()
+        .map_err(|e| LabError::Setup(format!("--postgres {url:?} is not a PostgreSQL URL: {e}")))
+}
+
 impl Downstream {
     /// Creates this run's schema on the database at `url`.
     pub async fn create(url: &str, scenario: &Scenario) -> Result<Downstream, LabError> {
-        let base: Config = url.parse().map_err(|e| {
-            LabError::Setup(format!("--postgres {url:?} is not a PostgreSQL URL: {e}"))
-        })?;
+        let base = parse_url(url)?;
         let admin = connect(&base).await?;
         let schema = format!("leasehold_lab_{}", std::process::id());
         let app = format!("{schema}_work");

@@ -18,6 +18,11 @@ mod run;
 mod spec;
 
 pub use report::{Comparison, LabReport, ModelCheck};
+
+/// Checks a `--postgres` URL before anything starts.
+pub fn check_postgres_url(url: &str) -> Result<(), LabError> {
+    downstream::parse_url(url).map(|_| ())
+}
 pub use run::{run, LabOptions};
 pub use spec::LabSpec;
 

@@ -100,6 +100,7 @@ pub async fn lab(args: LabArgs) -> anyhow::Result<()> {
     let scenario = Scenario::from_toml(&text)
         .map_err(|e| usage(format!("{}: {e}", args.scenario.display())))?;
     LabSpec::of(&scenario).map_err(|e| usage(format!("{}: {e}", args.scenario.display())))?;
+    leasehold_lab::check_postgres_url(&args.postgres).map_err(|e| usage(e.to_string()))?;
     // Ctrl-C or SIGTERM ends the run early; it still drops its schema, and the server stops.
     let interrupt = crate::cancelled_on_shutdown();
     let server = Server::start(&scenario, &args.out).await?;

@@ -156,12 +156,25 @@ fn a_scenario_the_lab_cannot_run_is_one_line_and_exit_2_before_anything_starts()
         "{}/../../scenarios/seed-000-transcoding-30s.toml",
         env!("CARGO_MANIFEST_DIR")
     );
-    for (scenario, expected) in [
-        (crash.as_str(), "runs only in the simulator"),
-        ("no-such-scenario.toml", "cannot read no-such-scenario.toml"),
+    let naive = format!(
+        "{}/../../scenarios/lab-seed-004-naive.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for (scenario, postgres, expected) in [
+        (
+            crash.as_str(),
+            common::POSTGRES_URL,
+            "runs only in the simulator",
+        ),
+        (
+            "no-such-scenario.toml",
+            common::POSTGRES_URL,
+            "cannot read no-such-scenario.toml",
+        ),
+        (naive.as_str(), "postgres://:::", "is not a PostgreSQL URL"),
     ] {
         let run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["lab", scenario, "--out"])
+            .args(["lab", scenario, "--postgres", postgres, "--out"])
             .arg(out.path().join("x"))
             .output()
             .unwrap();
