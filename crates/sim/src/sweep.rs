@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::scenario::Scenario;
-use crate::{run, SimError};
+use crate::{run, SimError, Summary};
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct SweepCell {
@@ -34,30 +34,53 @@ pub fn sweep(
         _ => base.work.mean_s.max(0.001),
     };
     let capacity = base.scaling.workers as f64 / mean_work;
-    let total = (leases.len() * loads.len()).max(1) as f64;
-    let mut cells = Vec::new();
-    for lease in leases {
-        for load in loads {
-            let mut s = base.clone();
+    let cells = grid(
+        base,
+        leases,
+        loads,
+        progress,
+        |s, lease, load| {
             s.queue.visibility_timeout_s = lease.round().clamp(1.0, 43_200.0) as u32;
             s.arrivals.rate_per_s = capacity * load;
-            let outcome = run(&s, &mut |_| {})?;
-            cells.push(SweepCell {
-                lease_s: *lease,
-                load: *load,
-                recovered: outcome.summary.recovered.unwrap_or(false),
-                recovery_s: outcome.summary.recovery_s,
-                peak_amplification: outcome.summary.peak_amplification,
-            });
-            progress(cells.len() as f64 / total);
-        }
-    }
+        },
+        |lease, load, summary| SweepCell {
+            lease_s: lease,
+            load,
+            recovered: summary.recovered.unwrap_or(false),
+            recovery_s: summary.recovery_s,
+            peak_amplification: summary.peak_amplification,
+        },
+    )?;
     write_json(dir, "sweep.json", &cells)?;
     crate::plot::draw_sweep(
         &format!("{}: where the spiral outlives the trigger (red)", base.name),
         &cells,
         dir,
     )?;
+    Ok(cells)
+}
+
+/// Runs `base` once for each (x, y) of the grid, changed by `vary`, and makes a cell of each
+/// run's summary with `cell`, in the order x then y.
+fn grid<C>(
+    base: &Scenario,
+    xs: &[f64],
+    ys: &[f64],
+    progress: &mut dyn FnMut(f64),
+    vary: impl Fn(&mut Scenario, f64, f64),
+    cell: impl Fn(f64, f64, &Summary) -> C,
+) -> Result<Vec<C>, SimError> {
+    let total = (xs.len() * ys.len()).max(1) as f64;
+    let mut cells = Vec::new();
+    for x in xs {
+        for y in ys {
+            let mut s = base.clone();
+            vary(&mut s, *x, *y);
+            let outcome = run(&s, &mut |_| {})?;
+            cells.push(cell(*x, *y, &outcome.summary));
+            progress(cells.len() as f64 / total);
+        }
+    }
     Ok(cells)
 }
 
@@ -94,25 +117,24 @@ pub fn sweep_triggers(
             "the trigger sweep varies a blip: the scenario has none".into(),
         ));
     };
-    let total = (factors.len() * durations.len()).max(1) as f64;
-    let mut cells = Vec::new();
-    for factor in factors {
-        for duration in durations {
-            let mut s = base.clone();
+    let cells = grid(
+        base,
+        factors,
+        durations,
+        progress,
+        |s, factor, duration| {
             let trigger = &mut s.triggers[blip];
-            trigger.factor = *factor;
+            trigger.factor = factor;
             trigger.end_s = trigger.start_s + duration;
-            let outcome = run(&s, &mut |_| {})?;
-            cells.push(TriggerCell {
-                factor: *factor,
-                duration_s: *duration,
-                recovered: outcome.summary.recovered.unwrap_or(false),
-                recovery_s: outcome.summary.recovery_s,
-                peak_amplification: outcome.summary.peak_amplification,
-            });
-            progress(cells.len() as f64 / total);
-        }
-    }
+        },
+        |factor, duration_s, summary| TriggerCell {
+            factor,
+            duration_s,
+            recovered: summary.recovered.unwrap_or(false),
+            recovery_s: summary.recovery_s,
+            peak_amplification: summary.peak_amplification,
+        },
+    )?;
     write_json(dir, "trigger-sweep.json", &cells)?;
     let axes = crate::plot::MapAxes {
         x_desc: "blip: work takes this many times longer",

@@ -89,28 +89,8 @@ async fn queues_messages_leases_and_metadata_survive_a_restart() {
         .send()
         .await
         .unwrap();
-    let again = s
-        .sqs
-        .receive_message()
-        .queue_url(&url)
-        .max_number_of_messages(10)
-        .message_system_attribute_names(
-            aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount,
-        )
-        .send()
-        .await
-        .unwrap()
-        .messages
-        .unwrap();
-    assert_eq!(again.len(), 4);
-    let counts: Vec<_> = again
-        .iter()
-        .map(|m| {
-            m.attributes.as_ref().unwrap()
-                [&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount]
-                .clone()
-        })
-        .collect();
+    let counts = s.receive_counts(&url, 10).await;
+    assert_eq!(counts.len(), 4);
     assert!(counts.contains(&"2".to_string()), "{counts:?}");
     // The FIFO deduplication window survived too.
     let dup = s

@@ -209,6 +209,24 @@ impl TestServer {
             .unwrap_or_default()
     }
 
+    /// Receives up to `max` messages and returns each one's ApproximateReceiveCount.
+    pub async fn receive_counts(&self, url: &str, max: i32) -> Vec<String> {
+        let name = aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount;
+        self.sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(max)
+            .message_system_attribute_names(name.clone())
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
+            .iter()
+            .map(|m| m.attributes.as_ref().unwrap()[&name].clone())
+            .collect()
+    }
+
     pub async fn send(&self, url: &str, body: &str) -> String {
         self.sqs
             .send_message()
