@@ -24,7 +24,9 @@ use leasehold_engine::{
 use thiserror::Error;
 use tokio::sync::Notify;
 
-pub use embedded::{Embedded, EngineSetup};
+pub use embedded::{
+    Embedded, EngineSetup, StoreOptions, DEFAULT_BODY_CACHE_BYTES, DEFAULT_DISK_RESERVE_BYTES,
+};
 
 /// Why a backend did not apply a command.
 #[derive(Debug, Clone, Error, PartialEq)]
@@ -42,6 +44,10 @@ pub enum BackendError {
     /// other rules.
     #[error("{0}")]
     Unsupported(String),
+    /// Refused for now to protect the server (short of memory or disk); the client may retry
+    /// after backing off, and commands that drain the queue still go through.
+    #[error("{0}")]
+    Throttled(String),
 }
 
 pub type Result<T, E = BackendError> = std::result::Result<T, E>;
@@ -132,6 +138,11 @@ pub trait Backend: Send + Sync {
     /// Whether the backend takes writes now (`GET /ready`): the embedded store has not
     /// failed; PostgreSQL answers. The error says why not.
     async fn ready(&self) -> Result<()>;
+    /// Why sends are refused for now (the embedded store's disk below its reserve), if they
+    /// are: for `/ready` and `/metrics`.
+    fn refusing_sends(&self) -> Option<String> {
+        None
+    }
     /// Time travel (`--time-travel`, for tests): the clock the backend's rules read has
     /// jumped `by_ms` forward; answers the backend's instant after the jump.
     async fn clock_advanced(&self, by_ms: u64) -> Result<u64>;

@@ -163,11 +163,6 @@ impl FifoState {
         self.dedup_expiry.push_back((original.expires_ms, key));
     }
 
-    /// Every remembered deduplication key, for a queue's deletion or a store's snapshot.
-    pub fn dedup_keys(&self) -> impl Iterator<Item = &DedupKey> {
-        self.dedup.keys()
-    }
-
     pub fn attempt(&self, id: &str) -> Option<&[(MsgKey, u32)]> {
         self.attempts.get(id).map(Vec::as_slice)
     }

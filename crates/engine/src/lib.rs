@@ -32,9 +32,9 @@ pub use lease_stats::{
     HOLD_BUCKETS_MS, METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
 };
 pub use message::{
-    format_message_id, is_allowed_char, AttributeData, Delivery, Extras, MessageAttribute,
-    MessageAttributes, MsgKey, NewMessage, Peeked, State as MessageState, StoredMessage,
-    MAX_MESSAGE_ATTRIBUTES,
+    format_message_id, is_allowed_char, AttributeData, Content, ContentKey, Delivery, Extras,
+    MessageAttribute, MessageAttributes, MsgKey, NewMessage, Peeked, State as MessageState,
+    StoredMessage, MAX_MESSAGE_ATTRIBUTES,
 };
 pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueMeta, QueueStats, Removed, Sent};
 pub use receipt::{Receipt, ReceiptSealer};

@@ -324,13 +324,38 @@ pub struct Extras {
     pub message_id: Option<[u8; 16]>,
 }
 
-/// A stored message. Bodies and attributes are shared with receives, not copied. A store
-/// persists it with its id and hands it back on restart. Kept to 64 bytes: a queue holds
-/// millions, so every field counts (see `table.rs`); the id is not among them.
+/// What a message carries for its consumers and nothing its lease rules need: the body and
+/// the message attributes. Shared with receives, not copied.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredMessage {
+pub struct Content {
     pub body: Arc<str>,
     pub attributes: Option<Arc<MessageAttributes>>,
+}
+
+impl Content {
+    /// The bytes it holds: what a cache of contents weighs it by.
+    pub fn size(&self) -> usize {
+        self.body.len() + self.attributes.as_deref().map_or(0, attributes_size)
+    }
+}
+
+/// Where a message's content is kept in a store: its queue and its key there. A message that
+/// moves to another queue has its content moved with it (`Change::ContentMoved`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentKey {
+    pub queue_id: u64,
+    pub key: MsgKey,
+}
+
+/// A stored message. A store persists it with its id and hands it back on restart. Kept to
+/// 64 bytes: a queue holds millions, so every field counts (see `table.rs`); the id is not
+/// among them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// The body and attributes; None once handed to a store (an engine that tracks changes
+    /// keeps none: a backlog is not bounded by memory), which keeps them under the message's
+    /// `ContentKey`.
+    pub content: Option<Content>,
     pub extras: Option<Box<Extras>>,
     /// When it was first received; meaningful only once `receive_count` is above 0.
     pub first_receive_ms: u64,
@@ -368,8 +393,12 @@ const _: () = assert!(std::mem::size_of::<StoredMessage>() == 64);
 pub struct Delivery {
     pub message_id: String,
     pub receipt_handle: String,
+    /// Empty while `unread` says where the body is still to be read from.
     pub body: Arc<str>,
     pub attributes: Option<Arc<MessageAttributes>>,
+    /// Where the body and attributes are kept when the engine holds none: the backend reads
+    /// them from its store (`fill`) before anyone sees the delivery.
+    pub unread: Option<ContentKey>,
     pub system_attributes: Option<Arc<MessageAttributes>>,
     pub sent_ms: u64,
     pub first_receive_ms: u64,
@@ -392,7 +421,39 @@ pub struct Peeked {
     /// When an `InFlight` or `Delayed` state ends.
     pub until_ms: Option<u64>,
     pub group_id: Option<Arc<str>>,
+    /// Empty while `unread` says where the body is still to be read from.
     pub body: Arc<str>,
+    /// As `Delivery::unread`.
+    pub unread: Option<ContentKey>,
+}
+
+/// What the engine hands out with a message's content: held, or still to be read from its
+/// store. The backend fills in what is unread before anyone sees it.
+pub(crate) fn handed_out(
+    content: Option<&Content>,
+    at: ContentKey,
+) -> (Arc<str>, Option<Arc<MessageAttributes>>, Option<ContentKey>) {
+    match content {
+        Some(c) => (c.body.clone(), c.attributes.clone(), None),
+        None => (Arc::from(""), None, Some(at)),
+    }
+}
+
+impl Delivery {
+    /// Puts in the content read back from a store.
+    pub fn fill(&mut self, content: Content) {
+        self.body = content.body;
+        self.attributes = content.attributes;
+        self.unread = None;
+    }
+}
+
+impl Peeked {
+    /// Puts in the body read back from a store.
+    pub fn fill(&mut self, content: Content) {
+        self.body = content.body;
+        self.unread = None;
+    }
 }
 
 /// Formats 16 random bytes as a version-4 UUID, as AWS message ids look.

@@ -19,7 +19,8 @@ use crate::error::{EngineError, Result};
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::lease_stats::LeaseMetrics;
 use crate::message::{
-    format_message_id, Delivery, Extras, MsgKey, NewMessage, Peeked, State, StoredMessage,
+    format_message_id, handed_out, Content, ContentKey, Delivery, Extras, MsgKey, NewMessage,
+    Peeked, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::settings::{QueueSettings, MAX_VISIBILITY_TIMEOUT_S};
@@ -448,8 +449,11 @@ impl Queue {
         self.insert(
             key,
             StoredMessage {
-                body: message.body.into(),
-                attributes: (!message.attributes.is_empty()).then(|| Arc::new(message.attributes)),
+                content: Some(Content {
+                    body: message.body.into(),
+                    attributes: (!message.attributes.is_empty())
+                        .then(|| Arc::new(message.attributes)),
+                }),
                 extras: has_extras.then(|| Box::new(extras)),
                 first_receive_ms: 0,
                 lease_start_ms: 0,
@@ -477,7 +481,7 @@ impl Queue {
         sent_ms: u64,
         mut message: StoredMessage,
         source_arn: &Arc<str>,
-    ) {
+    ) -> MsgKey {
         let key = self.next_key(if self.meta.settings.fifo {
             now
         } else {
@@ -489,11 +493,12 @@ impl Queue {
             .get_or_insert_with(Box::default)
             .dead_letter_source = Some(source_arn.clone());
         self.insert(key, message);
+        key
     }
 
     /// Takes in a message moved by a message move task: it starts afresh, with no receives,
     /// so it does not bounce straight back to the dead-letter queue.
-    pub fn accept_moved(&mut self, now: u64, sent_ms: u64, mut message: StoredMessage) {
+    pub fn accept_moved(&mut self, now: u64, sent_ms: u64, mut message: StoredMessage) -> MsgKey {
         let key = self.next_key(if self.meta.settings.fifo {
             now
         } else {
@@ -506,6 +511,7 @@ impl Queue {
             extras.dead_letter_source = None;
         }
         self.insert(key, message);
+        key
     }
 
     /// Leases up to `max_messages` ready messages, oldest first (FIFO: by group, in order).
@@ -623,6 +629,14 @@ impl Queue {
         Some(out)
     }
 
+    /// Where a store keeps the content of the message at `key`.
+    pub(crate) fn content_key(&self, key: MsgKey) -> ContentKey {
+        ContentKey {
+            queue_id: self.meta.id,
+            key,
+        }
+    }
+
     /// A stored message's id: kept from the queue it was first sent to, or derived.
     pub(crate) fn message_id(&self, key: MsgKey, message: &StoredMessage) -> [u8; 16] {
         message
@@ -635,6 +649,8 @@ impl Queue {
     fn delivery(&self, key: MsgKey, receive_no: u32) -> Delivery {
         let message = &self.messages[&key];
         let extras = message.extras.as_deref();
+        let (body, attributes, unread) =
+            handed_out(message.content.as_ref(), self.content_key(key));
         Delivery {
             message_id: format_message_id(self.message_id(key, message)),
             receipt_handle: self.sealer.seal(Receipt {
@@ -643,8 +659,9 @@ impl Queue {
                 key,
                 receive_no,
             }),
-            body: message.body.clone(),
-            attributes: message.attributes.clone(),
+            body,
+            attributes,
+            unread,
             system_attributes: extras.and_then(|e| e.system_attributes.clone()),
             sent_ms: key.sent_ms,
             first_receive_ms: message.first_received().unwrap_or(key.sent_ms),
@@ -817,6 +834,30 @@ impl Queue {
         Some(message)
     }
 
+    /// The content of the message at `key`, taken out of memory for a store to keep, when
+    /// a store is listening and the message still holds it.
+    pub(crate) fn hand_over_content(&mut self, key: MsgKey) -> Option<Content> {
+        if !self.changes.enabled {
+            return None;
+        }
+        self.messages.get_mut(&key)?.content.take()
+    }
+
+    /// Marks every message that still holds its content as changed, so the next
+    /// `take_changes` hands the contents over; answers how many.
+    pub(crate) fn mark_held_contents(&mut self) -> usize {
+        let held: Vec<MsgKey> = self
+            .messages
+            .iter()
+            .filter(|(_, m)| m.content.is_some())
+            .map(|(k, _)| k)
+            .collect();
+        for &key in &held {
+            self.mark(key);
+        }
+        held.len()
+    }
+
     pub(crate) fn next_seq(&self) -> u64 {
         self.next_seq
     }
@@ -829,16 +870,8 @@ impl Queue {
         self.messages.get(&key)
     }
 
-    pub(crate) fn messages_iter(&self) -> impl Iterator<Item = (MsgKey, &StoredMessage)> {
-        self.messages.iter()
-    }
-
     pub(crate) fn fifo_original(&self, key: &DedupKey) -> Option<Original> {
         self.fifo.original(key)
-    }
-
-    pub(crate) fn dedup_keys(&self) -> impl Iterator<Item = &DedupKey> {
-        self.fifo.dedup_keys()
     }
 
     /// Puts back a message a store kept, rebuilding every index for it. An id other than
@@ -880,6 +913,7 @@ impl Queue {
             .map(|(key, message)| {
                 let waiting = matches!(message.state, State::InFlight | State::Delayed)
                     && message.until_ms > now;
+                let (body, _, unread) = handed_out(message.content.as_ref(), self.content_key(key));
                 Peeked {
                     message_id: format_message_id(self.message_id(key, message)),
                     sent_ms: key.sent_ms,
@@ -887,7 +921,8 @@ impl Queue {
                     state: if waiting { message.state } else { State::Ready },
                     until_ms: waiting.then_some(message.until_ms),
                     group_id: message.group().cloned(),
-                    body: message.body.clone(),
+                    body,
+                    unread,
                 }
             })
             .collect()

@@ -121,13 +121,15 @@ impl Index<&MsgKey> for MessageTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::State;
+    use crate::message::{Content, State};
 
     /// A message told apart by its receive count.
     fn message(n: u32) -> StoredMessage {
         StoredMessage {
-            body: format!("m{n}").into(),
-            attributes: None,
+            content: Some(Content {
+                body: format!("m{n}").into(),
+                attributes: None,
+            }),
             extras: None,
             first_receive_ms: 0,
             lease_start_ms: 0,

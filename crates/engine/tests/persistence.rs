@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use leasehold_engine::{
-    Change, DedupKey, Engine, EngineConfig, EngineRecord, LeaseMode, ManualClock, MetricsRecord,
-    MsgKey, NewMessage, Original, QueueRecord, ReceiveRequest, Snapshot, StoredMessage,
+    Change, Content, ContentKey, DedupKey, Delivery, Engine, EngineConfig, EngineError,
+    EngineRecord, LeaseMode, ManualClock, MetricsRecord, MsgKey, NewMessage, Original, QueueRecord,
+    ReceiveRequest, Snapshot, StoredMessage,
 };
 use proptest::prelude::*;
 
@@ -16,6 +17,7 @@ struct MapStore {
     engine: Option<EngineRecord>,
     queues: BTreeMap<u64, QueueRecord>,
     messages: BTreeMap<(u64, MsgKey), ([u8; 16], StoredMessage)>,
+    contents: BTreeMap<ContentKey, Content>,
     dedup: BTreeMap<(u64, DedupKey), Original>,
     metrics: BTreeMap<u64, MetricsRecord>,
 }
@@ -32,9 +34,20 @@ impl MapStore {
                     self.queues.remove(&queue_id);
                     self.metrics.remove(&queue_id);
                     self.messages.retain(|(q, _), _| *q != queue_id);
+                    self.contents.retain(|at, _| at.queue_id != queue_id);
                     self.dedup.retain(|(q, _), _| *q != queue_id);
                 }
-                Change::Purged { queue_id, .. } => self.messages.retain(|(q, _), _| *q != queue_id),
+                Change::Purged { queue_id, .. } => {
+                    self.messages.retain(|(q, _), _| *q != queue_id);
+                    self.contents.retain(|at, _| at.queue_id != queue_id);
+                }
+                Change::Content { at, content } => {
+                    self.contents.insert(at, content);
+                }
+                Change::ContentMoved { from, to } => {
+                    let content = self.contents.get(&from).cloned().expect("moved content");
+                    self.contents.insert(to, content);
+                }
                 Change::Metrics { queue_id, record } => {
                     self.metrics.insert(queue_id, *record);
                 }
@@ -48,6 +61,7 @@ impl MapStore {
                     }
                     None => {
                         self.messages.remove(&(queue_id, key));
+                        self.contents.remove(&ContentKey { queue_id, key });
                     }
                 },
                 Change::Dedup {
@@ -64,6 +78,20 @@ impl MapStore {
                 },
             }
         }
+    }
+
+    /// The deliveries with their contents read back, as a backend hands them out.
+    fn filled(
+        &self,
+        deliveries: Result<Vec<Delivery>, EngineError>,
+    ) -> Result<Vec<Delivery>, EngineError> {
+        let mut deliveries = deliveries?;
+        for d in &mut deliveries {
+            if let Some(at) = d.unread {
+                d.fill(self.contents.get(&at).cloned().expect("a stored content"));
+            }
+        }
+        Ok(deliveries)
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -215,7 +243,9 @@ proptest! {
         for queue in QUEUES {
             for _ in 0..4 {
                 let request = ReceiveRequest { max_messages: 10, visibility_s: Some(30), attempt_id: None };
-                prop_assert_eq!(restored.receive(queue, &request), engine.receive(queue, &request));
+                let (again, original) = (restored.receive(queue, &request), engine.receive(queue, &request));
+                store.apply(engine.take_changes());
+                prop_assert_eq!(store.filled(again), store.filled(original));
             }
         }
     }

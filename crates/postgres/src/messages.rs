@@ -371,6 +371,7 @@ impl Postgres {
             receipt_handle: self.sealer.seal(receipt),
             body: Arc::from(body),
             attributes: attributes(5)?,
+            unread: None,
             system_attributes: attributes(6)?,
             sent_ms,
             first_receive_ms: row.get::<_, Option<i64>>(3).map_or(opened.now, to_u64),
@@ -466,6 +467,7 @@ impl Postgres {
                     state,
                     group_id: row.get::<_, Option<String>>(7).map(Arc::from),
                     body: Arc::from(row.get::<_, String>(5)),
+                    unread: None,
                 })
             })
             .collect()

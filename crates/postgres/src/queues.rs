@@ -233,7 +233,10 @@ async fn write_change(
         }
         // The receipt key never changes; deletions are kept by QueueDeleted above; a
         // transient engine holds no messages, deduplication ids or measurements.
+        // A metadata command's engine holds no messages: these never arise.
         Change::Engine(_)
+        | Change::Content { .. }
+        | Change::ContentMoved { .. }
         | Change::Message { .. }
         | Change::Dedup { .. }
         | Change::Metrics { .. } => {}

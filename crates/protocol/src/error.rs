@@ -62,6 +62,7 @@ impl From<BackendError> for ProtocolError {
             BackendError::Unavailable(why) => ProtocolError::ServiceUnavailable(why),
             BackendError::Failed(why) => ProtocolError::Internal(why),
             BackendError::Unsupported(why) => ProtocolError::UnsupportedOperation(why),
+            BackendError::Throttled(why) => ProtocolError::RequestThrottled(why),
         }
     }
 }

@@ -7,6 +7,12 @@ pub enum Op {
     Put(Vec<u8>, Vec<u8>),
     Delete(Vec<u8>),
     DeleteRange(RangeDelete),
+    /// Puts under `to` the value stored under `from` (a message's content moving to another
+    /// queue), without the value passing through the caller.
+    Copy {
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
 }
 
 /// Deletes every key in `[start, end)` or, with `below = Some((offset, bound))`, those whose
@@ -35,10 +41,11 @@ impl RangeDelete {
 }
 
 impl Op {
-    /// The one key a put or delete writes.
+    /// The one key a put, delete or copy writes.
     pub fn key(&self) -> Option<&[u8]> {
         match self {
             Op::Put(k, _) | Op::Delete(k) => Some(k),
+            Op::Copy { to, .. } => Some(to),
             Op::DeleteRange(_) => None,
         }
     }
@@ -58,6 +65,10 @@ impl WriteBatch {
         self.ops.push(Op::Delete(key));
     }
 
+    pub fn copy(&mut self, from: Vec<u8>, to: Vec<u8>) {
+        self.ops.push(Op::Copy { from, to });
+    }
+
     pub fn delete_range(&mut self, range: RangeDelete) {
         self.ops.push(Op::DeleteRange(range));
     }
@@ -70,15 +81,29 @@ impl WriteBatch {
 /// The ops of a group of batches that still matter, in order: every put or delete that a
 /// later put or delete of the same key overwrites is left out. Under load each request of a
 /// group commit rewrites its queue's record, so a group of 32 writes it once, not 32 times.
-/// Range deletes are always kept.
+/// Range deletes are always kept. A copy reads its source, so what was written there before
+/// it is kept even when a later op overwrites the source.
 pub fn effective_ops(batches: &[WriteBatch]) -> Vec<&Op> {
     let mut written_later: HashSet<&[u8]> = HashSet::new();
-    let mut keep: Vec<&Op> = batches
-        .iter()
-        .rev()
-        .flat_map(|b| b.ops.iter().rev())
-        .filter(|op| op.key().is_none_or(|k| written_later.insert(k)))
-        .collect();
+    let mut keep: Vec<&Op> = Vec::new();
+    for op in batches.iter().rev().flat_map(|b| b.ops.iter().rev()) {
+        let Some(key) = op.key() else {
+            keep.push(op);
+            continue;
+        };
+        if let Op::Copy { from, to } = op {
+            // A copy from nothing writes nothing, so what was written under `to` before it
+            // stays needed.
+            if !written_later.contains(to.as_slice()) {
+                written_later.remove(from.as_slice());
+                keep.push(op);
+            }
+            continue;
+        }
+        if written_later.insert(key) {
+            keep.push(op);
+        }
+    }
     keep.reverse();
     keep
 }
@@ -90,6 +115,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::memory::copy;
 
     fn apply<'a>(ops: impl IntoIterator<Item = &'a Op>) -> BTreeMap<Vec<u8>, Vec<u8>> {
         let mut data = BTreeMap::new();
@@ -102,6 +128,7 @@ mod tests {
                     data.remove(k);
                 }
                 Op::DeleteRange(range) => data.retain(|k, _| !range.covers(k)),
+                Op::Copy { from, to } => copy(&mut data, from, to),
             }
         }
         data
@@ -112,6 +139,7 @@ mod tests {
         prop_oneof![
             4 => (key(), any::<u8>()).prop_map(|(k, v)| Op::Put(k, vec![v])),
             2 => key().prop_map(Op::Delete),
+            2 => (key(), key()).prop_map(|(from, to)| Op::Copy { from, to }),
             1 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(RangeDelete {
                 start: a.clone().min(b.clone()),
                 end: a.max(b),

@@ -6,21 +6,29 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use leasehold_engine::{
-    AttributeData, Change, Counts, DedupKey, EngineRecord, Extras, MessageAttribute,
-    MessageAttributes, MessageState, MetricsRecord, MoveTask, MoveTaskStatus, MsgKey, Original,
-    QueueMeta, QueueRecord, QueueSettings, QueueStats, RedriveAllowPolicy, RedrivePolicy, Snapshot,
-    StoredMessage, WindowedRecord,
+    AttributeData, Change, Content, ContentKey, Counts, DedupKey, EngineRecord, Extras,
+    MessageAttribute, MessageAttributes, MessageState, MetricsRecord, MoveTask, MoveTaskStatus,
+    MsgKey, Original, QueueMeta, QueueRecord, QueueSettings, QueueStats, RedriveAllowPolicy,
+    RedrivePolicy, Snapshot, StoredMessage, WindowedRecord,
 };
 
 use crate::batch::{RangeDelete, WriteBatch};
 
 const VERSION: u8 = 1;
+/// Message records without their content, which has a record of its own (`CONTENT`).
+const MESSAGE_VERSION: u8 = 2;
 
 pub const ENGINE_KEY: &[u8] = b"E";
 const QUEUE: u8 = b'Q';
 const MESSAGE: u8 = b'M';
 const DEDUP: u8 = b'D';
 const METRICS: u8 = b'H';
+/// A message's body and attributes, apart from its record: written once, never read at
+/// restart. The first kind in key order, so a scan of the rest skips the range whole.
+const CONTENT: u8 = b'B';
+
+/// The key range of every message content: what a restart does not read.
+pub const CONTENT_RANGE: (&[u8], &[u8]) = (b"B", b"C");
 
 fn prefixed(kind: u8, queue_id: u64) -> Vec<u8> {
     let mut key = Vec::with_capacity(25);
@@ -30,7 +38,16 @@ fn prefixed(kind: u8, queue_id: u64) -> Vec<u8> {
 }
 
 fn message_key(queue_id: u64, key: MsgKey) -> Vec<u8> {
-    let mut k = prefixed(MESSAGE, queue_id);
+    keyed(MESSAGE, queue_id, key)
+}
+
+/// Where a store keeps the content of the message at `at`.
+pub fn content_key(at: ContentKey) -> Vec<u8> {
+    keyed(CONTENT, at.queue_id, at.key)
+}
+
+fn keyed(kind: u8, queue_id: u64, key: MsgKey) -> Vec<u8> {
+    let mut k = prefixed(kind, queue_id);
     k.extend_from_slice(&key.sent_ms.to_be_bytes());
     k.extend_from_slice(&key.seq.to_be_bytes());
     k
@@ -55,11 +72,28 @@ fn all_of(kind: u8, queue_id: u64) -> RangeDelete {
 /// Where a message key keeps its sequence number: after the kind, queue id and send time.
 const SEQ_OFFSET: usize = 1 + 8 + 8;
 
-/// The messages of a queue numbered below `below_seq`: those a purge removed.
-fn purged(queue_id: u64, below_seq: u64) -> RangeDelete {
+/// The records of `kind` (messages or contents) of a queue numbered below `below_seq`:
+/// those a purge removed.
+fn purged(kind: u8, queue_id: u64, below_seq: u64) -> RangeDelete {
     RangeDelete {
         below: Some((SEQ_OFFSET, below_seq.to_be_bytes().to_vec())),
-        ..all_of(MESSAGE, queue_id)
+        ..all_of(kind, queue_id)
+    }
+}
+
+/// A deleted queue's records that may go in the background. Contents first: a stop before
+/// the end leaves message records behind, from which a restart finds what to finish
+/// (`leftovers`), never contents without their message.
+fn deleted_queue(batch: &mut WriteBatch, queue_id: u64) {
+    for kind in [CONTENT, MESSAGE, DEDUP] {
+        batch.delete_range(all_of(kind, queue_id));
+    }
+}
+
+/// A purge's records that may go in the background, contents first as above.
+fn purged_messages(batch: &mut WriteBatch, queue_id: u64, below_seq: u64) {
+    for kind in [CONTENT, MESSAGE] {
+        batch.delete_range(purged(kind, queue_id, below_seq));
     }
 }
 
@@ -94,11 +128,10 @@ pub fn leftovers(snapshot: &Snapshot) -> WriteBatch {
     );
     let mut batch = WriteBatch::default();
     for queue_id in orphans {
-        batch.delete_range(all_of(MESSAGE, queue_id));
-        batch.delete_range(all_of(DEDUP, queue_id));
+        deleted_queue(&mut batch, queue_id);
     }
     for (queue_id, below) in purges {
-        batch.delete_range(purged(queue_id, below));
+        purged_messages(&mut batch, queue_id, below);
     }
     batch
 }
@@ -117,13 +150,14 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
                 // ranges may be deleted in the background.
                 batch.delete(prefixed(QUEUE, *queue_id));
                 batch.delete(prefixed(METRICS, *queue_id));
-                batch.delete_range(all_of(MESSAGE, *queue_id));
-                batch.delete_range(all_of(DEDUP, *queue_id));
+                deleted_queue(&mut batch, *queue_id);
             }
             Change::Purged {
                 queue_id,
                 below_seq,
-            } => batch.delete_range(purged(*queue_id, *below_seq)),
+            } => purged_messages(&mut batch, *queue_id, *below_seq),
+            Change::Content { at, content } => batch.put(content_key(*at), content_value(content)),
+            Change::ContentMoved { from, to } => batch.copy(content_key(*from), content_key(*to)),
             Change::Metrics { queue_id, record } => {
                 batch.put(prefixed(METRICS, *queue_id), metrics_value(record))
             }
@@ -135,7 +169,13 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
                 let k = message_key(*queue_id, *key);
                 match message {
                     Some((id, m)) => batch.put(k, message_value(id, m)),
-                    None => batch.delete(k),
+                    None => {
+                        batch.delete(k);
+                        batch.delete(content_key(ContentKey {
+                            queue_id: *queue_id,
+                            key: *key,
+                        }));
+                    }
                 }
             }
             Change::Dedup {
@@ -157,11 +197,14 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
 /// Adds one stored record to a snapshot being rebuilt.
 pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<(), String> {
     let mut r = Reader::new(value);
-    if r.u8()? != VERSION {
+    let mut k = Reader::new(key);
+    let kind = k.u8()?;
+    let version = r.u8()?;
+    let known = version == VERSION || (kind == MESSAGE && version == MESSAGE_VERSION);
+    if !known {
         return Err("unknown record format version".into());
     }
-    let mut k = Reader::new(key);
-    match k.u8()? {
+    match kind {
         b'E' => snapshot.engine = Some(read_engine(&mut r)?),
         QUEUE => snapshot.queues.push(read_queue(&mut r)?),
         MESSAGE => {
@@ -170,9 +213,10 @@ pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<
                 sent_ms: k.u64()?,
                 seq: k.u64()?,
             };
+            let with_content = version == VERSION;
             snapshot
                 .messages
-                .push(read_message(&mut r).map(|(id, m)| (queue_id, key, id, m))?);
+                .push(read_message(&mut r, with_content).map(|(id, m)| (queue_id, key, id, m))?);
         }
         METRICS => {
             let queue_id = k.u64()?;
@@ -516,13 +560,34 @@ fn read_attributes(r: &mut Reader) -> Result<Arc<MessageAttributes>, String> {
     Ok(Arc::new(items.into_iter().collect()))
 }
 
-/// The id is written on its own; `Extras::message_id`, which only repeats it, is not.
-fn message_value(id: &[u8; 16], m: &StoredMessage) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(m.body.len() + 64));
+/// A message's content as stored: its body and attributes.
+pub fn content_value(content: &Content) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(content.body.len() + 16));
     w.u8(VERSION);
+    w.str(&content.body);
+    w.opt(&content.attributes, |w, a| write_attributes(w, a));
+    w.0
+}
+
+/// A message's content from `content_value`'s bytes.
+pub fn decode_content(bytes: &[u8]) -> Result<Content, String> {
+    read_value(bytes, read_content)
+}
+
+fn read_content(r: &mut Reader) -> Result<Content, String> {
+    Ok(Content {
+        body: r.arc_str()?,
+        attributes: r.opt(read_attributes)?,
+    })
+}
+
+/// The id is written on its own; `Extras::message_id`, which only repeats it, is not. The
+/// content is not written here: it has a record of its own (`Change::Content`), so a lease
+/// rewrites a hundred bytes, not the body.
+fn message_value(id: &[u8; 16], m: &StoredMessage) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(64));
+    w.u8(MESSAGE_VERSION);
     w.raw(id);
-    w.str(&m.body);
-    w.opt(&m.attributes, |w, a| write_attributes(w, a));
     w.opt(&m.extras, |w, e| {
         w.opt(&e.group, |w, g| w.str(g));
         w.opt(&e.deduplication_id, |w, d| w.str(d));
@@ -553,10 +618,15 @@ fn message_value(id: &[u8; 16], m: &StoredMessage) -> Vec<u8> {
     w.0
 }
 
-fn read_message(r: &mut Reader) -> Result<([u8; 16], StoredMessage), String> {
+/// A message record; `with_content`: one written before contents had records of their own,
+/// which carries its body and attributes after the id.
+fn read_message(r: &mut Reader, with_content: bool) -> Result<([u8; 16], StoredMessage), String> {
     let id = r.array()?;
-    let body = r.arc_str()?;
-    let attributes = r.opt(read_attributes)?;
+    let content = if with_content {
+        Some(read_content(r)?)
+    } else {
+        None
+    };
     let extras = r.opt(|r| {
         Ok(Box::new(Extras {
             group: r.opt(|r| r.arc_str())?,
@@ -579,8 +649,7 @@ fn read_message(r: &mut Reader) -> Result<([u8; 16], StoredMessage), String> {
         s => return Err(format!("unknown message state {s}")),
     };
     let message = StoredMessage {
-        body,
-        attributes,
+        content,
         extras,
         first_receive_ms,
         lease_start_ms,

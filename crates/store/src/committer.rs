@@ -149,6 +149,10 @@ impl Drop for Committer {
 
 fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job>) {
     let mut failed: Option<StoreError> = None;
+    // A write the full file system refused (`StoreError::Full`): every write queued behind it
+    // was made on top of it, so they are refused too, up to the next `load`, which the
+    // backend asks for once it stopped changing its engine, to go back to what is stored.
+    let mut refusing: Option<StoreError> = None;
     let mut unsynced_since: Option<Instant> = None;
     // Range deletes still to do, in steps, whenever no request is waiting.
     let mut sweeps: VecDeque<RangeDelete> = VecDeque::new();
@@ -185,6 +189,7 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
             }
         };
         if let Some(reply) = first.load {
+            refusing = None;
             let _ = reply.send(crate::load(&mut *store));
             continue;
         }
@@ -204,12 +209,19 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
         }
         let (batches, waiters): (Vec<WriteBatch>, Vec<_>) =
             jobs.into_iter().map(|j| (j.batch, j.done)).unzip();
-        let result = match &failed {
-            Some(earlier) => Err(StoreError::Failed(earlier.to_string())),
-            None => store.write(&batches, durability == Durability::Always),
+        let result = match (&failed, &refusing) {
+            (Some(earlier), _) => Err(StoreError::Failed(earlier.to_string())),
+            (None, Some(full)) => Err(full.clone()),
+            (None, None) => store.write(&batches, durability == Durability::Always),
         };
         match (&result, &failed) {
             (Ok(()), _) => sweeps.extend(range_deletes(&batches)),
+            (Err(error @ StoreError::Full { .. }), None) => {
+                if refusing.is_none() {
+                    tracing::warn!(%error, "the file system is full: this write and those queued behind it are refused");
+                }
+                refusing = Some(error.clone());
+            }
             (Err(error), None) => {
                 // After a failed write the disk's state is unknown: stop taking writes rather
                 // than acknowledge anything that might not be there.
@@ -222,6 +234,7 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
             let _ = waiter.send(result.clone());
         }
         if let Some(reply) = load_after {
+            refusing = None;
             let _ = reply.send(crate::load(&mut *store));
         }
         if let Durability::Interval(period) = durability {
@@ -279,6 +292,8 @@ fn sweep_step(
             sweeps.pop_front();
         }
         Ok(_) => {}
+        // Deleting needs room in the write-ahead log too; the step is tried again later.
+        Err(StoreError::Full { .. }) => {}
         Err(error) => {
             tracing::error!(%error, "background delete failed; refusing further writes");
             *failed = Some(error);
@@ -290,9 +305,15 @@ fn sync(store: &mut dyn Store, failed: &mut Option<StoreError>) {
     if failed.is_some() {
         return;
     }
-    if let Err(error) = store.sync() {
-        tracing::error!(%error, "store sync failed; refusing further writes");
-        *failed = Some(error);
+    match store.sync() {
+        Ok(()) => {}
+        // The sync's own small write found no room; what it would sync is written, and the
+        // next interval tries again.
+        Err(StoreError::Full { .. }) => {}
+        Err(error) => {
+            tracing::error!(%error, "store sync failed; refusing further writes");
+            *failed = Some(error);
+        }
     }
 }
 

@@ -65,4 +65,8 @@ impl<S: Store> Store for FaultyStore<S> {
     fn describe(&self) -> String {
         format!("faulty {}", self.inner.describe())
     }
+
+    fn reader(&self) -> Result<std::sync::Arc<dyn crate::Reader>, StoreError> {
+        self.inner.reader()
+    }
 }

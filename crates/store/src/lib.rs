@@ -17,7 +17,9 @@ mod guard;
 mod memory;
 mod sqlite;
 
-use leasehold_engine::Snapshot;
+use std::sync::Arc;
+
+use leasehold_engine::{Content, ContentKey, Snapshot};
 use thiserror::Error;
 
 pub use backup::{backup, BackupSummary};
@@ -35,6 +37,12 @@ pub enum StoreError {
     Corrupt { path: String, reason: String },
     #[error("writing to {path} failed: {reason}")]
     Write { path: String, reason: String },
+    /// The file system is full: the write changed nothing and may succeed once space is
+    /// freed, unlike a failed write or fsync, after which the disk's state is unknown.
+    #[error("writing to {path} failed: the file system is full ({reason})")]
+    Full { path: String, reason: String },
+    #[error("reading {path} failed: {reason}")]
+    Read { path: String, reason: String },
     #[error("the store failed earlier and takes no more writes until a restart: {0}")]
     Failed(String),
     #[error("injected fault: {0}")]
@@ -46,7 +54,9 @@ pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), String> + 'a;
 
 /// Where the engine's records live between restarts.
 pub trait Store: Send {
-    /// Visits every stored key and value, in key order.
+    /// Visits every stored key and value but message contents (`codec::CONTENT_RANGE`), in
+    /// key order: what a restart reads, whose time grows with the number of messages, not
+    /// their bytes.
     fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError>;
     /// Applies the batches' puts and deletes in order as one atomic write; durable on return
     /// when `sync`. Their range deletes are left for `delete_some`.
@@ -60,6 +70,31 @@ pub trait Store: Send {
     fn sync(&mut self) -> Result<(), StoreError>;
     /// Names the store in messages: the data file's path.
     fn describe(&self) -> String;
+    /// A reader of what this store holds, for any number of threads while it writes.
+    fn reader(&self) -> Result<Arc<dyn Reader>, StoreError>;
+}
+
+/// Reads a store while its committer writes: message contents as a receive hands them out,
+/// and the space left for writes.
+pub trait Reader: Send + Sync {
+    /// The values under `keys` as of the last committed write (None where there is none).
+    fn get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError>;
+    /// The space its writes may still use; None for a store that keeps no file.
+    fn space(&self) -> Option<Space>;
+}
+
+/// What a store's writes may still use: free space on its file system, and pages inside its
+/// file that deletes freed (SQLite reuses them before it grows the file).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Space {
+    pub file_system_free: u64,
+    pub reusable_in_file: u64,
+}
+
+impl Space {
+    pub fn available(&self) -> u64 {
+        self.file_system_free.saturating_add(self.reusable_in_file)
+    }
 }
 
 /// Reads everything a store kept back into a snapshot for `Engine::restore`.
@@ -79,6 +114,28 @@ pub fn load(store: &mut dyn Store) -> Result<Snapshot, StoreError> {
             },
         })?;
     Ok(snapshot)
+}
+
+/// The contents kept under `at` (None where a message is gone), read through `reader`.
+pub fn read_contents(
+    reader: &dyn Reader,
+    at: &[ContentKey],
+) -> Result<Vec<Option<Content>>, StoreError> {
+    let keys: Vec<Vec<u8>> = at.iter().map(|a| codec::content_key(*a)).collect();
+    reader
+        .get(&keys)?
+        .into_iter()
+        .zip(&keys)
+        .map(|(value, key)| {
+            value
+                .map(|bytes| codec::decode_content(&bytes))
+                .transpose()
+                .map_err(|reason| StoreError::Corrupt {
+                    path: "message content".into(),
+                    reason: format!("record {}: {reason}", printable(key)),
+                })
+        })
+        .collect()
 }
 
 fn printable(key: &[u8]) -> String {

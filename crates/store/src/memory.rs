@@ -1,18 +1,49 @@
 //! A store in a map: the seam's reference backend, for tests.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::batch::{Op, RangeDelete, WriteBatch};
-use crate::{Store, StoreError, Visitor};
+use crate::codec::CONTENT_RANGE;
+use crate::{Reader, Space, Store, StoreError, Visitor};
 
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Shared with its readers, as a file is.
 #[derive(Default, Debug, Clone)]
 pub struct MemoryStore {
-    pub data: BTreeMap<Vec<u8>, Vec<u8>>,
+    data: Arc<RwLock<Map>>,
     pub syncs: u64,
 }
 
+impl MemoryStore {
+    /// Every record it holds now.
+    pub fn records(&self) -> Map {
+        self.read().clone()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Map> {
+        self.data.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_lock(&self) -> RwLockWriteGuard<'_, Map> {
+        self.data.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Reader for MemoryStore {
+    fn get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let data = self.read();
+        Ok(keys.iter().map(|k| data.get(k).cloned()).collect())
+    }
+
+    fn space(&self) -> Option<Space> {
+        None
+    }
+}
+
 /// Applies a batch's puts and deletes; range deletes are `delete_some`'s.
-fn apply(data: &mut BTreeMap<Vec<u8>, Vec<u8>>, batch: &WriteBatch) {
+fn apply(data: &mut Map, batch: &WriteBatch) {
     for op in &batch.ops {
         match op {
             Op::Put(k, v) => {
@@ -22,13 +53,23 @@ fn apply(data: &mut BTreeMap<Vec<u8>, Vec<u8>>, batch: &WriteBatch) {
                 data.remove(k);
             }
             Op::DeleteRange(_) => {}
+            Op::Copy { from, to } => copy(data, from, to),
         }
+    }
+}
+
+/// `Op::Copy` on a map: a missing source copies nothing, as SQLite's does.
+pub(crate) fn copy(data: &mut Map, from: &[u8], to: &[u8]) {
+    if let Some(value) = data.get(from).cloned() {
+        data.insert(to.to_vec(), value);
     }
 }
 
 impl Store for MemoryStore {
     fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
-        for (k, v) in &self.data {
+        let data = self.read();
+        let contents = |k: &[u8]| k >= CONTENT_RANGE.0 && k < CONTENT_RANGE.1;
+        for (k, v) in data.iter().filter(|(k, _)| !contents(k)) {
             visit(k, v).map_err(|reason| StoreError::Corrupt {
                 path: self.describe(),
                 reason,
@@ -38,9 +79,11 @@ impl Store for MemoryStore {
     }
 
     fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError> {
+        let mut data = self.write_lock();
         for batch in batches {
-            apply(&mut self.data, batch);
+            apply(&mut data, batch);
         }
+        drop(data);
         if sync {
             self.syncs += 1;
         }
@@ -53,8 +96,8 @@ impl Store for MemoryStore {
     }
 
     fn delete_some(&mut self, range: &RangeDelete, limit: usize) -> Result<usize, StoreError> {
-        let doomed: Vec<Vec<u8>> = self
-            .data
+        let mut data = self.write_lock();
+        let doomed: Vec<Vec<u8>> = data
             .range(range.start.clone()..range.end.clone())
             .map(|(k, _)| k)
             .filter(|k| range.covers(k))
@@ -62,12 +105,16 @@ impl Store for MemoryStore {
             .cloned()
             .collect();
         for k in &doomed {
-            self.data.remove(k);
+            data.remove(k);
         }
         Ok(doomed.len())
     }
 
     fn describe(&self) -> String {
         "(memory)".into()
+    }
+
+    fn reader(&self) -> Result<Arc<dyn Reader>, StoreError> {
+        Ok(Arc::new(self.clone()))
     }
 }

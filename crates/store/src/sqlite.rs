@@ -3,17 +3,31 @@
 //! and readable by `leasehold backup` while it runs.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 
 use crate::batch::{effective_ops, Op, RangeDelete, WriteBatch};
+use crate::codec::CONTENT_RANGE;
 use crate::guard::{create_private_dir, make_private, wal_path, DirLock, FileIdentity};
-use crate::{Store, StoreError, Visitor};
+use crate::{Reader, Space, Store, StoreError, Visitor};
 
 pub const FILE_NAME: &str = "leasehold.db";
 const FORMAT: i64 = 1;
 /// Bytes the write-ahead log keeps after a checkpoint.
 const WAL_SIZE_LIMIT: i64 = 16 << 20;
+
+/// A failed write's error: `Full` when the file system had no room (nothing was written, and
+/// the same write may succeed later), else `Write`.
+fn write_error(path: &str, e: rusqlite::Error) -> StoreError {
+    let full = matches!(&e, rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::DiskFull);
+    let (path, reason) = (path.to_string(), e.to_string());
+    if full {
+        StoreError::Full { path, reason }
+    } else {
+        StoreError::Write { path, reason }
+    }
+}
 
 pub struct SqliteStore {
     conn: Connection,
@@ -128,10 +142,7 @@ impl SqliteStore {
     }
 
     fn err(&self, e: rusqlite::Error) -> StoreError {
-        StoreError::Write {
-            path: self.describe(),
-            reason: e.to_string(),
-        }
+        write_error(&self.describe(), e)
     }
 
     /// Called after every write, so nothing written to a file that is gone is answered.
@@ -163,9 +174,11 @@ impl Store for SqliteStore {
         };
         let mut stmt = self
             .conn
-            .prepare("SELECT k, v FROM kv ORDER BY k")
+            .prepare("SELECT k, v FROM kv WHERE k < ?1 OR k >= ?2 ORDER BY k")
             .map_err(|e| corrupt(e.to_string()))?;
-        let mut rows = stmt.query([]).map_err(|e| corrupt(e.to_string()))?;
+        let mut rows = stmt
+            .query(CONTENT_RANGE)
+            .map_err(|e| corrupt(e.to_string()))?;
         while let Some(row) = rows.next().map_err(|e| corrupt(e.to_string()))? {
             let key = row
                 .get_ref(0)
@@ -183,10 +196,7 @@ impl Store for SqliteStore {
     fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError> {
         self.set_synchronous(sync)?;
         let path = self.describe();
-        let err = |e: rusqlite::Error| StoreError::Write {
-            path: path.clone(),
-            reason: e.to_string(),
-        };
+        let err = |e: rusqlite::Error| write_error(&path, e);
         let tx = self.conn.transaction().map_err(err)?;
         {
             let mut put = tx
@@ -195,10 +205,17 @@ impl Store for SqliteStore {
             let mut delete = tx
                 .prepare_cached("DELETE FROM kv WHERE k = ?1")
                 .map_err(err)?;
+            let mut copy = tx
+                .prepare_cached(
+                    "INSERT INTO kv (k, v) SELECT ?2, v FROM kv WHERE k = ?1 \
+                     ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                )
+                .map_err(err)?;
             for op in effective_ops(batches) {
                 match op {
                     Op::Put(k, v) => put.execute((k, v)).map(|_| ()),
                     Op::Delete(k) => delete.execute([k]).map(|_| ()),
+                    Op::Copy { from, to } => copy.execute((from, to)).map(|_| ()),
                     Op::DeleteRange(_) => Ok(()),
                 }
                 .map_err(err)?;
@@ -258,5 +275,94 @@ impl Store for SqliteStore {
 
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn reader(&self) -> Result<Arc<dyn Reader>, StoreError> {
+        Ok(Arc::new(SqliteReader {
+            path: self.path.clone(),
+            idle: Mutex::new(Vec::new()),
+        }))
+    }
+}
+
+/// Connections of their own that read while the committer writes (write-ahead logging lets
+/// readers see the last commit without waiting), kept for reuse.
+struct SqliteReader {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+/// Readers kept open for reuse; more may read at once, opening connections of their own.
+const IDLE_READERS: usize = 8;
+
+impl SqliteReader {
+    fn error(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Read {
+            path: self.path.display().to_string(),
+            reason: e.to_string(),
+        }
+    }
+
+    fn connection(&self) -> Result<Connection, StoreError> {
+        if let Some(conn) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(conn);
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.path, flags).map_err(|e| self.error(e))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .and_then(|()| conn.pragma_update(None, "query_only", true))
+            .map_err(|e| self.error(e))?;
+        Ok(conn)
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < IDLE_READERS {
+            idle.push(conn);
+        }
+    }
+
+    fn with<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let conn = self.connection()?;
+        let value = read(&conn).map_err(|e| self.error(e))?;
+        self.give_back(conn);
+        Ok(value)
+    }
+}
+
+impl Reader for SqliteReader {
+    fn get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        self.with(|conn| {
+            // One read transaction, so every value is of the same commit.
+            conn.execute_batch("BEGIN")?;
+            let values = {
+                let mut stmt = conn.prepare_cached("SELECT v FROM kv WHERE k = ?1")?;
+                keys.iter()
+                    .map(|k| stmt.query_row([k], |r| r.get(0)).optional())
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            };
+            conn.execute_batch("COMMIT")?;
+            values
+        })
+    }
+
+    fn space(&self) -> Option<Space> {
+        let dir = self.path.parent()?;
+        let stat = rustix::fs::statvfs(dir).ok()?;
+        let file_system_free = stat.f_bavail.saturating_mul(stat.f_frsize);
+        let reusable_in_file = self
+            .with(|conn| {
+                let pages: u64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+                let size: u64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+                Ok(pages.saturating_mul(size))
+            })
+            .unwrap_or(0);
+        Some(Space {
+            file_system_free,
+            reusable_in_file,
+        })
     }
 }

@@ -41,7 +41,14 @@ impl Backend for Embedded {
     }
 
     async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>> {
-        self.apply(Access::Read, |e| e.peek(queue, limit)).await
+        let peeked = self.apply(Access::Read, |e| e.peek(queue, limit)).await?;
+        match &self.contents {
+            Some(contents) => contents
+                .fill_peeked(peeked)
+                .await
+                .map_err(|e| BackendError::Failed(e.to_string())),
+            None => Ok(peeked),
+        }
     }
 
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
@@ -100,6 +107,7 @@ impl Backend for Embedded {
     }
 
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
+        self.admit_send()?;
         let sent = self
             .apply(Access::Change, |e| e.send(queue, message))
             .await?;
@@ -112,6 +120,7 @@ impl Backend for Embedded {
         queue: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent, EngineError>>> {
+        self.admit_send()?;
         let results = self
             .apply(Access::Change, |e| e.send_batch(queue, messages))
             .await?;
@@ -142,7 +151,18 @@ impl Backend for Embedded {
             // Sends wake one waiter per message; pass on what this one left behind.
             self.waiters.wake_some(queue, 1);
         }
-        Ok(received)
+        let Some(contents) = &self.contents else {
+            return Ok(received);
+        };
+        // The receive's own commit is done, so every content it hands out is written.
+        let deliveries = contents
+            .fill_deliveries(received.deliveries)
+            .await
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        Ok(Received {
+            deliveries,
+            ..received
+        })
     }
 
     async fn record_empty_receive(&self, queue: &str) {
@@ -247,6 +267,7 @@ impl Backend for Embedded {
     }
 
     async fn tick(&self) {
+        self.measure_disk().await;
         let woken = {
             // Nothing moves once the store has failed.
             let Ok(mut engine) = self.lock(Access::Change) else {
@@ -272,6 +293,10 @@ impl Backend for Embedded {
             true => Ok(()),
             false => Err(BackendError::Failed(self.failure_reason())),
         }
+    }
+
+    fn refusing_sends(&self) -> Option<String> {
+        self.disk.refusal()
     }
 
     async fn clock_advanced(&self, _by_ms: u64) -> Result<u64> {

@@ -3,7 +3,7 @@
 //! store holds it; a failed write puts the engine back to what the store holds and leaves
 //! the backend serving reads only.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use leasehold_engine::{Change, Clock, Engine, EngineConfig, EngineError, Naming};
@@ -13,6 +13,76 @@ use crate::waiters::Waiters;
 use crate::{BackendError, Result};
 
 mod commands;
+mod contents;
+
+use contents::Contents;
+
+/// How a durable backend keeps its store.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreOptions {
+    pub durability: Durability,
+    /// Bytes of recent message contents kept in memory (0: none), so that a short queue's
+    /// receives rarely read the disk.
+    pub body_cache_bytes: u64,
+    /// Below this much space left for the store's writes, sends are refused (throttled) while
+    /// receives, deletes and visibility changes go on, so consumers can drain the queue.
+    pub disk_reserve_bytes: u64,
+}
+
+/// `--body-cache-mb`'s default.
+pub const DEFAULT_BODY_CACHE_BYTES: u64 = 64 << 20;
+/// `--disk-reserve-mb`'s default.
+pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 64 << 20;
+
+impl From<Durability> for StoreOptions {
+    fn from(durability: Durability) -> Self {
+        StoreOptions {
+            durability,
+            body_cache_bytes: DEFAULT_BODY_CACHE_BYTES,
+            disk_reserve_bytes: DEFAULT_DISK_RESERVE_BYTES,
+        }
+    }
+}
+
+/// The disk reserve: whether the store's file system has room for new messages.
+#[derive(Default)]
+struct DiskReserve {
+    reserve: u64,
+    /// Bytes the store's writes may still use, as last measured (`u64::MAX` until then).
+    available: AtomicU64,
+    refusing: AtomicBool,
+}
+
+impl DiskReserve {
+    /// Takes a new measurement; logs when sends stop or resume, once each.
+    fn measured(&self, available: u64) {
+        self.available.store(available, Ordering::Relaxed);
+        let refuse = available < self.reserve;
+        if self.refusing.swap(refuse, Ordering::Relaxed) != refuse {
+            let (available_mb, reserve_mb) = (available >> 20, self.reserve >> 20);
+            if refuse {
+                tracing::warn!(available_mb, reserve_mb, "disk space below the reserve: sends are refused (RequestThrottled) until space returns; receives and deletes go on");
+            } else {
+                tracing::info!(
+                    available_mb,
+                    reserve_mb,
+                    "disk space above the reserve again: sends are accepted"
+                );
+            }
+        }
+    }
+
+    /// Why sends are refused now, if they are.
+    fn refusal(&self) -> Option<String> {
+        self.refusing.load(Ordering::Relaxed).then(|| {
+            format!(
+                "The data directory's file system has {} MiB left for writes, below its reserve of {} MiB: sends are refused until space returns.",
+                self.available.load(Ordering::Relaxed) >> 20,
+                self.reserve >> 20
+            )
+        })
+    }
+}
 
 /// What an embedded engine is built from, and rebuilt from after a failed write.
 #[derive(Clone)]
@@ -27,6 +97,9 @@ pub struct Embedded {
     engine: Mutex<Engine>,
     waiters: Waiters,
     committer: Option<Committer>,
+    /// Where message contents are read back from: durable backends only.
+    contents: Option<Contents>,
+    disk: DiskReserve,
     /// `HEALTHY`, `RECOVERING` or `READ_ONLY`: after a failed write the engine is put back
     /// to what the store holds, and the backend then answers reads only.
     health: AtomicU8,
@@ -57,27 +130,40 @@ impl Embedded {
         Embedded::assemble(setup, engine, None)
     }
 
-    /// A durable backend: restores what `store` kept, then commits every change to it.
+    /// A durable backend: restores what `store` kept, then commits every change to it. The
+    /// engine keeps no message content; the store does, and receives read it back.
     pub fn durable(
         mut setup: EngineSetup,
         mut store: Box<dyn Store>,
-        durability: Durability,
+        options: impl Into<StoreOptions>,
     ) -> Result<Embedded, StoreError> {
+        let options = options.into();
         setup.config.track_changes = true;
         let snapshot = load(&mut *store)?;
         let fresh = snapshot.engine.is_none();
         // What a background delete had not finished when the server last stopped.
         let leftovers = codec::leftovers(&snapshot);
         let mut engine = Engine::restore(setup.clock.clone(), setup.config.clone(), snapshot);
-        let committer = Committer::start(store, durability);
-        if fresh {
+        let contents = Contents::new(store.reader()?, options.body_cache_bytes);
+        let committer = Committer::start(store, options.durability);
+        // Contents a file written before they had records of their own kept inside message
+        // records: rewritten apart, once.
+        engine.hand_over_contents();
+        let changes = engine.take_changes();
+        if fresh || !changes.is_empty() {
             // The new receipt key must be on disk before any handle is issued with it.
-            committer.submit_detached(codec::encode(&engine.take_changes()));
+            committer.submit_detached(codec::encode(&changes));
         }
         if !leftovers.is_empty() {
             committer.submit_detached(leftovers);
         }
-        Ok(Embedded::assemble(setup, engine, Some(committer)))
+        let mut backend = Embedded::assemble(setup, engine, Some(committer));
+        backend.disk.reserve = options.disk_reserve_bytes;
+        if let Some(space) = contents.reader().space() {
+            backend.disk.measured(space.available());
+        }
+        backend.contents = Some(contents);
+        Ok(backend)
     }
 
     fn assemble(setup: EngineSetup, engine: Engine, committer: Option<Committer>) -> Embedded {
@@ -87,8 +173,33 @@ impl Embedded {
             engine: Mutex::new(engine),
             waiters: Waiters::default(),
             committer,
+            contents: None,
+            disk: DiskReserve {
+                available: AtomicU64::new(u64::MAX),
+                ..DiskReserve::default()
+            },
             health: AtomicU8::new(HEALTHY),
             failure: Mutex::new(None),
+        }
+    }
+
+    /// Refuses a send while the disk is below its reserve.
+    fn admit_send(&self) -> Result<()> {
+        match self.disk.refusal() {
+            Some(why) => Err(BackendError::Throttled(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Measures the space the store's writes may still use (a few system calls and one read,
+    /// off the async threads).
+    async fn measure_disk(&self) {
+        let Some(contents) = &self.contents else {
+            return;
+        };
+        let reader = contents.reader();
+        if let Ok(Some(space)) = tokio::task::spawn_blocking(move || reader.space()).await {
+            self.disk.measured(space.available());
         }
     }
 
@@ -136,7 +247,11 @@ impl Embedded {
         if let Some(commit) = commit {
             if let Err(error) = commit.await {
                 self.store_failed(&error).await;
-                return Err(BackendError::Failed(error.to_string()));
+                return Err(match error {
+                    // Nothing was written, and the engine is back to what is: try again.
+                    StoreError::Full { .. } => BackendError::Unavailable(error.to_string()),
+                    _ => BackendError::Failed(error.to_string()),
+                });
             }
         }
         Ok(value?)
@@ -150,6 +265,9 @@ impl Embedded {
     ) -> Option<impl std::future::Future<Output = std::result::Result<(), StoreError>>> {
         let committer = self.committer.as_ref()?;
         let changes = engine.take_changes();
+        if let Some(contents) = &self.contents {
+            contents.note(&changes);
+        }
         // A read-only backend's reads may still tick (retention); nothing is written.
         (self.is_healthy() && !changes.is_empty())
             .then(|| committer.submit(codec::encode(&changes)))
@@ -159,6 +277,9 @@ impl Embedded {
     fn write_detached(&self, changes: &[Change]) {
         if let Some(committer) = &self.committer {
             if !changes.is_empty() && self.is_healthy() {
+                if let Some(contents) = &self.contents {
+                    contents.note(changes);
+                }
                 committer.submit_detached(codec::encode(changes));
             }
         }
@@ -178,8 +299,11 @@ impl Embedded {
 
     /// A write failed: memory now holds changes the disk does not, some of them refused to
     /// their clients. Stops every change, puts the engine back to exactly what the store
-    /// holds, and from then on serves reads only, so nothing refused is ever visible.
+    /// holds, and from then on serves reads only, so nothing refused is ever visible. A write
+    /// the full file system refused changed nothing on disk: once the engine is back to what
+    /// the store holds, the backend takes writes again (the disk reserve keeps sends off).
     async fn store_failed(&self, error: &StoreError) {
+        let transient = matches!(error, StoreError::Full { .. });
         {
             let _engine = self.engine();
             if self
@@ -191,7 +315,11 @@ impl Embedded {
             }
             *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
         }
-        tracing::error!(%error, "a write failed: going back to what the store holds, read-only until a restart");
+        if transient {
+            tracing::warn!(%error, "a write found the file system full: going back to what the store holds, then on");
+        } else {
+            tracing::error!(%error, "a write failed: going back to what the store holds, read-only until a restart");
+        }
         let Some(committer) = &self.committer else {
             return;
         };
@@ -200,7 +328,10 @@ impl Embedded {
                 let EngineSetup { clock, config } = self.setup.clone();
                 let restored = Engine::restore(clock, config, snapshot);
                 let old = std::mem::replace(&mut *self.engine(), restored);
-                self.health.store(READ_ONLY, Ordering::SeqCst);
+                self.health.store(
+                    if transient { HEALTHY } else { READ_ONLY },
+                    Ordering::SeqCst,
+                );
                 drop(old);
             }
             // Nothing can be trusted: stay refusing everything.

@@ -446,13 +446,16 @@ impl Engine {
                 outcome = Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
                 break;
             };
-            let message = self
+            let (from, message) = self
                 .queues
                 .get_mut(&source)
-                .and_then(|q| q.take_message(key))
+                .and_then(|q| Some((q.content_key(key), q.take_message(key)?)))
                 .expect("just found");
+            let stored = message.content.is_none();
             let (target, _) = self.queue_mut(&destination).expect("resolved above");
-            target.accept_moved(now, key.sent_ms, message);
+            let arrived = target.accept_moved(now, key.sent_ms, message);
+            let to = target.content_key(arrived);
+            self.content_moved(stored, from, to);
             woken.push(destination);
             moved += 1;
         }

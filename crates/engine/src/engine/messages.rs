@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use crate::error::{EngineError, Result};
-use crate::message::{Delivery, NewMessage};
+use crate::message::{ContentKey, Delivery, NewMessage};
 use crate::queue::{DeleteOutcome, ReceiveParams, Sent};
 use crate::settings::{QueueSettings, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S};
 
@@ -114,9 +114,17 @@ impl Engine {
         if let (Some((target, _)), false) = (dead_letter_queue, dead.is_empty()) {
             // Only a receive that dead-letters something pays for naming its source.
             let source_arn: Arc<str> = Arc::from(self.queue_arn(name).as_str());
-            let (dlq, _) = self.queue_mut(&target)?;
+            let source_id = self.queue(name)?.meta.id;
             for (key, message) in dead {
-                dlq.accept_dead_letter(now, key.sent_ms, message, &source_arn);
+                let stored = message.content.is_none();
+                let (dlq, _) = self.queue_mut(&target)?;
+                let moved = dlq.accept_dead_letter(now, key.sent_ms, message, &source_arn);
+                let to = dlq.content_key(moved);
+                let from = ContentKey {
+                    queue_id: source_id,
+                    key,
+                };
+                self.content_moved(stored, from, to);
             }
         }
         Ok(deliveries)

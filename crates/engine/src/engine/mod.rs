@@ -24,6 +24,7 @@ use rand::SeedableRng;
 
 use crate::clock::Clock;
 use crate::error::{EngineError, Result};
+use crate::message::ContentKey;
 use crate::queue::{LeaseMode, Queue, Removed};
 use crate::receipt::{Receipt, ReceiptSealer};
 
@@ -45,7 +46,8 @@ pub struct EngineConfig {
     pub receipt_key: [u8; 16],
     /// Seeds message ids, so a simulation replays exactly.
     pub seed: u64,
-    /// Record what changes, for a store to take with `take_changes`.
+    /// Record what changes, for a store to take with `take_changes`, and hand every message's
+    /// content to that store rather than keep it (`StoredMessage::content`).
     pub track_changes: bool,
     /// Keep what a purge or a queue deletion removes for the caller to free later
     /// (`take_removed`), so a server frees a million messages outside its lock.
@@ -118,6 +120,14 @@ impl Engine {
     /// Notes that engine-wide state changed, when a store is listening.
     fn engine_changed(&mut self) {
         self.engine_dirty |= self.config.track_changes;
+    }
+
+    /// Notes that a message whose content a store keeps (`stored`) moved from one queue's
+    /// key to another's, so the store moves its content before the old key's is deleted.
+    fn content_moved(&mut self, stored: bool, from: ContentKey, to: ContentKey) {
+        if stored && self.config.track_changes {
+            self.pending.push(Change::ContentMoved { from, to });
+        }
     }
 
     /// Notes that a queue may have changes for a store to take.

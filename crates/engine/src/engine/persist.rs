@@ -12,7 +12,7 @@ use super::{Engine, EngineConfig, MoveTask};
 use crate::clock::Clock;
 use crate::fifo::{DedupKey, Original};
 use crate::lease_stats::{LeaseMetrics, MetricsRecord};
-use crate::message::{MsgKey, StoredMessage};
+use crate::message::{Content, ContentKey, MsgKey, StoredMessage};
 use crate::queue::{Queue, QueueMeta};
 use crate::receipt::ReceiptSealer;
 
@@ -48,7 +48,20 @@ pub enum Change {
         queue_id: u64,
         below_seq: u64,
     },
-    /// A message now stands so, with its id, or (None) is gone.
+    /// A message arrived in a queue with this content. The store keeps it under the
+    /// message's key, once, until the message is gone (`Message` with None) or moved
+    /// (`ContentMoved`); the message's own record, rewritten by every lease, does not carry it.
+    Content {
+        at: ContentKey,
+        content: Content,
+    },
+    /// A message whose content the store keeps moved to another queue: the content is now
+    /// under `to`. Comes before the changes that delete the message at `from`.
+    ContentMoved {
+        from: ContentKey,
+        to: ContentKey,
+    },
+    /// A message now stands so, with its id, or (None) is gone (its content with it).
     Message {
         queue_id: u64,
         key: MsgKey,
@@ -97,6 +110,12 @@ impl Queue {
         keys.sort_unstable();
         keys.dedup();
         for key in keys {
+            if let Some(content) = self.hand_over_content(key) {
+                out.push(Change::Content {
+                    at: self.content_key(key),
+                    content,
+                });
+            }
             let message = self
                 .message(key)
                 .map(|m| (self.message_id(key, m), m.clone()));
@@ -175,29 +194,18 @@ impl Engine {
         }
     }
 
-    /// Every record of the current state, as a store writes it the first time.
-    pub fn full_snapshot(&mut self) -> Vec<Change> {
-        let mut out = vec![Change::Engine(self.engine_record())];
-        for (name, queue) in &self.queues {
-            out.push(Change::Queue(Box::new(queue.record(name))));
-            for (key, message) in queue.messages_iter() {
-                out.push(Change::Message {
-                    queue_id: queue.meta.id,
-                    key,
-                    message: Some((queue.message_id(key, message), message.clone())),
-                });
-            }
-            for key in queue.dedup_keys() {
-                let original = queue.fifo_original(key);
-                out.push(Change::Dedup {
-                    queue_id: queue.meta.id,
-                    key: key.clone(),
-                    original,
-                });
+    /// Hands every content the engine still holds to the store: after a restore from a
+    /// store that kept contents inside message records (data files written before contents
+    /// had records of their own), so those records are rewritten without them.
+    pub fn hand_over_contents(&mut self) {
+        if !self.config.track_changes {
+            return;
+        }
+        for (name, queue) in &mut self.queues {
+            if queue.mark_held_contents() > 0 {
+                self.dirty_queues.insert(name.clone());
             }
         }
-        self.take_changes();
-        out
     }
 
     /// Rebuilds an engine from a store's records. The stored receipt key wins over the
