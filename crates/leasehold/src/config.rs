@@ -31,6 +31,9 @@ pub struct ConfigFile {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub public_url: Option<String>,
+    pub memory_limit: Option<String>,
+    pub body_cache_mb: Option<u64>,
+    pub disk_reserve_mb: Option<u64>,
     /// The one flag of `leasehold` itself rather than of `serve`.
     pub log_format: Option<String>,
     #[serde(default, skip_serializing)]

@@ -195,6 +195,27 @@ struct ServeArgs {
     /// (https://sqs.example.com); otherwise the scheme and Host of each request.
     #[arg(long, env = "LEASEHOLD_PUBLIC_URL")]
     public_url: Option<String>,
+    /// The memory to keep under (512MiB, 2GiB, bytes): near it, sends are refused with
+    /// RequestThrottled while receives and deletes drain the backlog. Default: the cgroup's
+    /// memory limit, else 60% of the machine's RAM.
+    #[arg(long, env = "LEASEHOLD_MEMORY_LIMIT", value_parser = parse_memory_limit)]
+    memory_limit: Option<u64>,
+    /// MiB of recent message bodies the durable store keeps in memory, so that a short
+    /// queue's receives rarely read the disk (0: none).
+    #[arg(long, env = "LEASEHOLD_BODY_CACHE_MB", default_value = "64", conflicts_with_all = ["in_memory", "postgres"])]
+    body_cache_mb: u64,
+    /// MiB of the data directory's file system kept free: below it, sends are refused with
+    /// RequestThrottled while receives, deletes and visibility changes go on; sends resume
+    /// by themselves when space returns. Default: 64, or a tenth of a smaller file system.
+    #[arg(long, env = "LEASEHOLD_DISK_RESERVE_MB", conflicts_with_all = ["in_memory", "postgres"])]
+    disk_reserve_mb: Option<u64>,
+}
+
+fn parse_memory_limit(text: &str) -> Result<u64, String> {
+    match leasehold_server::pressure::parse_size(text)? {
+        0 => Err("a memory limit of 0 leaves nothing to serve with".into()),
+        limit => Ok(limit),
+    }
 }
 
 #[tokio::main]
@@ -409,6 +430,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
             ..Limits::default()
         },
+        memory_limit: args.memory_limit,
     };
     let state = if let Some(url) = &args.postgres {
         let naming = leasehold_engine::Naming {
@@ -436,7 +458,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         let started = std::time::Instant::now();
         let store = SqliteStore::open(&args.data_dir)?;
-        let state = AppState::durable(config, Box::new(store), args.fsync)?;
+        let options = leasehold_backend::StoreOptions {
+            durability: args.fsync,
+            body_cache_bytes: args.body_cache_mb << 20,
+            disk_reserve_bytes: args.disk_reserve_mb.map(|mb| mb << 20),
+        };
+        let state = AppState::durable(config, Box::new(store), options)?;
         tracing::info!(
             data_dir = %args.data_dir.display(),
             fsync = ?args.fsync,

@@ -249,7 +249,8 @@ async fn fsync_never_may_lose_work_but_the_data_file_still_opens_after_a_power_c
 #[tokio::test]
 async fn on_a_full_disk_refused_sends_are_never_counted_or_delivered() {
     let disk = Disk::of_size(24 << 20);
-    let server = Server::start_on(free_port(), &[], Some(&disk.data()));
+    // No disk reserve: this is about the writes that still find the disk full.
+    let server = Server::start_on(free_port(), &["--disk-reserve-mb", "0"], Some(&disk.data()));
     let sqs = server.client();
     let url = common::create_queue(&sqs, "full").await;
     let body = "x".repeat(256 * 1024);

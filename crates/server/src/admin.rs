@@ -63,10 +63,23 @@ pub async fn health() -> Json<Value> {
 }
 
 /// `GET /ready`: the backend takes writes now (the embedded store has not failed; the
-/// PostgreSQL database answers); 503 with the reason when not.
+/// PostgreSQL database answers); 503 with the reason when not. While sends are refused for
+/// want of memory or disk, still 200, saying so and why.
 pub async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Value>) {
     match state.backend.ready().await {
-        Ok(()) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        // Refusing sends keeps the server ready: it must stay in service so that consumers
+        // can drain what it holds.
+        Ok(()) => {
+            let refused = state
+                .memory
+                .reason()
+                .or_else(|| state.backend.refusing_sends());
+            let body = match refused {
+                None => json!({"status": "ready"}),
+                Some(why) => json!({"status": "ready", "sends": "refused", "reason": why}),
+            };
+            (StatusCode::OK, Json(body))
+        }
         Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"status": "not ready", "reason": why.to_string()})),

@@ -41,6 +41,71 @@ pub async fn queue_leases(
 #[derive(Debug)]
 struct QueueReports(Vec<(String, LeaseReport)>);
 
+/// The server's own pressure gauges, taken at scrape time: memory against its limit, and
+/// whether (and why) new messages are refused.
+#[derive(Debug, Default)]
+struct Pressure {
+    resident_bytes: u64,
+    limit_bytes: u64,
+    refused_for_memory: u64,
+    /// The reason sends are refused now: `memory` or `disk`.
+    refusing: Option<&'static str>,
+}
+
+impl Pressure {
+    fn of(state: &AppState) -> Pressure {
+        let refusing = if state.memory.reason().is_some() {
+            Some("memory")
+        } else if state.backend.refusing_sends().is_some() {
+            Some("disk")
+        } else {
+            None
+        };
+        Pressure {
+            resident_bytes: state.memory.resident(),
+            limit_bytes: state.memory.limit(),
+            refused_for_memory: state.memory.refused(),
+            refusing,
+        }
+    }
+}
+
+impl Collector for Pressure {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let plain = |v: f64| vec![(Vec::new(), v)];
+        gauge(
+            &mut encoder,
+            "leasehold_memory_resident_bytes",
+            "The server's resident memory, as last measured.",
+            &plain(self.resident_bytes as f64),
+        )?;
+        gauge(
+            &mut encoder,
+            "leasehold_memory_limit_bytes",
+            "The memory limit the server keeps under (cgroup, --memory-limit or a share of RAM).",
+            &plain(self.limit_bytes as f64),
+        )?;
+        let refusing = |reason: &'static str| {
+            (
+                vec![("reason", reason.to_string())],
+                f64::from(u8::from(self.refusing == Some(reason))),
+            )
+        };
+        gauge(
+            &mut encoder,
+            "leasehold_sends_refused",
+            "1 while new messages are refused (RequestThrottled), by reason.",
+            &[refusing("memory"), refusing("disk")],
+        )?;
+        counter(
+            &mut encoder,
+            "leasehold_sends_refused_for_memory",
+            "Send requests refused because memory was near its limit.",
+            &[(Vec::new(), self.refused_for_memory)],
+        )
+    }
+}
+
 fn gauge(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -304,8 +369,10 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
         _ => {
             let began = Instant::now();
             let reports = state.backend.lease_reports().await;
+            let pressure = Pressure::of(&state);
             // Encoding every queue's lines is long work: off the async workers.
-            let encoded = tokio::task::spawn_blocking(move || encode(reports, format)).await;
+            let encoded =
+                tokio::task::spawn_blocking(move || encode(reports, pressure, format)).await;
             let Ok(Ok(text)) = encoded else {
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             };
@@ -318,9 +385,14 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     ([(header::CONTENT_TYPE, format.content_type())], text).into_response()
 }
 
-fn encode(reports: Vec<(String, LeaseReport)>, format: Format) -> Result<String, std::fmt::Error> {
+fn encode(
+    reports: Vec<(String, LeaseReport)>,
+    pressure: Pressure,
+    format: Format,
+) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(QueueReports(reports)));
+    registry.register_collector(Box::new(pressure));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     Ok(match format {

@@ -15,6 +15,7 @@ mod declare;
 mod lease_doc;
 mod leases;
 pub mod listen;
+pub mod pressure;
 mod sqs;
 mod state;
 pub mod tls;
@@ -176,6 +177,7 @@ async fn run_move_tasks(state: Arc<AppState>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         interval.tick().await;
+        state.memory.sample();
         state.backend.tick().await;
     }
 }

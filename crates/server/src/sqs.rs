@@ -96,6 +96,10 @@ async fn answer(
     let slot = state.request_slot().ok_or_else(|| {
         ProtocolError::ServiceUnavailable("The server is busy; try again.".into())
     })?;
+    // A JSON request names its action in a header: a send refused anyway is not read.
+    if let Some(action) = http.target.and_then(|t| t.strip_prefix("AmazonSQS.")) {
+        refuse_new_messages_when_short(state, action)?;
+    }
     let body = read_body(body, http).await?;
     let account = authenticate(state, method, uri, headers, &body)?;
     let (mut ctx, request) = http.parse(&body)?;
@@ -113,7 +117,20 @@ async fn answer(
         )));
     }
     let action = request.action();
+    refuse_new_messages_when_short(state, action)?;
     Ok((action, run(state, &ctx, request, slot).await?))
+}
+
+/// Short of memory or disk, new messages are refused with `RequestThrottled`, which the AWS
+/// SDKs retry with backoff; every other action goes on, so the backlog can drain.
+fn refuse_new_messages_when_short(state: &AppState, action: &str) -> Result<(), ProtocolError> {
+    if !matches!(action, "SendMessage" | "SendMessageBatch") {
+        return Ok(());
+    }
+    match state.refusing_sends() {
+        Some(why) => Err(ProtocolError::RequestThrottled(why)),
+        None => Ok(()),
+    }
 }
 
 /// With credentials configured, a request that carries no signature at all is refused before

@@ -4,12 +4,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use leasehold_backend::{Backend, Embedded, EngineSetup};
+use leasehold_backend::{Backend, Embedded, EngineSetup, StoreOptions};
 use leasehold_engine::{EngineConfig, LeaseMode};
-use leasehold_store::{Durability, Store, StoreError};
+use leasehold_store::{Store, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::WallClock;
+use crate::pressure::MemoryBudget;
 
 /// How the server is set up; the binary fills it from the command line.
 #[derive(Clone, Debug)]
@@ -28,6 +29,9 @@ pub struct ServerConfig {
     pub public_url: Option<String>,
     /// Whether the listener speaks TLS, so queue URLs say https.
     pub tls: bool,
+    /// The memory to keep under (`--memory-limit`); None: the cgroup's limit, else a share of
+    /// the machine's RAM (`pressure::memory_limit`).
+    pub memory_limit: Option<u64>,
 }
 
 /// What bounds the server's work, so no client can stall the others.
@@ -65,6 +69,7 @@ impl Default for ServerConfig {
             auth: None,
             public_url: None,
             tls: false,
+            memory_limit: None,
         }
     }
 }
@@ -77,6 +82,8 @@ pub struct AppState {
     in_progress: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
     shutting_down: AtomicBool,
+    /// Resident memory against the limit: near it, sends are refused.
+    pub memory: MemoryBudget,
     /// The last `/metrics` answer and when it was built (`leases::metrics`).
     pub(crate) last_scrape:
         tokio::sync::Mutex<Option<(std::time::Instant, crate::leases::Format, axum::body::Bytes)>>,
@@ -94,10 +101,10 @@ impl AppState {
     pub fn durable(
         config: ServerConfig,
         store: Box<dyn Store>,
-        durability: Durability,
+        options: impl Into<StoreOptions>,
     ) -> Result<Arc<AppState>, StoreError> {
         let clock = Arc::new(WallClock::default());
-        let backend = Embedded::durable(engine_setup(&config, &clock), store, durability)?;
+        let backend = Embedded::durable(engine_setup(&config, &clock), store, options)?;
         Ok(Arc::new(AppState::assemble(
             config,
             clock,
@@ -117,7 +124,12 @@ impl AppState {
         clock: Arc<WallClock>,
         backend: Arc<dyn Backend>,
     ) -> AppState {
+        let (limit, source) = crate::pressure::memory_limit(config.memory_limit);
+        tracing::info!(limit_mb = limit >> 20, ?source, "memory limit");
+        let memory = MemoryBudget::new(limit);
+        memory.sample();
         AppState {
+            memory,
             in_progress: Arc::new(Semaphore::new(config.limits.requests_in_progress)),
             waiting: Arc::new(Semaphore::new(config.limits.waiting_receives)),
             config,
@@ -156,6 +168,14 @@ impl AppState {
 
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Why new messages are refused now (memory near its limit, the disk below its reserve),
+    /// if they are; counts the refusal.
+    pub fn refusing_sends(&self) -> Option<String> {
+        self.memory
+            .refusal()
+            .or_else(|| self.backend.refusing_sends())
     }
 }
 

@@ -9,6 +9,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod backup;
+mod ballast;
 mod batch;
 pub mod codec;
 mod committer;
@@ -87,6 +88,7 @@ pub trait Reader: Send + Sync {
 /// file that deletes freed (SQLite reuses them before it grows the file).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Space {
+    pub file_system_size: u64,
     pub file_system_free: u64,
     pub reusable_in_file: u64,
 }

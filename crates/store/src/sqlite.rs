@@ -69,6 +69,7 @@ impl SqliteStore {
         }
         make_private(&path).map_err(|e| open_err(e.to_string()))?;
         let identity = FileIdentity::of(&path).map_err(|e| open_err(e.to_string()))?;
+        crate::ballast::release_if_full(dir);
         let conn = Connection::open(&path).map_err(|e| open_err(e.to_string()))?;
         let sql_err = |e: rusqlite::Error| -> StoreError {
             let text = e.to_string();
@@ -132,6 +133,7 @@ impl SqliteStore {
         if format != Some(FORMAT) {
             return Err(corrupt(format!("unknown data format {format:?}")));
         }
+        crate::ballast::restore(dir);
         Ok(SqliteStore {
             conn,
             path,
@@ -361,6 +363,7 @@ impl Reader for SqliteReader {
             })
             .unwrap_or(0);
         Some(Space {
+            file_system_size: stat.f_blocks.saturating_mul(stat.f_frsize),
             file_system_free,
             reusable_in_file,
         })

@@ -26,12 +26,13 @@ pub struct StoreOptions {
     pub body_cache_bytes: u64,
     /// Below this much space left for the store's writes, sends are refused (throttled) while
     /// receives, deletes and visibility changes go on, so consumers can drain the queue.
-    pub disk_reserve_bytes: u64,
+    /// None: `DEFAULT_DISK_RESERVE_BYTES`, or a tenth of a smaller file system.
+    pub disk_reserve_bytes: Option<u64>,
 }
 
 /// `--body-cache-mb`'s default.
 pub const DEFAULT_BODY_CACHE_BYTES: u64 = 64 << 20;
-/// `--disk-reserve-mb`'s default.
+/// `--disk-reserve-mb`'s default, on a file system of 640 MiB or more.
 pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 64 << 20;
 
 impl From<Durability> for StoreOptions {
@@ -39,7 +40,7 @@ impl From<Durability> for StoreOptions {
         StoreOptions {
             durability,
             body_cache_bytes: DEFAULT_BODY_CACHE_BYTES,
-            disk_reserve_bytes: DEFAULT_DISK_RESERVE_BYTES,
+            disk_reserve_bytes: None,
         }
     }
 }
@@ -158,8 +159,12 @@ impl Embedded {
             committer.submit_detached(leftovers);
         }
         let mut backend = Embedded::assemble(setup, engine, Some(committer));
-        backend.disk.reserve = options.disk_reserve_bytes;
-        if let Some(space) = contents.reader().space() {
+        let space = contents.reader().space();
+        backend.disk.reserve = options.disk_reserve_bytes.unwrap_or_else(|| {
+            let tenth = space.map_or(u64::MAX, |s| s.file_system_size / 10);
+            DEFAULT_DISK_RESERVE_BYTES.min(tenth)
+        });
+        if let Some(space) = space {
             backend.disk.measured(space.available());
         }
         backend.contents = Some(contents);
