@@ -201,9 +201,10 @@ struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_MEMORY_LIMIT", value_parser = parse_memory_limit)]
     memory_limit: Option<u64>,
     /// MiB of recent message bodies the durable store keeps in memory, so that a short
-    /// queue's receives rarely read the disk (0: none).
-    #[arg(long, env = "LEASEHOLD_BODY_CACHE_MB", default_value = "64", conflicts_with_all = ["in_memory", "postgres"])]
-    body_cache_mb: u64,
+    /// queue's receives rarely read the disk (0: none). Default: 64, or an eighth of a
+    /// smaller memory limit.
+    #[arg(long, env = "LEASEHOLD_BODY_CACHE_MB", conflicts_with_all = ["in_memory", "postgres"])]
+    body_cache_mb: Option<u64>,
     /// MiB of the data directory's file system kept free: below it, sends are refused with
     /// RequestThrottled while receives, deletes and visibility changes go on; sends resume
     /// by themselves when space returns. Default: 64, or a tenth of a smaller file system.
@@ -460,7 +461,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let store = SqliteStore::open(&args.data_dir)?;
         let options = leasehold_backend::StoreOptions {
             durability: args.fsync,
-            body_cache_bytes: args.body_cache_mb << 20,
+            body_cache_bytes: args.body_cache_mb.map_or_else(
+                || {
+                    let (limit, _) = leasehold_server::pressure::memory_limit(args.memory_limit);
+                    leasehold_backend::DEFAULT_BODY_CACHE_BYTES.min(limit / 8)
+                },
+                |mb| mb << 20,
+            ),
             disk_reserve_bytes: args.disk_reserve_mb.map(|mb| mb << 20),
         };
         let state = AppState::durable(config, Box::new(store), options)?;
