@@ -287,3 +287,107 @@ async fn health_answers_while_ready_says_when_the_store_takes_no_more_writes() {
         (200, serde_json::json!({"status": "alive"}))
     );
 }
+
+/// A durable server keeps message bodies in its store, not in memory: they come back from it
+/// with their attributes and checksums, through a dead-letter move, a
+/// restart, and a cache too small to hold them; the dashboard's peek reads them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_and_attributes_come_back_from_the_store_through_moves_and_restarts() {
+    use aws_sdk_sqs::types::MessageAttributeValue;
+    let dir = tempfile::tempdir().unwrap();
+    let uncached = |dir: &std::path::Path| {
+        let store = SqliteStore::open(dir).unwrap();
+        let options = leasehold_backend::StoreOptions {
+            body_cache_bytes: 0,
+            ..Durability::Always.into()
+        };
+        AppState::durable(config(), Box::new(store), options).unwrap()
+    };
+    let s = TestServer::start_state(uncached(dir.path())).await;
+    let dlq = s.queue("dlq", &[]).await;
+    let redrive =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}"#;
+    let url = s
+        .queue(
+            "work",
+            &[("VisibilityTimeout", "1"), ("RedrivePolicy", redrive)],
+        )
+        .await;
+    let big = "é".repeat(100_000);
+    let price = MessageAttributeValue::builder()
+        .data_type("Number")
+        .string_value("3.5")
+        .build()
+        .unwrap();
+    let sent = s
+        .sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body(&big)
+        .message_attributes("price", price)
+        .send()
+        .await
+        .unwrap();
+    s.send(&url, "small").await;
+    let got = s
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap();
+    let first = got.iter().find(|m| m.body.as_deref() == Some(big.as_str()));
+    let first = first.expect("the big body, read back from the store");
+    assert_eq!(first.md5_of_body, sent.md5_of_message_body);
+    assert_eq!(
+        first.md5_of_message_attributes,
+        sent.md5_of_message_attributes
+    );
+    s.advance(2).await;
+    // Received once already: this receive moves both to the dead-letter queue.
+    assert!(s.receive(&url, 10).await.is_empty());
+    s.stop().await;
+
+    let s = TestServer::start_state(uncached(dir.path())).await;
+    let peeked: serde_json::Value = reqwest::get(format!(
+        "{}/_leasehold/api/queues/dlq/messages?bodies=true",
+        s.base
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let mut peeked_bodies: Vec<&str> = peeked["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["body"].as_str())
+        .collect();
+    peeked_bodies.sort();
+    assert_eq!(peeked_bodies, ["small", big.as_str()]);
+    let moved = s
+        .sqs
+        .receive_message()
+        .queue_url(&dlq)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap();
+    let mut bodies: Vec<&str> = moved.iter().filter_map(|m| m.body.as_deref()).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["small", big.as_str()]);
+    let big_one = moved
+        .iter()
+        .find(|m| m.body.as_deref() == Some(big.as_str()));
+    let attributes = big_one.unwrap().message_attributes.clone().unwrap();
+    assert_eq!(attributes["price"].string_value.as_deref(), Some("3.5"));
+    s.stop().await;
+}
