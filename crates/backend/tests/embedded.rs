@@ -178,3 +178,39 @@ async fn after_a_failed_write_changes_fail_and_reads_show_only_what_was_acknowle
         vec![("ApproximateNumberOfMessages".into(), visible)]
     );
 }
+
+#[tokio::test]
+async fn a_write_that_finds_the_disk_full_fails_alone_and_the_backend_takes_writes_again() {
+    let clock = ManualClock::new(1_000_000);
+    let mut store = FaultyStore::new(MemoryStore::default());
+    store.full_at_write = Some(4);
+    let backend = Embedded::durable(setup(&clock), Box::new(store), Durability::Always).unwrap();
+    backend.create_queue("q", vec![], vec![]).await.unwrap();
+    let mut acknowledged = Vec::new();
+    let mut refused = Vec::new();
+    for n in 0..5 {
+        let body = format!("m{n}");
+        match backend.send("q", NewMessage::new(body.clone())).await {
+            Ok(_) => acknowledged.push(body),
+            Err(error) => {
+                assert!(matches!(error, BackendError::Unavailable(_)), "{error:?}");
+                refused.push(body);
+            }
+        }
+    }
+    assert_eq!(refused.len(), 1, "one write found the disk full");
+    assert_eq!(backend.ready().await, Ok(()));
+    let mut received = Vec::new();
+    loop {
+        let got = backend
+            .receive("q", ReceiveRequest::up_to(10))
+            .await
+            .unwrap();
+        if got.deliveries.is_empty() {
+            break;
+        }
+        received.extend(got.deliveries.into_iter().map(|d| d.body.to_string()));
+    }
+    received.sort();
+    assert_eq!(received, acknowledged, "the refused send is nowhere");
+}

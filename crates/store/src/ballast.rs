@@ -5,6 +5,7 @@
 //! its consumers drain. With the ballast removed first, the recovery has room.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 const FILE_NAME: &str = "leasehold.ballast";
@@ -36,7 +37,12 @@ pub fn restore(dir: &Path) {
     if path.exists() || free(dir).is_none_or(|f| f < 8 * SIZE) {
         return;
     }
-    let written = std::fs::File::create(&path).and_then(|mut file| {
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path);
+    let written = created.and_then(|mut file| {
         file.write_all(&vec![0; SIZE as usize])?;
         file.sync_all()
     });

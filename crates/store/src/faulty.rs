@@ -12,6 +12,8 @@ pub struct FaultyStore<S> {
     pub fail_write: Option<u64>,
     /// Fail the sync with this (1-based) number, and every one after it.
     pub fail_sync: Option<u64>,
+    /// Find the file system full at the write with this number, and that one only.
+    pub full_at_write: Option<u64>,
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -22,6 +24,7 @@ impl<S: Store> FaultyStore<S> {
             syncs: 0,
             fail_write: None,
             fail_sync: None,
+            full_at_write: None,
         }
     }
 }
@@ -35,6 +38,12 @@ impl<S: Store> Store for FaultyStore<S> {
         self.writes += 1;
         if self.fail_write.is_some_and(|n| self.writes >= n) {
             return Err(StoreError::Injected(format!("write {} fails", self.writes)));
+        }
+        if self.full_at_write == Some(self.writes) {
+            return Err(StoreError::Full {
+                path: self.describe(),
+                reason: format!("write {} finds no space (injected)", self.writes),
+            });
         }
         if sync {
             self.syncs += 1;

@@ -296,10 +296,11 @@ impl Embedded {
 
     fn failure_reason(&self) -> String {
         let failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        format!(
-            "the store failed and takes no more writes until the server is restarted: {}",
-            failure.as_deref().unwrap_or("unknown")
-        )
+        let failure = failure.as_deref().unwrap_or("unknown");
+        match self.health.load(Ordering::SeqCst) {
+            RECOVERING => format!("the server is going back to what its store holds after a failed write: {failure}"),
+            _ => format!("the store failed and takes no more writes until the server is restarted: {failure}"),
+        }
     }
 
     /// A write failed: memory now holds changes the disk does not, some of them refused to
