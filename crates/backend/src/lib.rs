@@ -10,8 +10,10 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod embedded;
+mod gate;
 mod waiters;
 
+pub use gate::SendGate;
 pub use waiters::Waiters;
 
 use std::sync::Arc;

@@ -28,6 +28,7 @@ use aws_sdk_sqs::config::retry::RetryConfig;
 use aws_sdk_sqs::config::{BehaviorVersion, Region};
 use aws_sdk_sqs::Client;
 use common::{free_port, wait_until_listening};
+use leasehold_server::pressure::resident_bytes_of;
 
 fn need_root(what: &str) {
     assert_eq!(unsafe { libc::geteuid() }, 0, "{what} needs root");
@@ -126,13 +127,7 @@ impl Serving {
     }
 
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .map_or(0, |kib| kib * 1024)
+        resident_bytes_of(&self.child.id().to_string()).unwrap_or(0)
     }
 
     fn endpoint(&self) -> String {
@@ -179,6 +174,17 @@ fn body(n: usize, size: usize) -> String {
     body
 }
 
+/// Sends message `n` of `size` bytes; the error's code when it is refused.
+async fn send(sqs: &Client, url: &str, n: usize, size: usize) -> Result<(), String> {
+    sqs.send_message()
+        .queue_url(url)
+        .message_body(body(n, size))
+        .send()
+        .await
+        .map(drop)
+        .map_err(|e| code(&e.into_service_error()))
+}
+
 /// Receives every message in the queue once (leases long enough not to see one twice) and
 /// answers the numbers their bodies start with.
 async fn numbers_in(sqs: &Client, url: &str) -> HashSet<usize> {
@@ -209,14 +215,7 @@ fn watch_rss(pid: u32, running: Arc<AtomicBool>) -> (Arc<AtomicU64>, std::thread
     let seen = peak.clone();
     let watcher = std::thread::spawn(move || {
         while running.load(Ordering::Relaxed) {
-            let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("VmRSS:"))
-                        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-                })
-                .map_or(0, |kib| kib * 1024);
+            let rss = resident_bytes_of(&pid.to_string()).unwrap_or(0);
             seen.fetch_max(rss, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -245,13 +244,7 @@ async fn a_backlog_four_times_a_memory_cgroup_is_kept_and_survives_a_restart_in_
         producers.push(tokio::spawn(async move {
             let mut acked = Vec::new();
             for n in (p..MESSAGES).step_by(PRODUCERS) {
-                let sent = sqs
-                    .send_message()
-                    .queue_url(&url)
-                    .message_body(body(n, SIZE))
-                    .send()
-                    .await;
-                if sent.is_ok() {
+                if send(&sqs, &url, n, SIZE).await.is_ok() {
                     acked.push(n);
                 }
             }
@@ -368,17 +361,10 @@ async fn on_a_full_disk_sends_wait_while_consumers_drain_and_resume_without_a_re
     while refused < 3 {
         n += 1;
         assert!(n < 5_000, "the disk reserve was never reached");
-        match sqs
-            .send_message()
-            .queue_url(&url)
-            .message_body(body(n, SIZE))
-            .send()
-            .await
-        {
-            Ok(_) => acked.push(n),
-            Err(e) => {
-                let e = e.into_service_error();
-                assert_eq!(code(&e), "RequestThrottled", "{e:?}");
+        match send(&sqs, &url, n, SIZE).await {
+            Ok(()) => acked.push(n),
+            Err(code) => {
+                assert_eq!(code, "RequestThrottled");
                 refused += 1;
                 tokio::time::sleep(Duration::from_millis(150)).await;
             }
@@ -429,14 +415,8 @@ async fn on_a_full_disk_sends_wait_while_consumers_drain_and_resume_without_a_re
     while after.len() < 20 {
         assert!(Instant::now() < deadline, "sends were not taken again");
         n += 1;
-        match sqs
-            .send_message()
-            .queue_url(&url)
-            .message_body(body(n, SIZE))
-            .send()
-            .await
-        {
-            Ok(_) => after.push(n),
+        match send(&sqs, &url, n, SIZE).await {
+            Ok(()) => after.push(n),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }

@@ -4,7 +4,9 @@
 //! backlog instead of the kernel's OOM killer ending the server. (The embedded store's disk
 //! reserve refuses sends the same way, in the backend: `Backend::refusing_sends`.)
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use leasehold_backend::SendGate;
 
 /// Sends are refused once resident memory reaches this share of the limit...
 const REFUSE_AT: f64 = 0.80;
@@ -29,7 +31,7 @@ pub enum LimitSource {
 pub struct MemoryBudget {
     limit: u64,
     resident: AtomicU64,
-    refusing: AtomicBool,
+    gate: SendGate,
     /// Sends refused since start, for `/metrics`.
     refused: AtomicU64,
 }
@@ -40,7 +42,7 @@ impl MemoryBudget {
         MemoryBudget {
             limit,
             resident: AtomicU64::new(0),
-            refusing: AtomicBool::new(false),
+            gate: SendGate::new("memory"),
             refused: AtomicU64::new(0),
         }
     }
@@ -71,25 +73,14 @@ impl MemoryBudget {
             return;
         }
         let share = resident as f64 / self.limit as f64;
-        let was = self.refusing.load(Ordering::Relaxed);
-        let refuse = if was {
-            share >= RESUME_AT
+        let bound = if self.gate.is_refusing() {
+            RESUME_AT
         } else {
-            share >= REFUSE_AT
+            REFUSE_AT
         };
-        if refuse != was {
-            self.refusing.store(refuse, Ordering::Relaxed);
-            let (resident_mb, limit_mb) = (resident >> 20, self.limit >> 20);
-            if refuse {
-                tracing::warn!(resident_mb, limit_mb, "memory near its limit: sends are refused (RequestThrottled) until it falls; receives and deletes go on");
-            } else {
-                tracing::info!(
-                    resident_mb,
-                    limit_mb,
-                    "memory back under its limit: sends are accepted"
-                );
-            }
-        }
+        self.gate.decide(share >= bound, || {
+            format!("{} MiB of {} MiB", resident >> 20, self.limit >> 20)
+        });
     }
 
     /// Why sends are refused now, if they are; counts the refusal.
@@ -101,7 +92,7 @@ impl MemoryBudget {
 
     /// Why sends are refused now, if they are, without counting: for `/ready`.
     pub fn reason(&self) -> Option<String> {
-        self.refusing.load(Ordering::Relaxed).then(|| {
+        self.gate.is_refusing().then(|| {
             format!(
                 "The server's memory ({} MiB) is near its limit ({} MiB): sends are refused until consumers drain the backlog.",
                 self.resident() >> 20,
@@ -158,9 +149,14 @@ fn total_ram() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// This process's resident memory (`VmRSS` in `/proc/self/status`).
+/// This process's resident memory.
 pub fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    resident_bytes_of("self")
+}
+
+/// The resident memory of process `pid` (`VmRSS` in `/proc/PID/status`).
+pub fn resident_bytes_of(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)

@@ -3,12 +3,13 @@
 //! store holds it; a failed write puts the engine back to what the store holds and leaves
 //! the backend serving reads only.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use leasehold_engine::{Change, Clock, Engine, EngineConfig, EngineError, Naming};
 use leasehold_store::{codec, load, Committer, Durability, Store, StoreError};
 
+use crate::gate::SendGate;
 use crate::waiters::Waiters;
 use crate::{BackendError, Result};
 
@@ -46,36 +47,28 @@ impl From<Durability> for StoreOptions {
 }
 
 /// The disk reserve: whether the store's file system has room for new messages.
-#[derive(Default)]
 struct DiskReserve {
     reserve: u64,
     /// Bytes the store's writes may still use, as last measured (`u64::MAX` until then).
     available: AtomicU64,
-    refusing: AtomicBool,
+    gate: SendGate,
 }
 
 impl DiskReserve {
-    /// Takes a new measurement; logs when sends stop or resume, once each.
     fn measured(&self, available: u64) {
         self.available.store(available, Ordering::Relaxed);
-        let refuse = available < self.reserve;
-        if self.refusing.swap(refuse, Ordering::Relaxed) != refuse {
-            let (available_mb, reserve_mb) = (available >> 20, self.reserve >> 20);
-            if refuse {
-                tracing::warn!(available_mb, reserve_mb, "disk space below the reserve: sends are refused (RequestThrottled) until space returns; receives and deletes go on");
-            } else {
-                tracing::info!(
-                    available_mb,
-                    reserve_mb,
-                    "disk space above the reserve again: sends are accepted"
-                );
-            }
-        }
+        self.gate.decide(available < self.reserve, || {
+            format!(
+                "{} MiB left for writes, reserve {} MiB",
+                available >> 20,
+                self.reserve >> 20
+            )
+        });
     }
 
     /// Why sends are refused now, if they are.
     fn refusal(&self) -> Option<String> {
-        self.refusing.load(Ordering::Relaxed).then(|| {
+        self.gate.is_refusing().then(|| {
             format!(
                 "The data directory's file system has {} MiB left for writes, below its reserve of {} MiB: sends are refused until space returns.",
                 self.available.load(Ordering::Relaxed) >> 20,
@@ -180,8 +173,9 @@ impl Embedded {
             committer,
             contents: None,
             disk: DiskReserve {
+                reserve: 0,
                 available: AtomicU64::new(u64::MAX),
-                ..DiskReserve::default()
+                gate: SendGate::new("disk space"),
             },
             health: AtomicU8::new(HEALTHY),
             failure: Mutex::new(None),
