@@ -7,7 +7,9 @@ the stored count are measured. Needs root (cgroups) and boto3.
   .venv/bin/python scripts/bench-backlog.py --binary target/release/leasehold \
       --messages 15000 --size-kib 200 --cgroup-mb 1024
 
-Small messages go faster in batches: --batch 10 sends SendMessageBatch of ten.
+Small messages go faster in batches: --batch 10 sends SendMessageBatch of ten. With
+--postgres URL the server keeps its queues there instead (give it a schema of its own:
+postgres://postgres@127.0.0.1:5432/test?options=-c%20search_path%3Dbacklog).
 Prints one JSON object.
 """
 
@@ -45,13 +47,14 @@ def make_cgroup(limit):
     return path
 
 
-def start(binary, data, cgroup, log):
+def start(binary, data, cgroup, log, postgres=None):
     port = free_port()
+    store = ["--postgres", postgres] if postgres else ["--data-dir", data]
     join = f"echo $$ > {cgroup}/cgroup.procs && " if cgroup else ""
     started = time.monotonic()
     proc = subprocess.Popen(
         ["sh", "-c", join + 'exec "$0" "$@"', binary, "serve",
-         "--bind", f"127.0.0.1:{port}", "--data-dir", data],
+         "--bind", f"127.0.0.1:{port}", *store],
         stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     while True:
         try:
@@ -82,6 +85,7 @@ def main():
     parser.add_argument("--cgroup-mb", type=int, default=0, help="0: no cgroup")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--postgres", help="serve from this PostgreSQL URL instead")
     args = parser.parse_args()
 
     cgroup = make_cgroup(args.cgroup_mb << 20) if args.cgroup_mb else None
@@ -90,7 +94,7 @@ def main():
     result = {"messages": args.messages, "size_kib": args.size_kib,
               "cgroup_mb": args.cgroup_mb}
     try:
-        proc, port, _ = start(args.binary, os.path.join(data, "d"), cgroup, log)
+        proc, port, _ = start(args.binary, os.path.join(data, "d"), cgroup, log, args.postgres)
         endpoint = f"http://127.0.0.1:{port}"
         config = Config(retries={"mode": "standard", "max_attempts": 20},
                         max_pool_connections=args.threads * 2)
@@ -148,7 +152,7 @@ def main():
         if alive:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        proc, port, restart = start(args.binary, os.path.join(data, "d"), cgroup, log)
+        proc, port, restart = start(args.binary, os.path.join(data, "d"), cgroup, log, args.postgres)
         sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}",
                            region_name="us-east-1", aws_access_key_id="x",
                            aws_secret_access_key="x", config=config)
@@ -157,7 +161,8 @@ def main():
             "restart_seconds": round(restart, 2),
             "stored_after_restart": int(attrs["ApproximateNumberOfMessages"]),
             "rss_after_restart_mib": rss(proc.pid) >> 20,
-            "data_file_mib": os.path.getsize(os.path.join(data, "d", "leasehold.db")) >> 20,
+            "data_file_mib": None if args.postgres else
+            os.path.getsize(os.path.join(data, "d", "leasehold.db")) >> 20,
         })
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

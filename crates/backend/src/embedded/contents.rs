@@ -88,6 +88,13 @@ impl Contents {
         }
     }
 
+    /// Empties the cache: after the engine went back to what the store holds.
+    pub fn forget_all(&self) {
+        if let Some(cache) = &self.cache {
+            cache.clear();
+        }
+    }
+
     /// Fills in the contents of what a receive handed out. A message deleted between the
     /// receive's commit and this read (through another receive's handle) is left out: the
     /// receive answers as if the delete had come first.

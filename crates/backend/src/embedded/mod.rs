@@ -134,7 +134,6 @@ impl Embedded {
         let options = options.into();
         setup.config.track_changes = true;
         let snapshot = load(&mut *store)?;
-        let fresh = snapshot.engine.is_none();
         // What a background delete had not finished when the server last stopped.
         let leftovers = codec::leftovers(&snapshot);
         let mut engine = Engine::restore(setup.clock.clone(), setup.config.clone(), snapshot);
@@ -144,8 +143,8 @@ impl Embedded {
         // records: rewritten apart, once.
         engine.hand_over_contents();
         let changes = engine.take_changes();
-        if fresh || !changes.is_empty() {
-            // The new receipt key must be on disk before any handle is issued with it.
+        if !changes.is_empty() {
+            // A new engine's receipt key must be on disk before any handle is issued with it.
             committer.submit_detached(codec::encode(&changes));
         }
         if !leftovers.is_empty() {
@@ -328,6 +327,10 @@ impl Embedded {
                 let EngineSetup { clock, config } = self.setup.clone();
                 let restored = Engine::restore(clock, config, snapshot);
                 let old = std::mem::replace(&mut *self.engine(), restored);
+                if let Some(contents) = &self.contents {
+                    // It holds the refused writes' contents, whose keys will be used again.
+                    contents.forget_all();
+                }
                 self.health.store(
                     if transient { HEALTHY } else { READ_ONLY },
                     Ordering::SeqCst,
