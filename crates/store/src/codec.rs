@@ -15,7 +15,7 @@ use leasehold_engine::{
 use crate::batch::{RangeDelete, WriteBatch};
 
 const VERSION: u8 = 1;
-/// Message records without their content, which has a record of its own (`CONTENT`).
+/// Message records without their content, which has a record of its own (`content_key`).
 const MESSAGE_VERSION: u8 = 2;
 
 pub const ENGINE_KEY: &[u8] = b"E";
@@ -23,33 +23,40 @@ const QUEUE: u8 = b'Q';
 const MESSAGE: u8 = b'M';
 const DEDUP: u8 = b'D';
 const METRICS: u8 = b'H';
-/// A message's body and attributes, apart from its record: written once, never read at
-/// restart. The first kind in key order, so a scan of the rest skips the range whole.
-const CONTENT: u8 = b'B';
 
-/// The key range of every message content: what a restart does not read.
-pub const CONTENT_RANGE: (&[u8], &[u8]) = (b"B", b"C");
+/// A message's content (body and attributes) is a record of its own, keyed as its message's
+/// record with one byte more, so the two sit side by side in the file: a send, a delete or a
+/// move writes the same pages as it would for one record. Written once, never read at
+/// restart (`is_content`).
+const CONTENT_SUFFIX: u8 = 1;
+/// The length of a message record's key: kind, queue id, send time, sequence number.
+const MESSAGE_KEY_LEN: usize = 1 + 8 + 8 + 8;
+/// The length of a content's key, and the kind byte it starts with: what a scan skips.
+pub const CONTENT_KEY: (usize, u8) = (MESSAGE_KEY_LEN + 1, MESSAGE);
+
+/// Whether `key` is a message content's, which a restart does not read.
+pub fn is_content(key: &[u8]) -> bool {
+    key.len() == CONTENT_KEY.0 && key.first() == Some(&CONTENT_KEY.1)
+}
 
 fn prefixed(kind: u8, queue_id: u64) -> Vec<u8> {
-    let mut key = Vec::with_capacity(25);
+    let mut key = Vec::with_capacity(MESSAGE_KEY_LEN + 1);
     key.push(kind);
     key.extend_from_slice(&queue_id.to_be_bytes());
     key
 }
 
 fn message_key(queue_id: u64, key: MsgKey) -> Vec<u8> {
-    keyed(MESSAGE, queue_id, key)
+    let mut k = prefixed(MESSAGE, queue_id);
+    k.extend_from_slice(&key.sent_ms.to_be_bytes());
+    k.extend_from_slice(&key.seq.to_be_bytes());
+    k
 }
 
 /// Where a store keeps the content of the message at `at`.
 pub fn content_key(at: ContentKey) -> Vec<u8> {
-    keyed(CONTENT, at.queue_id, at.key)
-}
-
-fn keyed(kind: u8, queue_id: u64, key: MsgKey) -> Vec<u8> {
-    let mut k = prefixed(kind, queue_id);
-    k.extend_from_slice(&key.sent_ms.to_be_bytes());
-    k.extend_from_slice(&key.seq.to_be_bytes());
+    let mut k = message_key(at.queue_id, at.key);
+    k.push(CONTENT_SUFFIX);
     k
 }
 
@@ -72,28 +79,12 @@ fn all_of(kind: u8, queue_id: u64) -> RangeDelete {
 /// Where a message key keeps its sequence number: after the kind, queue id and send time.
 const SEQ_OFFSET: usize = 1 + 8 + 8;
 
-/// The records of `kind` (messages or contents) of a queue numbered below `below_seq`:
-/// those a purge removed.
-fn purged(kind: u8, queue_id: u64, below_seq: u64) -> RangeDelete {
+/// The messages of a queue numbered below `below_seq`, their contents with them: those a
+/// purge removed.
+fn purged(queue_id: u64, below_seq: u64) -> RangeDelete {
     RangeDelete {
         below: Some((SEQ_OFFSET, below_seq.to_be_bytes().to_vec())),
-        ..all_of(kind, queue_id)
-    }
-}
-
-/// A deleted queue's records that may go in the background. Contents first: a stop before
-/// the end leaves message records behind, from which a restart finds what to finish
-/// (`leftovers`), never contents without their message.
-fn deleted_queue(batch: &mut WriteBatch, queue_id: u64) {
-    for kind in [CONTENT, MESSAGE, DEDUP] {
-        batch.delete_range(all_of(kind, queue_id));
-    }
-}
-
-/// A purge's records that may go in the background, contents first as above.
-fn purged_messages(batch: &mut WriteBatch, queue_id: u64, below_seq: u64) {
-    for kind in [CONTENT, MESSAGE] {
-        batch.delete_range(purged(kind, queue_id, below_seq));
+        ..all_of(MESSAGE, queue_id)
     }
 }
 
@@ -128,10 +119,11 @@ pub fn leftovers(snapshot: &Snapshot) -> WriteBatch {
     );
     let mut batch = WriteBatch::default();
     for queue_id in orphans {
-        deleted_queue(&mut batch, queue_id);
+        batch.delete_range(all_of(MESSAGE, queue_id));
+        batch.delete_range(all_of(DEDUP, queue_id));
     }
     for (queue_id, below) in purges {
-        purged_messages(&mut batch, queue_id, below);
+        batch.delete_range(purged(queue_id, below));
     }
     batch
 }
@@ -150,12 +142,13 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
                 // ranges may be deleted in the background.
                 batch.delete(prefixed(QUEUE, *queue_id));
                 batch.delete(prefixed(METRICS, *queue_id));
-                deleted_queue(&mut batch, *queue_id);
+                batch.delete_range(all_of(MESSAGE, *queue_id));
+                batch.delete_range(all_of(DEDUP, *queue_id));
             }
             Change::Purged {
                 queue_id,
                 below_seq,
-            } => purged_messages(&mut batch, *queue_id, *below_seq),
+            } => batch.delete_range(purged(*queue_id, *below_seq)),
             Change::Content { at, content } => batch.put(content_key(*at), content_value(content)),
             Change::ContentMoved { from, to } => batch.copy(content_key(*from), content_key(*to)),
             Change::Metrics { queue_id, record } => {

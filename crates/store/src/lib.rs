@@ -55,7 +55,7 @@ pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), String> + 'a;
 
 /// Where the engine's records live between restarts.
 pub trait Store: Send {
-    /// Visits every stored key and value but message contents (`codec::CONTENT_RANGE`), in
+    /// Visits every stored key and value but message contents (`codec::is_content`), in
     /// key order: what a restart reads, whose time grows with the number of messages, not
     /// their bytes.
     fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError>;

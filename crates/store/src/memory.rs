@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::batch::{Op, RangeDelete, WriteBatch};
-use crate::codec::CONTENT_RANGE;
+use crate::codec::is_content;
 use crate::{Reader, Space, Store, StoreError, Visitor};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -68,8 +68,7 @@ pub(crate) fn copy(data: &mut Map, from: &[u8], to: &[u8]) {
 impl Store for MemoryStore {
     fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
         let data = self.read();
-        let contents = |k: &[u8]| k >= CONTENT_RANGE.0 && k < CONTENT_RANGE.1;
-        for (k, v) in data.iter().filter(|(k, _)| !contents(k)) {
+        for (k, v) in data.iter().filter(|(k, _)| !is_content(k)) {
             visit(k, v).map_err(|reason| StoreError::Corrupt {
                 path: self.describe(),
                 reason,

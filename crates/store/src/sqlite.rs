@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 
 use crate::batch::{effective_ops, Op, RangeDelete, WriteBatch};
-use crate::codec::CONTENT_RANGE;
+use crate::codec::CONTENT_KEY;
 use crate::guard::{create_private_dir, make_private, wal_path, DirLock, FileIdentity};
 use crate::{Reader, Space, Store, StoreError, Visitor};
 
@@ -176,10 +176,15 @@ impl Store for SqliteStore {
         };
         let mut stmt = self
             .conn
-            .prepare("SELECT k, v FROM kv WHERE k < ?1 OR k >= ?2 ORDER BY k")
+            // `codec::is_content` in SQL: a content's value is never loaded.
+            .prepare(
+                "SELECT k, v FROM kv WHERE NOT (length(k) = ?1 AND substr(k, 1, 1) = ?2) \
+                 ORDER BY k",
+            )
             .map_err(|e| corrupt(e.to_string()))?;
+        let (len, kind) = CONTENT_KEY;
         let mut rows = stmt
-            .query(CONTENT_RANGE)
+            .query((len as i64, [kind]))
             .map_err(|e| corrupt(e.to_string()))?;
         while let Some(row) = rows.next().map_err(|e| corrupt(e.to_string()))? {
             let key = row

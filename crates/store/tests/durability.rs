@@ -283,18 +283,23 @@ async fn a_full_disk_refuses_its_write_and_those_behind_it_until_the_store_is_re
     let mut faulty = FaultyStore::new(MemoryStore::default());
     faulty.full_at_write = Some(2);
     let committer = Committer::start(Box::new(faulty), Durability::Always);
-    let put = |k: &[u8]| {
+    // Message contents: records a load does not read.
+    let put = |seq: u64| {
+        let at = leasehold_engine::ContentKey {
+            queue_id: 1,
+            key: leasehold_engine::MsgKey { sent_ms: 0, seq },
+        };
         let mut batch = leasehold_store::WriteBatch::default();
-        batch.put(k.to_vec(), b"v".to_vec());
+        batch.put(codec::content_key(at), b"v".to_vec());
         batch
     };
-    committer.submit(put(b"E1")).await.unwrap();
-    let full = committer.submit(put(b"E2")).await;
+    committer.submit(put(1)).await.unwrap();
+    let full = committer.submit(put(2)).await;
     assert!(matches!(full, Err(StoreError::Full { .. })), "{full:?}");
     // Made on top of the refused one: refused too, though the disk would take it.
-    let behind = committer.submit(put(b"E3")).await;
+    let behind = committer.submit(put(3)).await;
     assert!(matches!(behind, Err(StoreError::Full { .. })), "{behind:?}");
     committer.load().await.unwrap();
-    committer.submit(put(b"E4")).await.unwrap();
+    committer.submit(put(4)).await.unwrap();
     committer.close();
 }
