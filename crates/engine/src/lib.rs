@@ -24,7 +24,7 @@ pub use engine::{
     EngineConfig, LeaseReport, MoveTask, MoveTaskInfo, MoveTaskStatus, Naming, QueueListing,
     QueuePage, ReceiveRequest, MAX_LIST_RESULTS, MOVE_TASK_QUEUE_GONE,
 };
-pub use engine::{Change, EngineRecord, QueueRecord, Snapshot};
+pub use engine::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use error::{EngineError, Result};
 pub use fifo::{content_deduplication_id, DedupKey, Original, FIFO_WINDOW_MS};
 pub use lease_stats::{

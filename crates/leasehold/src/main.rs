@@ -327,18 +327,6 @@ fn print_until_the_reader_goes() {
     }
 }
 
-/// Hands the memory freed since start back to the system. A restart reads every message
-/// record into one list before it builds the engine's indexes; the allocator keeps that
-/// list's pages for reuse (measured: 2.7 GiB resident after a restart with ten million
-/// messages, 1.7 GiB once they are returned), which a server near its memory limit cannot
-/// spare.
-#[allow(unsafe_code)]
-fn return_freed_memory() {
-    // SAFETY: `mi_collect` takes no pointers; it walks mimalloc's own free lists and may be
-    // called from any thread at any time.
-    unsafe { libmimalloc_sys::mi_collect(true) }
-}
-
 /// `--bind HOST:PORT`: an address, or a name resolved once at start (IPv4 first, so
 /// `localhost` is 127.0.0.1 where both are offered).
 fn parse_bind(value: &str) -> Result<SocketAddr, String> {
@@ -483,7 +471,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             disk_reserve_bytes: args.disk_reserve_mb.map(|mb| mb << 20),
         };
         let state = AppState::durable(config, Box::new(store), options)?;
-        return_freed_memory();
         tracing::info!(
             data_dir = %args.data_dir.display(),
             fsync = ?args.fsync,

@@ -2,7 +2,7 @@
 //! format: every value starts with its format version, and every read is bounds-checked, so a
 //! damaged record is reported, never misread.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use leasehold_engine::{
@@ -92,40 +92,65 @@ fn purged(queue_id: u64, below_seq: u64) -> RangeDelete {
 /// purged messages), left behind when a background delete was cut short by a stop: range
 /// deletes that finish the job.
 pub fn leftovers(snapshot: &Snapshot) -> WriteBatch {
-    let purged_below: BTreeMap<u64, u64> = snapshot
-        .queues
-        .iter()
-        .map(|q| (q.meta.id, q.meta.purged_below_seq))
-        .collect();
-    let mut orphans = std::collections::BTreeSet::new();
-    let mut purges = std::collections::BTreeSet::new();
+    let mut found = Leftovers::new(snapshot);
     for (queue_id, key, ..) in &snapshot.messages {
-        match purged_below.get(queue_id) {
+        found.note(*queue_id, *key);
+    }
+    found.batch()
+}
+
+/// `leftovers`, found as message records go by (`crate::restore`): `new` takes every record
+/// but the messages.
+pub struct Leftovers {
+    purged_below: BTreeMap<u64, u64>,
+    orphans: BTreeSet<u64>,
+    purges: BTreeSet<(u64, u64)>,
+}
+
+impl Leftovers {
+    pub fn new(head: &Snapshot) -> Leftovers {
+        let purged_below: BTreeMap<u64, u64> = head
+            .queues
+            .iter()
+            .map(|q| (q.meta.id, q.meta.purged_below_seq))
+            .collect();
+        let orphans = head
+            .dedup
+            .iter()
+            .map(|(queue_id, ..)| *queue_id)
+            .filter(|id| !purged_below.contains_key(id))
+            .collect();
+        Leftovers {
+            purged_below,
+            orphans,
+            purges: BTreeSet::new(),
+        }
+    }
+
+    /// A message record the store still holds.
+    pub fn note(&mut self, queue_id: u64, key: MsgKey) {
+        match self.purged_below.get(&queue_id) {
             None => {
-                orphans.insert(*queue_id);
+                self.orphans.insert(queue_id);
             }
             Some(below) if key.seq < *below => {
-                purges.insert((*queue_id, *below));
+                self.purges.insert((queue_id, *below));
             }
             Some(_) => {}
         }
     }
-    orphans.extend(
-        snapshot
-            .dedup
-            .iter()
-            .map(|(queue_id, ..)| *queue_id)
-            .filter(|id| !purged_below.contains_key(id)),
-    );
-    let mut batch = WriteBatch::default();
-    for queue_id in orphans {
-        batch.delete_range(all_of(MESSAGE, queue_id));
-        batch.delete_range(all_of(DEDUP, queue_id));
+
+    pub fn batch(self) -> WriteBatch {
+        let mut batch = WriteBatch::default();
+        for queue_id in self.orphans {
+            batch.delete_range(all_of(MESSAGE, queue_id));
+            batch.delete_range(all_of(DEDUP, queue_id));
+        }
+        for (queue_id, below) in self.purges {
+            batch.delete_range(purged(queue_id, below));
+        }
+        batch
     }
-    for (queue_id, below) in purges {
-        batch.delete_range(purged(queue_id, below));
-    }
-    batch
 }
 
 /// The writes that apply `changes`, in order.
@@ -189,28 +214,19 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
 
 /// Adds one stored record to a snapshot being rebuilt.
 pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<(), String> {
+    if key.first() == Some(&MESSAGE) {
+        snapshot.messages.push(decode_message(key, value)?);
+        return Ok(());
+    }
     let mut r = Reader::new(value);
     let mut k = Reader::new(key);
     let kind = k.u8()?;
-    let version = r.u8()?;
-    let known = version == VERSION || (kind == MESSAGE && version == MESSAGE_VERSION);
-    if !known {
+    if r.u8()? != VERSION {
         return Err("unknown record format version".into());
     }
     match kind {
         b'E' => snapshot.engine = Some(read_engine(&mut r)?),
         QUEUE => snapshot.queues.push(read_queue(&mut r)?),
-        MESSAGE => {
-            let queue_id = k.u64()?;
-            let key = MsgKey {
-                sent_ms: k.u64()?,
-                seq: k.u64()?,
-            };
-            let with_content = version == VERSION;
-            snapshot
-                .messages
-                .push(read_message(&mut r, with_content).map(|(id, m)| (queue_id, key, id, m))?);
-        }
         METRICS => {
             let queue_id = k.u64()?;
             snapshot.metrics.push((queue_id, read_metrics(&mut r)?));
@@ -226,6 +242,33 @@ pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<
         other => return Err(format!("unknown record kind {other}")),
     }
     r.finish()
+}
+
+/// The key range of message records (and their contents, which a scan skips).
+pub const MESSAGES: (&[u8], &[u8]) = (b"M", b"N");
+
+/// A stored message record: its queue, key, id and the message.
+pub fn decode_message(
+    key: &[u8],
+    value: &[u8],
+) -> Result<(u64, MsgKey, [u8; 16], StoredMessage), String> {
+    let mut r = Reader::new(value);
+    let mut k = Reader::new(key);
+    if k.u8()? != MESSAGE {
+        return Err("not a message record".into());
+    }
+    let version = r.u8()?;
+    if version != VERSION && version != MESSAGE_VERSION {
+        return Err("unknown record format version".into());
+    }
+    let queue_id = k.u64()?;
+    let key = MsgKey {
+        sent_ms: k.u64()?,
+        seq: k.u64()?,
+    };
+    let (id, message) = read_message(&mut r, version == VERSION)?;
+    r.finish()?;
+    Ok((queue_id, key, id, message))
 }
 
 // ---- values ----

@@ -30,8 +30,13 @@ impl<S: Store> FaultyStore<S> {
 }
 
 impl<S: Store> Store for FaultyStore<S> {
-    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
-        self.inner.scan(visit)
+    fn scan_range(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut Visitor,
+    ) -> Result<(), StoreError> {
+        self.inner.scan_range(start, end, visit)
     }
 
     fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError> {

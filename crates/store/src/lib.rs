@@ -20,7 +20,7 @@ mod sqlite;
 
 use std::sync::Arc;
 
-use leasehold_engine::{Content, ContentKey, Snapshot};
+use leasehold_engine::{Clock, Content, ContentKey, Engine, EngineConfig, Snapshot};
 use thiserror::Error;
 
 pub use backup::{backup, BackupSummary};
@@ -55,10 +55,19 @@ pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), String> + 'a;
 
 /// Where the engine's records live between restarts.
 pub trait Store: Send {
-    /// Visits every stored key and value but message contents (`codec::is_content`), in
-    /// key order: what a restart reads, whose time grows with the number of messages, not
-    /// their bytes.
-    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError>;
+    /// Visits every stored key in `[start, end)` and its value but message contents
+    /// (`codec::is_content`), in key order: what a restart reads, whose time grows with the
+    /// number of messages, not their bytes.
+    fn scan_range(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut Visitor,
+    ) -> Result<(), StoreError>;
+    /// `scan_range` over every key.
+    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
+        self.scan_range(&[], &[u8::MAX], visit)
+    }
     /// Applies the batches' puts and deletes in order as one atomic write; durable on return
     /// when `sync`. Their range deletes are left for `delete_some`.
     fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError>;
@@ -102,11 +111,50 @@ impl Space {
 /// Reads everything a store kept back into a snapshot for `Engine::restore`.
 pub fn load(store: &mut dyn Store) -> Result<Snapshot, StoreError> {
     let mut snapshot = Snapshot::default();
+    scan_into(store, &[], &[u8::MAX], &mut |key, value| {
+        codec::decode_into(&mut snapshot, key, value)
+    })?;
+    Ok(snapshot)
+}
+
+/// Rebuilds an engine from what `store` kept, and the range deletes that finish what a stop
+/// cut short (`codec::leftovers`). Message records go into the engine as they are read, so a
+/// restart holds no list of them beside the engine: the records but messages first, then the
+/// messages.
+pub fn restore(
+    store: &mut dyn Store,
+    clock: Arc<dyn Clock>,
+    config: EngineConfig,
+) -> Result<(Engine, WriteBatch), StoreError> {
+    let mut head = Snapshot::default();
+    let (first, past) = codec::MESSAGES;
+    for (start, end) in [(&[][..], first), (past, &[u8::MAX][..])] {
+        scan_into(store, start, end, &mut |key, value| {
+            codec::decode_into(&mut head, key, value)
+        })?;
+    }
+    let mut leftovers = codec::Leftovers::new(&head);
+    let mut restoring = Engine::restoring(clock, config, head);
+    scan_into(store, first, past, &mut |key, value| {
+        let (queue_id, key, id, message) = codec::decode_message(key, value)?;
+        leftovers.note(queue_id, key);
+        restoring.message(queue_id, key, id, message);
+        Ok(())
+    })?;
+    Ok((restoring.finish(), leftovers.batch()))
+}
+
+/// A scan of `[start, end)` whose failures say which record and which file.
+fn scan_into(
+    store: &mut dyn Store,
+    start: &[u8],
+    end: &[u8],
+    decode: &mut Visitor,
+) -> Result<(), StoreError> {
     let path = store.describe();
     store
-        .scan(&mut |key, value| {
-            codec::decode_into(&mut snapshot, key, value)
-                .map_err(|reason| format!("record {}: {reason}", printable(key)))
+        .scan_range(start, end, &mut |key, value| {
+            decode(key, value).map_err(|reason| format!("record {}: {reason}", printable(key)))
         })
         .map_err(|e| match e {
             StoreError::Corrupt { .. } | StoreError::Open { .. } => e,
@@ -114,8 +162,7 @@ pub fn load(store: &mut dyn Store) -> Result<Snapshot, StoreError> {
                 path: path.clone(),
                 reason: other.to_string(),
             },
-        })?;
-    Ok(snapshot)
+        })
 }
 
 /// The contents kept under `at` (None where a message is gone), read through `reader`.

@@ -66,9 +66,18 @@ pub(crate) fn copy(data: &mut Map, from: &[u8], to: &[u8]) {
 }
 
 impl Store for MemoryStore {
-    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
+    fn scan_range(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut Visitor,
+    ) -> Result<(), StoreError> {
         let data = self.read();
-        for (k, v) in data.iter().filter(|(k, _)| !is_content(k)) {
+        let range = data.range::<[u8], _>((
+            std::ops::Bound::Included(start),
+            std::ops::Bound::Excluded(end),
+        ));
+        for (k, v) in range.filter(|(k, _)| !is_content(k)) {
             visit(k, v).map_err(|reason| StoreError::Corrupt {
                 path: self.describe(),
                 reason,

@@ -168,7 +168,12 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn scan(&mut self, visit: &mut Visitor) -> Result<(), StoreError> {
+    fn scan_range(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut Visitor,
+    ) -> Result<(), StoreError> {
         let path = self.describe();
         let corrupt = |reason: String| StoreError::Corrupt {
             path: path.clone(),
@@ -178,13 +183,13 @@ impl Store for SqliteStore {
             .conn
             // `codec::is_content` in SQL: a content's value is never loaded.
             .prepare(
-                "SELECT k, v FROM kv WHERE NOT (length(k) = ?1 AND substr(k, 1, 1) = ?2) \
-                 ORDER BY k",
+                "SELECT k, v FROM kv WHERE k >= ?1 AND k < ?2 \
+                 AND NOT (length(k) = ?3 AND substr(k, 1, 1) = ?4) ORDER BY k",
             )
             .map_err(|e| corrupt(e.to_string()))?;
         let (len, kind) = CONTENT_KEY;
         let mut rows = stmt
-            .query((len as i64, [kind]))
+            .query((start, end, len as i64, [kind]))
             .map_err(|e| corrupt(e.to_string()))?;
         while let Some(row) = rows.next().map_err(|e| corrupt(e.to_string()))? {
             let key = row

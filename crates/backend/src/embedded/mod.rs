@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use leasehold_engine::{Change, Clock, Engine, EngineConfig, EngineError, Naming};
-use leasehold_store::{codec, load, Committer, Durability, Store, StoreError};
+use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
 
 use crate::gate::SendGate;
 use crate::waiters::Waiters;
@@ -133,10 +133,9 @@ impl Embedded {
     ) -> Result<Embedded, StoreError> {
         let options = options.into();
         setup.config.track_changes = true;
-        let snapshot = load(&mut *store)?;
-        // What a background delete had not finished when the server last stopped.
-        let leftovers = codec::leftovers(&snapshot);
-        let mut engine = Engine::restore(setup.clock.clone(), setup.config.clone(), snapshot);
+        // With what a background delete had not finished when the server last stopped.
+        let (mut engine, leftovers) =
+            restore(&mut *store, setup.clock.clone(), setup.config.clone())?;
         let contents = Contents::new(store.reader()?, options.body_cache_bytes);
         let committer = Committer::start(store, options.durability);
         // Contents a file written before they had records of their own kept inside message

@@ -31,7 +31,7 @@ use crate::receipt::{Receipt, ReceiptSealer};
 pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus, MOVE_TASK_QUEUE_GONE};
 pub use leases::LeaseReport;
 pub use messages::{check_batch, ReceiveRequest};
-pub use persist::{Change, EngineRecord, QueueRecord, Snapshot};
+pub use persist::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use queues::{list_queue_keys, validate_queue_name, QueueListing};
 pub use regions::{is_account_id, is_region, Naming};
 

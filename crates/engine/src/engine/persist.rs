@@ -210,46 +210,80 @@ impl Engine {
 
     /// Rebuilds an engine from a store's records. The stored receipt key wins over the
     /// configured one, so handles issued before the restart still open.
-    pub fn restore(clock: Arc<dyn Clock>, mut config: EngineConfig, snapshot: Snapshot) -> Engine {
+    pub fn restore(clock: Arc<dyn Clock>, config: EngineConfig, mut snapshot: Snapshot) -> Engine {
+        let messages = std::mem::take(&mut snapshot.messages);
+        let mut restoring = Engine::restoring(clock, config, snapshot);
+        for (queue_id, key, id, message) in messages {
+            restoring.message(queue_id, key, id, message);
+        }
+        restoring.finish()
+    }
+
+    /// Starts rebuilding an engine from a store's records but its messages, which the store
+    /// then hands over one by one (`Restoring::message`), so a restart never holds them all
+    /// in a list beside the engine.
+    pub fn restoring(clock: Arc<dyn Clock>, mut config: EngineConfig, head: Snapshot) -> Restoring {
         let tracking = config.track_changes;
-        if let Some(record) = &snapshot.engine {
+        if let Some(record) = &head.engine {
             config.receipt_key = record.receipt_key;
         }
         config.track_changes = false;
         let mut engine = Engine::new(clock, config);
-        if let Some(record) = snapshot.engine {
+        if let Some(record) = head.engine {
             engine.next_queue_id = record.next_queue_id;
             engine.deleted_at = record.deleted_at.into_iter().collect();
             engine.tasks = record.tasks;
         }
         let mut by_id: HashMap<u64, String> = HashMap::new();
-        for record in snapshot.queues {
+        for record in head.queues {
             by_id.insert(record.meta.id, record.name.clone());
             engine.next_queue_id = engine.next_queue_id.max(record.meta.id + 1);
             let name = record.name.clone();
             let queue = Queue::from_record(record, engine.sealer.clone());
             engine.queues.insert(name, queue);
         }
-        for (queue_id, key, id, message) in snapshot.messages {
-            if let Some(queue) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
-                queue.restore_message(key, id, message);
-            }
-        }
-        for (queue_id, record) in &snapshot.metrics {
+        for (queue_id, record) in &head.metrics {
             if let Some(queue) = by_id.get(queue_id).and_then(|n| engine.queues.get_mut(n)) {
                 queue.metrics = LeaseMetrics::from_record(record);
             }
         }
-        let mut dedup = snapshot.dedup;
+        let mut dedup = head.dedup;
         dedup.sort_by_key(|(_, _, original)| original.expires_ms);
         for (queue_id, key, original) in dedup {
             if let Some(queue) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
                 queue.restore_dedup(key, original);
             }
         }
-        engine.config.track_changes = tracking;
+        Restoring {
+            engine,
+            by_id,
+            tracking,
+        }
+    }
+}
+
+/// An engine being rebuilt (`Engine::restoring`): its queues are there, its messages arrive.
+pub struct Restoring {
+    engine: Engine,
+    by_id: HashMap<u64, String>,
+    tracking: bool,
+}
+
+impl Restoring {
+    /// Puts back one stored message; one of a queue that no longer exists is skipped.
+    pub fn message(&mut self, queue_id: u64, key: MsgKey, id: [u8; 16], message: StoredMessage) {
+        let name = self.by_id.get(&queue_id);
+        if let Some(queue) = name.and_then(|n| self.engine.queues.get_mut(n)) {
+            queue.restore_message(key, id, message);
+        }
+    }
+
+    /// The rebuilt engine, recording changes again if it was configured to.
+    pub fn finish(self) -> Engine {
+        let mut engine = self.engine;
+        engine.config.track_changes = self.tracking;
         for queue in engine.queues.values_mut() {
-            queue.changes.enabled = tracking;
+            queue.changes.enabled = self.tracking;
         }
         engine
     }
