@@ -14,11 +14,15 @@ fn config() -> ServerConfig {
 }
 
 async fn durable(dir: &std::path::Path) -> TestServer {
+    durable_with(dir, Durability::Always.into()).await
+}
+
+async fn durable_with(
+    dir: &std::path::Path,
+    options: leasehold_backend::StoreOptions,
+) -> TestServer {
     let store = SqliteStore::open(dir).unwrap();
-    TestServer::start_state(
-        AppState::durable(config(), Box::new(store), Durability::Always).unwrap(),
-    )
-    .await
+    TestServer::start_state(AppState::durable(config(), Box::new(store), options).unwrap()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,15 +299,11 @@ async fn health_answers_while_ready_says_when_the_store_takes_no_more_writes() {
 async fn bodies_and_attributes_come_back_from_the_store_through_moves_and_restarts() {
     use aws_sdk_sqs::types::MessageAttributeValue;
     let dir = tempfile::tempdir().unwrap();
-    let uncached = |dir: &std::path::Path| {
-        let store = SqliteStore::open(dir).unwrap();
-        let options = leasehold_backend::StoreOptions {
-            body_cache_bytes: 0,
-            ..Durability::Always.into()
-        };
-        AppState::durable(config(), Box::new(store), options).unwrap()
+    let uncached = leasehold_backend::StoreOptions {
+        body_cache_bytes: 0,
+        ..Durability::Always.into()
     };
-    let s = TestServer::start_state(uncached(dir.path())).await;
+    let s = durable_with(dir.path(), uncached).await;
     let dlq = s.queue("dlq", &[]).await;
     let redrive =
         r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}"#;
@@ -352,7 +352,7 @@ async fn bodies_and_attributes_come_back_from_the_store_through_moves_and_restar
     assert!(s.receive(&url, 10).await.is_empty());
     s.stop().await;
 
-    let s = TestServer::start_state(uncached(dir.path())).await;
+    let s = durable_with(dir.path(), uncached).await;
     let peeked: serde_json::Value = reqwest::get(format!(
         "{}/_leasehold/api/queues/dlq/messages?bodies=true",
         s.base
