@@ -12,32 +12,14 @@ use crate::harness::TestServer;
 
 const CASES_PER_PROTOCOL: usize = 1_500;
 
-const ACTIONS: &[&str] = &[
-    "CreateQueue",
-    "DeleteQueue",
-    "GetQueueUrl",
-    "ListQueues",
-    "GetQueueAttributes",
-    "SetQueueAttributes",
-    "PurgeQueue",
-    "SendMessage",
-    "SendMessageBatch",
-    "ReceiveMessage",
-    "DeleteMessage",
-    "DeleteMessageBatch",
-    "ChangeMessageVisibility",
-    "ChangeMessageVisibilityBatch",
-    "TagQueue",
-    "UntagQueue",
-    "ListQueueTags",
-    "AddPermission",
-    "RemovePermission",
-    "ListDeadLetterSourceQueues",
-    "StartMessageMoveTask",
-    "CancelMessageMoveTask",
-    "ListMessageMoveTasks",
-    "Teleport",
-];
+/// Every action from the one list (`actions!`), and one that does not exist.
+fn actions() -> Vec<&'static str> {
+    leasehold_protocol::ACTIONS
+        .iter()
+        .copied()
+        .chain(["Teleport"])
+        .collect()
+}
 
 /// Members the actions read (JSON names), so random requests reach real code.
 const MEMBERS: &[&str] = &[
@@ -227,6 +209,7 @@ async fn random_requests_to_every_action_over_both_protocols_never_crash_or_faul
         short: false,
     };
     let mut answered = 0;
+    let actions = actions();
     for case in 0..2 * CASES_PER_PROTOCOL {
         if case % 200 == 0 {
             // Fresh queues and handles, since the fuzzer deletes and purges them.
@@ -249,7 +232,7 @@ async fn random_requests_to_every_action_over_both_protocols_never_crash_or_faul
                 .filter_map(|m| m.receipt_handle)
                 .collect();
         }
-        let action = f.pick(ACTIONS);
+        let action = f.pick(&actions);
         let request = if case % 2 == 0 {
             http.post(format!("{}/", s.base))
                 .header("content-type", "application/x-amz-json-1.0")
