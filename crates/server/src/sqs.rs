@@ -117,7 +117,10 @@ async fn answer(
         )));
     }
     let action = request.action();
-    refuse_new_messages_when_short(state, action)?;
+    if http.target.is_none() {
+        // A query request names its action in its body: checked now that it is read.
+        refuse_new_messages_when_short(state, action)?;
+    }
     Ok((action, run(state, &ctx, request, slot).await?))
 }
 
