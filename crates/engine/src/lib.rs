@@ -15,6 +15,7 @@ mod message;
 mod queue;
 mod receipt;
 mod redrive;
+pub mod rules;
 mod settings;
 mod table;
 
@@ -36,8 +37,9 @@ pub use message::{
     MessageAttribute, MessageAttributes, MsgKey, NewMessage, Peeked, State as MessageState,
     StoredMessage, MAX_MESSAGE_ATTRIBUTES,
 };
-pub use queue::{DeleteOutcome, LeaseMode, QueueCounts, QueueMeta, QueueStats, Removed, Sent};
+pub use queue::{DeleteOutcome, QueueCounts, QueueMeta, QueueStats, Removed, Sent};
 pub use receipt::{Receipt, ReceiptSealer};
+pub use rules::LeaseMode;
 pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
 pub use settings::{
     QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S, MAX_WAIT_TIME_S,

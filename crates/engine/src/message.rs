@@ -379,6 +379,22 @@ impl StoredMessage {
     }
 
     /// When it was first received, if it has been.
+    /// The lease as the rulebook sees it. A Ready message is receivable (its `until_ms` is a
+    /// ready rank, not an instant); the engine never stores a release, since a released
+    /// message is Ready at once and its timer, the only place asking whether a lease ran
+    /// out, is gone.
+    pub fn lease(&self) -> crate::rules::MessageLease {
+        crate::rules::MessageLease {
+            receive_count: self.receive_count,
+            started_ms: self.lease_start_ms,
+            hidden_until_ms: match self.state {
+                State::Ready => 0,
+                State::Delayed | State::InFlight => self.until_ms,
+            },
+            released: false,
+        }
+    }
+
     pub fn first_received(&self) -> Option<u64> {
         (self.receive_count > 0).then_some(self.first_receive_ms)
     }

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::lease_stats::LeaseMetrics;
 use crate::message::{
@@ -23,20 +23,11 @@ use crate::message::{
     Peeked, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
-use crate::settings::{QueueSettings, MAX_VISIBILITY_TIMEOUT_S};
+use crate::rules::{self, ChangeKind, Handling, LeaseMode, Take};
+use crate::settings::QueueSettings;
 use crate::table::MessageTable;
 
 mod invariants;
-
-/// How receipt handles behave once their lease is over.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LeaseMode {
-    /// As real AWS behaves on standard queues: any handle ever issued still deletes.
-    #[default]
-    Aws,
-    /// The contract the seed module teaches: only the current, unexpired lease counts.
-    Strict,
-}
 
 /// What the engine has counted about a queue's leases since it was created.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -340,10 +331,7 @@ impl Queue {
             if due > now {
                 break;
             }
-            if matches!(
-                self.messages.get(&key).map(|m| m.state),
-                Some(State::InFlight)
-            ) {
+            if self.messages.get(&key).is_some_and(|m| m.lease().ran_out(now)) {
                 // Counted once: the store learns the lease is over with the counter.
                 self.meta.stats.leases_expired += 1;
                 self.mark(key);
@@ -526,7 +514,7 @@ impl Queue {
         }
         let lease = Lease {
             now,
-            until: now + u64::from(params.visibility_s) * 1000,
+            until: rules::lease_end(now, params.visibility_s),
             max_receive_count: params.max_receive_count,
         };
         let mut batch = Batch::default();
@@ -582,26 +570,24 @@ impl Queue {
         if message.state != State::Ready {
             return false;
         }
-        if lease
-            .max_receive_count
-            .is_some_and(|max| message.receive_count >= max)
-        {
+        let Take::Lease { receive_no, first } =
+            rules::take(message.receive_count, lease.max_receive_count)
+        else {
             self.meta.stats.dead_lettered_after_late_delete += u64::from(message.late_deleted);
             self.metrics.finished(message.receive_count, None);
             batch
                 .dead
                 .push((key, self.take_message(key).expect("stored")));
             return true;
-        }
-        message.receive_count += 1;
+        };
+        message.receive_count = receive_no;
         message.lease_start_ms = lease.now;
         message.extensions = 0;
-        if message.receive_count == 1 {
+        if first {
             message.first_receive_ms = lease.now;
             self.metrics
                 .record_first_receive(lease.now, lease.now.saturating_sub(key.sent_ms));
         }
-        let receive_no = message.receive_count;
         self.set_state(key, State::InFlight, lease.until);
         self.mark(key);
         batch.leased.push((key, receive_no));
@@ -613,7 +599,7 @@ impl Queue {
     /// the same messages and handles back, with the lease restarted.
     fn replay_attempt(&mut self, now: u64, params: &ReceiveParams) -> Option<Vec<Delivery>> {
         let items = self.fifo.attempt(params.attempt_id?)?.to_vec();
-        let until = now + u64::from(params.visibility_s) * 1000;
+        let until = rules::lease_end(now, params.visibility_s);
         let mut out = Vec::new();
         for (key, receive_no) in items {
             let still_ours = self
@@ -673,16 +659,6 @@ impl Queue {
         }
     }
 
-    /// Whether the lease that `receipt` names is still the message's current, live lease.
-    fn holds_live_lease(message: &StoredMessage, receipt: &Receipt) -> bool {
-        receipt.receive_no == message.receive_count && message.state == State::InFlight
-    }
-
-    /// FIFO queues refuse a handle whose lease is over, whatever the lease mode.
-    fn expired(handle: &str) -> EngineError {
-        EngineError::ReceiptHandleExpired(handle.to_string())
-    }
-
     pub fn delete(
         &mut self,
         now: u64,
@@ -699,6 +675,7 @@ impl Queue {
             self.metrics
                 .record_hold(now, now.saturating_sub(receipt.received_ms));
         }
+        let handling = Handling::of(&self.meta.settings, mode);
         let Some(message) = self.messages.get_mut(&receipt.key) else {
             // Deleting twice, or after retention dropped it, succeeds as on AWS. Only another
             // receive's copy of the work finishing is a repeat delete, not an SDK retry.
@@ -710,19 +687,18 @@ impl Queue {
                 late: false,
             });
         };
-        let late = !Self::holds_live_lease(message, receipt);
-        if late {
+        let deletion = rules::delete(handling, &message.lease(), receipt.receive_no, now);
+        if deletion.late {
             self.meta.stats.late_deletes += 1;
             message.late_deleted = true;
-            if self.meta.settings.fifo {
-                self.mark(receipt.key);
-                return Err(Self::expired(handle));
-            }
         } else {
             self.meta.stats.deleted_within_lease += 1;
         }
-        let removed = !late || mode == LeaseMode::Aws;
-        if removed {
+        if let Some(refusal) = deletion.refusal {
+            self.mark(receipt.key);
+            return Err(refusal.error(handle));
+        }
+        if deletion.removes {
             let (receives, extensions) = (message.receive_count, message.extensions);
             self.metrics.finished(receives, Some(extensions));
             self.remove(receipt.key);
@@ -733,7 +709,10 @@ impl Queue {
         } else {
             self.mark(receipt.key);
         }
-        Ok(DeleteOutcome { removed, late })
+        Ok(DeleteOutcome {
+            removed: deletion.removes,
+            late: deletion.late,
+        })
     }
 
     pub fn change_visibility(
@@ -744,41 +723,25 @@ impl Queue {
         timeout_s: u32,
         mode: LeaseMode,
     ) -> Result<()> {
-        let Some(message) = self.messages.get(&receipt.key) else {
-            return Err(EngineError::MessageNotAvailable(handle.to_string()));
-        };
-        if !Self::holds_live_lease(message, receipt) {
-            if self.meta.settings.fifo {
-                return Err(Self::expired(handle));
+        let handling = Handling::of(&self.meta.settings, mode);
+        let lease = self.messages.get(&receipt.key).map(StoredMessage::lease);
+        let change =
+            rules::change_visibility(handling, lease.as_ref(), receipt.receive_no, now, timeout_s)
+                .map_err(|refusal| refusal.error(handle))?;
+        match change.kind {
+            ChangeKind::Released => self.meta.stats.released_early += 1,
+            ChangeKind::Extended => {
+                self.meta.stats.extensions += 1;
+                if let Some(m) = self.messages.get_mut(&receipt.key) {
+                    m.extensions = m.extensions.saturating_add(1);
+                }
             }
-            if mode == LeaseMode::Strict {
-                return Err(EngineError::MessageNotInflight(handle.to_string()));
-            }
+            ChangeKind::Other => {}
         }
-        // SQS counts in whole seconds: the lease so far, rounded down, plus the new timeout.
-        let held_s = now.saturating_sub(message.lease_start_ms) / 1000;
-        if held_s + u64::from(timeout_s) > u64::from(MAX_VISIBILITY_TIMEOUT_S) {
-            return Err(EngineError::out_of_range(
-                "VisibilityTimeout",
-                timeout_s,
-                "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
-            ));
-        }
-        let live = Self::holds_live_lease(message, receipt);
-        let until = now + u64::from(timeout_s) * 1000;
-        // A lease brought to an end sooner (a backoff put-back) is a release, not a heartbeat.
-        if timeout_s == 0 || (live && until < message.until_ms) {
-            self.meta.stats.released_early += 1;
-        } else if live {
-            self.meta.stats.extensions += 1;
-            if let Some(m) = self.messages.get_mut(&receipt.key) {
-                m.extensions = m.extensions.saturating_add(1);
-            }
-        }
-        if timeout_s == 0 {
+        if change.released_now {
             self.set_state(receipt.key, State::Ready, 0);
         } else {
-            self.set_state(receipt.key, State::InFlight, until);
+            self.set_state(receipt.key, State::InFlight, change.until_ms);
         }
         self.mark(receipt.key);
         Ok(())

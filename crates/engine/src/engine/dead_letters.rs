@@ -278,9 +278,13 @@ impl Engine {
         let queue = self.queue(name)?;
         Ok(queue.meta.settings.redrive.as_ref().and_then(|policy| {
             let target = self.queue_key_from_arn(&policy.dead_letter_target_arn)?;
-            let same_type =
-                self.queues.get(&target)?.meta.settings.fifo == queue.meta.settings.fifo;
-            same_type.then_some((target, policy.max_receive_count))
+            let target_fifo = self.queues.get(&target).map(|q| q.meta.settings.fifo);
+            let max = crate::rules::dead_letter_after(
+                Some(policy.max_receive_count),
+                queue.meta.settings.fifo,
+                target_fifo,
+            )?;
+            Some((target, max))
         }))
     }
 

@@ -25,7 +25,8 @@ use rand::SeedableRng;
 use crate::clock::Clock;
 use crate::error::{EngineError, Result};
 use crate::message::ContentKey;
-use crate::queue::{LeaseMode, Queue, Removed};
+use crate::queue::{Queue, Removed};
+use crate::rules::LeaseMode;
 use crate::receipt::{Receipt, ReceiptSealer};
 
 pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus, MOVE_TASK_QUEUE_GONE};
