@@ -39,8 +39,8 @@ pub use message::{
 };
 pub use queue::{DeleteOutcome, QueueCounts, QueueMeta, QueueStats, Removed, Sent};
 pub use receipt::{Receipt, ReceiptSealer};
-pub use rules::LeaseMode;
 pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
+pub use rules::LeaseMode;
 pub use settings::{
     QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S, MAX_WAIT_TIME_S,
 };

@@ -23,7 +23,7 @@ use crate::message::{
     Peeked, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
-use crate::rules::{self, ChangeKind, Handling, LeaseMode, Take};
+use crate::rules::{self, ChangeKind, Handling, LeaseEnd, LeaseMode, Take};
 use crate::settings::QueueSettings;
 use crate::table::MessageTable;
 
@@ -331,7 +331,11 @@ impl Queue {
             if due > now {
                 break;
             }
-            if self.messages.get(&key).is_some_and(|m| m.lease().ran_out(now)) {
+            if self
+                .messages
+                .get(&key)
+                .is_some_and(|m| m.lease().ran_out(now))
+            {
                 // Counted once: the store learns the lease is over with the counter.
                 self.meta.stats.leases_expired += 1;
                 self.mark(key);
@@ -676,24 +680,26 @@ impl Queue {
                 .record_hold(now, now.saturating_sub(receipt.received_ms));
         }
         let handling = Handling::of(&self.meta.settings, mode);
-        let Some(message) = self.messages.get_mut(&receipt.key) else {
-            // Deleting twice, or after retention dropped it, succeeds as on AWS. Only another
-            // receive's copy of the work finishing is a repeat delete, not an SDK retry.
-            if !retried {
-                self.meta.stats.repeat_deletes += 1;
-            }
+        let message = self.messages.get_mut(&receipt.key);
+        let deletion = message
+            .as_ref()
+            .map(|m| rules::delete(handling, &m.lease(), receipt.receive_no, now));
+        match LeaseEnd::of(deletion.as_ref()) {
+            // Only another receive's copy of the work finishing is a repeat delete, not an
+            // SDK's retry.
+            LeaseEnd::Repeat if retried => {}
+            LeaseEnd::Repeat => self.meta.stats.repeat_deletes += 1,
+            LeaseEnd::Late => self.meta.stats.late_deletes += 1,
+            LeaseEnd::OnTime => self.meta.stats.deleted_within_lease += 1,
+        }
+        let (Some(message), Some(deletion)) = (message, deletion) else {
+            // Deleting twice, or after retention dropped it, succeeds as on AWS.
             return Ok(DeleteOutcome {
                 removed: false,
                 late: false,
             });
         };
-        let deletion = rules::delete(handling, &message.lease(), receipt.receive_no, now);
-        if deletion.late {
-            self.meta.stats.late_deletes += 1;
-            message.late_deleted = true;
-        } else {
-            self.meta.stats.deleted_within_lease += 1;
-        }
+        message.late_deleted |= deletion.late;
         if let Some(refusal) = deletion.refusal {
             self.mark(receipt.key);
             return Err(refusal.error(handle));

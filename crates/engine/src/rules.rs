@@ -236,7 +236,9 @@ pub const NO_MAX_RECEIVES: u32 = i32::MAX as u32;
 
 /// The maxReceiveCount a SQL claim compares with: `exhausted`'s None as a number.
 pub fn max_receives_for_sql(max_receive_count: Option<u32>) -> u32 {
-    max_receive_count.unwrap_or(NO_MAX_RECEIVES).min(NO_MAX_RECEIVES)
+    max_receive_count
+        .unwrap_or(NO_MAX_RECEIVES)
+        .min(NO_MAX_RECEIVES)
 }
 
 /// How a lease ended, for the honest-lease counters.
@@ -250,13 +252,14 @@ pub enum LeaseEnd {
     Repeat,
 }
 
-/// What a delete by the handle of receive `receive_no` counts as, given the message's lease
-/// (None: gone).
-pub fn delete_counts_as(lease: Option<&MessageLease>, receive_no: u32, now: u64) -> LeaseEnd {
-    match lease {
-        None => LeaseEnd::Repeat,
-        Some(lease) if lease.is_live(receive_no, now) => LeaseEnd::OnTime,
-        Some(_) => LeaseEnd::Late,
+impl LeaseEnd {
+    /// What a delete counts as, by what the rules made of it (None: the message was gone).
+    pub fn of(deletion: Option<&Deletion>) -> LeaseEnd {
+        match deletion {
+            None => LeaseEnd::Repeat,
+            Some(d) if d.late => LeaseEnd::Late,
+            Some(_) => LeaseEnd::OnTime,
+        }
     }
 }
 

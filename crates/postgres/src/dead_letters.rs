@@ -5,9 +5,10 @@
 
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
-use leasehold_engine::QueueSettings;
+use leasehold_engine::{rules, QueueSettings};
 
 use crate::messages::{Lease, Opened};
+use crate::queues::decode;
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -42,21 +43,31 @@ impl Postgres {
         };
         let row = tx
             .query_opt(
-                &cached(tx, "SELECT id FROM leasehold_queues WHERE key = $1").await?,
+                &cached(tx, "SELECT id, record FROM leasehold_queues WHERE key = $1").await?,
                 &[&target],
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(row.map(|row| DeadLetterRoute {
-            target_id: to_u64(row.get(0)),
-            source_arn: self.naming.queue_arn(queue),
-            max_receive_count: policy.max_receive_count,
-        }))
+        let target = row
+            .map(|row| Ok::<_, BackendError>((to_u64(row.get(0)), decode(row.get(1))?)))
+            .transpose()?;
+        let max_receive_count = rules::dead_letter_after(
+            Some(policy.max_receive_count),
+            settings.fifo,
+            target.as_ref().map(|(_, record)| record.meta.settings.fifo),
+        );
+        Ok(target
+            .zip(max_receive_count)
+            .map(|((target_id, _), max_receive_count)| DeadLetterRoute {
+                target_id,
+                source_arn: self.naming.queue_arn(queue),
+                max_receive_count,
+            }))
     }
 
-    /// The receivable messages of a standard queue already received `max_receives` times
-    /// (and whether their last lease ran out rather than being released), oldest first, up to the key `before` (excluded), other than those this receive just
-    /// leased (a lease of 0 s leaves them receivable).
+    /// The receivable messages of a standard queue the rules call exhausted (and whether
+    /// their last lease ran out), oldest first, up to the key `before` (excluded), other than
+    /// those this receive just leased (a lease of 0 s leaves them receivable).
     pub(crate) async fn exhausted(
         &self,
         tx: &Transaction<'_>,
@@ -69,9 +80,10 @@ impl Postgres {
             .query(
                 &cached(
                     tx,
-                    "SELECT seq, receive_count > 0 AND NOT released FROM leasehold_messages
+                    "SELECT seq, leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
+                 FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $3
-                   AND receive_count >= $4 AND (sent_ms, seq) < ($5, $6) AND seq <> ALL($8)
+                   AND leasehold_exhausted(receive_count, $4) AND (sent_ms, seq) < ($5, $6) AND seq <> ALL($8)
                  ORDER BY sent_ms, seq
                  LIMIT $7
                  FOR UPDATE SKIP LOCKED",

@@ -1,13 +1,12 @@
 //! Commands by receipt handle on PostgreSQL: delete and change visibility. A handle is opened
-//! with the cluster's key, so any server takes any server's handles. Handles whose lease is
-//! over, as the engine's lease modes treat them: on a standard queue under `LeaseMode::Aws`
-//! any issued handle deletes, and a visibility change needs the message, not the current
-//! lease; under `LeaseMode::Strict` such a delete removes nothing (and succeeds) and such a
-//! change is refused as not in flight. FIFO queues refuse them in either mode.
+//! with the cluster's key, so any server takes any server's handles. What a handle may still
+//! do once its lease is over is the rulebook's (`leasehold_engine::rules`): this file locks
+//! the rows, asks the rules, and stores what they decided.
 
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
-use leasehold_engine::{EngineError, LeaseMode, Receipt, MAX_VISIBILITY_TIMEOUT_S};
+use leasehold_engine::rules::{self, ChangeKind, Deletion, Handling, MessageLease};
+use leasehold_engine::{EngineError, Receipt};
 
 use crate::messages::Opened;
 use crate::notify::notify;
@@ -15,24 +14,12 @@ use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
-/// What a visibility change did, for the lease measurements.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Change {
-    /// Ended or shortened a live lease, or made the message receivable at once.
-    Released,
-    /// A heartbeat: a live lease made longer.
-    Extended,
-    /// A new timeout on a message not in flight (AWS mode allows it).
-    Other,
-}
-
 /// What a delete found of its message, for its answer and the lease measurements.
 pub(crate) struct FoundForDelete {
     pub(crate) receive_count: u32,
-    /// The handle's lease was the message's current, live one.
-    pub(crate) live: bool,
     pub(crate) extensions: u32,
-    pub(crate) removed: bool,
+    /// What the rules made of the delete.
+    pub(crate) deletion: Deletion,
     /// Removed after its last lease ran out, which no receive had counted yet.
     pub(crate) expired_unseen: bool,
 }
@@ -72,11 +59,9 @@ impl Postgres {
             results.push(match receipt {
                 Ok(receipt) => {
                     let found = found.next().flatten();
-                    let result = match found {
-                        Some(ref f) if !f.removed && opened.settings.fifo => {
-                            Err(EngineError::ReceiptHandleExpired(handle))
-                        }
-                        _ => Ok(()),
+                    let result = match found.as_ref().and_then(|f| f.deletion.refusal) {
+                        Some(refusal) => Err(refusal.error(&handle)),
+                        None => Ok(()),
                     };
                     seen.push((receipt, found));
                     result
@@ -97,9 +82,8 @@ impl Postgres {
         Ok(results)
     }
 
-    /// Deletes the message each receipt names if its lease allows (any lease on a standard
-    /// queue in AWS mode; only the current, live one on a FIFO queue or in strict mode), in
-    /// one statement; answers, in order, what each found (None: the message was already
+    /// Deletes the message each receipt names if the rules let its lease (`rules::delete`),
+    /// in one statement; answers, in order, what each found (None: the message was already
     /// gone). Receipts naming one message twice go one by one, as the engine takes them.
     async fn delete_many(
         &self,
@@ -124,14 +108,16 @@ impl Postgres {
             .iter()
             .map(|r| i32::try_from(r.receive_no).unwrap_or(i32::MAX))
             .collect();
-        let live_only = opened.settings.fifo || self.lease_mode == LeaseMode::Strict;
+        let handling = self.handling(&opened.settings);
+        let live_only = !handling.late_delete_removes();
         let rows = tx
             .query(
                 &cached(
                     tx,
                     "WITH target AS (
                          SELECT m.seq, m.receive_count, m.visible_ms, m.extensions, m.released,
-                                m.receive_count = h.receive_no AND m.visible_ms > $5 AS live,
+                                leasehold_lease_live(m.receive_count, h.receive_no,
+                                                     m.visible_ms, $5) AS live,
                                 h.n
                          FROM unnest($2::bigint[], $3::integer[]) WITH ORDINALITY
                               AS h(seq, receive_no, n)
@@ -147,7 +133,7 @@ impl Postgres {
                          UPDATE leasehold_messages m SET late_deleted = true FROM target
                          WHERE m.queue_id = $1 AND m.seq = target.seq AND NOT target.live
                            AND target.seq NOT IN (SELECT seq FROM gone))
-                     SELECT n, receive_count, visible_ms, extensions, live,
+                     SELECT n, receive_count, visible_ms, extensions,
                             seq IN (SELECT seq FROM gone), released
                      FROM target",
                 )
@@ -165,19 +151,25 @@ impl Postgres {
         let mut found: Vec<Option<FoundForDelete>> = receipts.iter().map(|_| None).collect();
         for row in rows {
             let n = usize::try_from(row.get::<_, i64>(0)).unwrap_or_default();
-            let receive_count = row.get::<_, i32>(1);
-            let visible = to_u64(row.get(2)) <= opened.now;
-            let removed: bool = row.get(5);
-            if let Some(slot) = found.get_mut(n.wrapping_sub(1)) {
+            let lease = MessageLease {
+                receive_count: row.get::<_, i32>(1).unsigned_abs(),
+                started_ms: 0,
+                hidden_until_ms: to_u64(row.get(2)),
+                released: row.get(5),
+            };
+            let removed: bool = row.get(4);
+            if let (Some(slot), Some(receipt)) = (
+                found.get_mut(n.wrapping_sub(1)),
+                receipts.get(n.wrapping_sub(1)),
+            ) {
+                let deletion = rules::delete(handling, &lease, receipt.receive_no, opened.now);
+                // The statement removed by the same rule (`live_only`, `leasehold_lease_live`).
+                debug_assert_eq!(deletion.removes, removed, "{lease:?} {receipt:?}");
                 *slot = Some(FoundForDelete {
-                    receive_count: receive_count.unsigned_abs(),
-                    live: row.get(4),
+                    receive_count: lease.receive_count,
                     extensions: row.get::<_, i32>(3).unsigned_abs(),
-                    removed,
-                    expired_unseen: removed
-                        && visible
-                        && receive_count > 0
-                        && !row.get::<_, bool>(6),
+                    deletion,
+                    expired_unseen: removed && lease.ran_out(opened.now),
                 });
             }
         }
@@ -208,7 +200,7 @@ impl Postgres {
         let changed = results.iter().filter(|r| r.is_ok()).count();
         notify(&tx, self.server_id, queue, changed).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
-        let changes: Vec<(Change, bool)> = results
+        let changes: Vec<(ChangeKind, bool)> = results
             .iter()
             .filter_map(|r| r.as_ref().ok())
             .copied()
@@ -224,7 +216,7 @@ impl Postgres {
         receipt: &Receipt,
         handle: &str,
         timeout_s: u32,
-    ) -> Result<std::result::Result<(Change, bool), EngineError>> {
+    ) -> Result<std::result::Result<(ChangeKind, bool), EngineError>> {
         let now = opened.now;
         let key = [&to_i64(receipt.queue_id), &to_i64(receipt.key.seq)];
         let row = tx
@@ -234,39 +226,25 @@ impl Postgres {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let Some(row) = row else {
-            return Ok(Err(EngineError::MessageNotAvailable(handle.to_string())));
-        };
-        let live = i64::from(row.get::<_, i32>(1)) == i64::from(receipt.receive_no)
-            && to_u64(row.get(2)) > now;
-        if opened.settings.fifo && !live {
-            return Ok(Err(EngineError::ReceiptHandleExpired(handle.to_string())));
-        }
-        if self.lease_mode == LeaseMode::Strict && !live {
-            return Ok(Err(EngineError::MessageNotInflight(handle.to_string())));
-        }
-        // SQS counts in whole seconds: the lease so far, rounded down, plus the new timeout.
-        let lease_start = row.get::<_, Option<i64>>(0).map_or(now, to_u64);
-        let held_s = now.saturating_sub(lease_start) / 1000;
-        if held_s + u64::from(timeout_s) > u64::from(MAX_VISIBILITY_TIMEOUT_S) {
-            return Ok(Err(EngineError::out_of_range(
-                "VisibilityTimeout",
-                timeout_s,
-                "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
-            )));
-        }
-        let until = now + u64::from(timeout_s) * 1000;
-        // A lease brought to an end sooner (a backoff put-back) is a release, not a
-        // heartbeat, as the engine counts them.
-        let change = if timeout_s == 0 || (live && until < to_u64(row.get(2))) {
-            Change::Released
-        } else if live {
-            Change::Extended
-        } else {
-            Change::Other
+        let lease = row.map(|row| MessageLease {
+            receive_count: row.get::<_, i32>(1).unsigned_abs(),
+            started_ms: row.get::<_, Option<i64>>(0).map_or(now, to_u64),
+            hidden_until_ms: to_u64(row.get(2)),
+            released: row.get(3),
+        });
+        let handling = self.handling(&opened.settings);
+        let change = match rules::change_visibility(
+            handling,
+            lease.as_ref(),
+            receipt.receive_no,
+            now,
+            timeout_s,
+        ) {
+            Ok(change) => change,
+            Err(refusal) => return Ok(Err(refusal.error(handle))),
         };
         // A FIFO message released is ranked by its release (V3__fifo.sql).
-        let ranked = opened.settings.fifo && timeout_s == 0;
+        let ranked = opened.settings.fifo && change.released_now;
         tx.execute(
             &cached(
                 tx,
@@ -280,17 +258,21 @@ impl Postgres {
             &[
                 key[0],
                 key[1],
-                &to_i64(until),
+                &to_i64(change.until_ms),
                 &ranked,
-                &(timeout_s == 0),
-                &i32::from(change == Change::Extended),
+                &change.released_now,
+                &i32::from(change.kind == ChangeKind::Extended),
             ],
         )
         .await
         .map_err(|e| unavailable(&e))?;
         // A lease that ran out, seen for the first time.
-        let expired_unseen =
-            row.get::<_, i32>(1) > 0 && to_u64(row.get(2)) <= now && !row.get::<_, bool>(3);
-        Ok(Ok((change, expired_unseen)))
+        let expired_unseen = lease.is_some_and(|l| l.ran_out(now));
+        Ok(Ok((change.kind, expired_unseen)))
+    }
+
+    /// How this server's queues treat handles whose lease is over.
+    pub(crate) fn handling(&self, settings: &leasehold_engine::QueueSettings) -> Handling {
+        Handling::of(settings, self.lease_mode)
     }
 }

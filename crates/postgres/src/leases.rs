@@ -10,12 +10,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use leasehold_backend::BackendError;
+use leasehold_engine::rules::{ChangeKind, LeaseEnd};
 use leasehold_engine::{
     Counts, Delivery, EngineError, LeaseMetrics, LeaseReport, MetricsRecord, QueueCounts,
     QueueSettings, QueueStats, Receipt, WindowedRecord,
 };
 
-use crate::handles::{Change, FoundForDelete};
+use crate::handles::FoundForDelete;
 use crate::messages::ReceiveTally;
 use crate::queues::decode;
 use crate::sweep::SweepClock;
@@ -232,23 +233,22 @@ impl Postgres {
             let held = now.saturating_sub(receipt.received_ms);
             self.measurements.record(queue, |m| {
                 m.metrics.record_hold(now, held);
+                match LeaseEnd::of(found.as_ref().map(|f| &f.deletion)) {
+                    LeaseEnd::Repeat => m.stats.repeat_deletes += 1,
+                    LeaseEnd::Late => m.stats.late_deletes += 1,
+                    LeaseEnd::OnTime => m.stats.deleted_within_lease += 1,
+                }
                 let Some(found) = found else {
-                    m.stats.repeat_deletes += 1;
                     return;
                 };
-                if found.live {
-                    m.stats.deleted_within_lease += 1;
-                } else {
-                    m.stats.late_deletes += 1;
-                }
                 m.stats.leases_expired += u64::from(found.expired_unseen);
-                if found.removed {
+                if found.deletion.removes {
                     let extensions = u16::try_from(found.extensions).unwrap_or(u16::MAX);
                     m.metrics.finished(found.receive_count, Some(extensions));
                     m.stats.deleted += 1;
                 }
             });
-            if found.as_ref().is_some_and(|f| f.removed) {
+            if found.as_ref().is_some_and(|f| f.deletion.removes) {
                 let mut local = lock(&self.measurements.local);
                 let metrics = &mut local.entry(queue.to_string()).or_default().metrics;
                 metrics
@@ -259,9 +259,9 @@ impl Postgres {
     }
 
     /// Visibility changes' measurements: releases, heartbeats, and leases found run out.
-    pub(crate) fn measure_changes(&self, queue: &str, changes: &[(Change, bool)]) {
+    pub(crate) fn measure_changes(&self, queue: &str, changes: &[(ChangeKind, bool)]) {
         let count = |kind| changes.iter().filter(|(c, _)| *c == kind).count() as u64;
-        let (released, extended) = (count(Change::Released), count(Change::Extended));
+        let (released, extended) = (count(ChangeKind::Released), count(ChangeKind::Extended));
         let expired = changes.iter().filter(|(_, expired)| *expired).count() as u64;
         if released + extended + expired > 0 {
             self.measurements.record(queue, |m| {

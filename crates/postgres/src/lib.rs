@@ -67,7 +67,7 @@ impl Default for Options {
             pool_size: 32,
             connect_timeout: Duration::from_secs(5),
             schema: None,
-            lease_mode: LeaseMode::Aws,
+            lease_mode: LeaseMode::default(),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use deadpool_postgres::Transaction;
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{
-    check_batch, format_message_id, Delivery, EngineError, MessageState, MsgKey, NewMessage,
+    check_batch, format_message_id, rules, Delivery, EngineError, MessageState, MsgKey, NewMessage,
     Peeked, QueueSettings, Receipt, ReceiveRequest, Sent,
 };
 use leasehold_store::codec;
@@ -220,15 +220,14 @@ impl Postgres {
             .visibility_s
             .unwrap_or(settings.visibility_timeout_s);
         let route = self.dead_letter_route(&tx, queue, settings).await?;
+        let max_receives = rules::max_receives_for_sql(route.as_ref().map(|r| r.max_receive_count));
         let lease = Lease {
             max: i64::from(request.max_messages),
             now,
-            until: now + u64::from(lease_s) * 1000,
+            until: rules::lease_end(now, lease_s),
             oldest_kept: now.saturating_sub(u64::from(settings.retention_s) * 1000),
             // Exhausted messages are never leased, even past what one receive dead-letters.
-            max_receives: route.as_ref().map_or(i32::MAX, |r| {
-                i32::try_from(r.max_receive_count).unwrap_or(i32::MAX)
-            }),
+            max_receives: i32::try_from(max_receives).unwrap_or(i32::MAX),
             route,
         };
         let mut tally = ReceiveTally::default();
@@ -273,10 +272,11 @@ impl Postgres {
         let max = lease.max;
         let sql = concat!(
             "WITH picked AS (
-                 SELECT seq, receive_count > 0 AND NOT released AS expired
+                 SELECT seq, leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
+                            AS expired
                  FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
-                   AND receive_count < $6
+                   AND NOT leasehold_exhausted(receive_count, $6)
                  ORDER BY sent_ms, seq
                  LIMIT $3
                  FOR UPDATE SKIP LOCKED)
@@ -399,8 +399,8 @@ impl Postgres {
                         count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NOT NULL),
                         count(*) FILTER (WHERE visible_ms > $2 AND received_ms IS NULL),
                         coalesce(min(sent_ms), 0),
-                        count(*) FILTER (WHERE visible_ms <= $2 AND receive_count > 0
-                                           AND NOT released)
+                        count(*) FILTER (WHERE leasehold_lease_ran_out(receive_count, released,
+                                                                       visible_ms, $2))
                  FROM leasehold_messages WHERE queue_id = $1 AND sent_ms > $3",
                 )
                 .await?,

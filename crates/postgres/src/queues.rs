@@ -255,7 +255,8 @@ async fn forget_messages(tx: &Transaction<'_>, queue_id: u64, now: u64) -> Resul
                 tx,
                 "WITH gone AS (
                      DELETE FROM leasehold_messages WHERE queue_id = $1
-                     RETURNING receive_count > 0 AND NOT released AND visible_ms <= $2 AS expired)
+                     RETURNING leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
+                               AS expired)
                  SELECT count(*) FILTER (WHERE expired) FROM gone",
             )
             .await?,

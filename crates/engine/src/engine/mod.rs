@@ -26,8 +26,8 @@ use crate::clock::Clock;
 use crate::error::{EngineError, Result};
 use crate::message::ContentKey;
 use crate::queue::{Queue, Removed};
-use crate::rules::LeaseMode;
 use crate::receipt::{Receipt, ReceiptSealer};
+use crate::rules::LeaseMode;
 
 pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus, MOVE_TASK_QUEUE_GONE};
 pub use leases::LeaseReport;
