@@ -2,14 +2,14 @@
 //! typed commands and replies (no JSON, no wire shapes). The protocol validates, converts,
 //! checksums and shapes above it, once for every backend; a backend only applies commands.
 //!
-//! [`Embedded`] is the first backend: the pure engine behind a lock, with the SQLite committer
-//! under it for durability. Long-poll wake-ups come from the backend too ([`Backend::waiter`]):
+//! The backends are crates of their own: `leasehold-embedded` (the pure engine behind a lock,
+//! the SQLite committer under it) and `leasehold-postgres`; the binary chooses one, and the
+//! server knows only this seam. Long-poll wake-ups come from the backend too ([`Backend::waiter`]):
 //! it is the one that knows when a send, a release or a delete made messages deliverable, and
 //! a backend shared by several servers can wake waiters on all of them.
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-mod embedded;
 mod gate;
 mod waiters;
 
@@ -25,10 +25,6 @@ use leasehold_engine::{
 };
 use thiserror::Error;
 use tokio::sync::Notify;
-
-pub use embedded::{
-    Embedded, EngineSetup, StoreOptions, DEFAULT_BODY_CACHE_BYTES, DEFAULT_DISK_RESERVE_BYTES,
-};
 
 /// Why a backend did not apply a command.
 #[derive(Debug, Clone, Error, PartialEq)]

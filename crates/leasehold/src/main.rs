@@ -18,7 +18,12 @@ use std::net::SocketAddr;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use leasehold_engine::LeaseMode;
-use leasehold_server::{AppState, Durability, Limits, ServerConfig, SqliteStore};
+use std::sync::Arc;
+
+use leasehold_backend::Backend;
+use leasehold_embedded::{Embedded, EngineSetup, StoreOptions, DEFAULT_BODY_CACHE_BYTES};
+use leasehold_server::{AppState, Limits, ServerConfig, WallClock};
+use leasehold_store::{Durability, SqliteStore};
 
 #[derive(Parser)]
 #[command(
@@ -433,52 +438,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         memory_limit: args.memory_limit,
     };
-    let state = if let Some(url) = &args.postgres {
-        let naming = leasehold_engine::Naming {
-            region: config.region.clone(),
-            account_id: config.account_id.clone(),
-        };
-        let options = leasehold_postgres::Options {
-            lease_mode: config.lease_mode,
-            ..leasehold_postgres::Options::default()
-        };
-        let backend = match leasehold_postgres::Postgres::connect(url, naming, options).await {
-            Err(error @ leasehold_postgres::StartError::Url(_)) => {
-                return Err(consume::usage(format!("--postgres: {error}")))
-            }
-            connected => connected?,
-        };
-        tracing::info!(
-            schema_version = leasehold_postgres::SCHEMA_VERSION,
-            "PostgreSQL backend ready"
-        );
-        AppState::with_backend(config, std::sync::Arc::new(backend))
-    } else if args.in_memory {
-        tracing::warn!("serving from memory: nothing survives a restart");
-        AppState::new(config)
-    } else {
-        let started = std::time::Instant::now();
-        let store = SqliteStore::open(&args.data_dir)?;
-        let options = leasehold_backend::StoreOptions {
-            durability: args.fsync,
-            body_cache_bytes: args.body_cache_mb.map_or_else(
-                || {
-                    let (limit, _) = leasehold_server::pressure::memory_limit(args.memory_limit);
-                    leasehold_backend::DEFAULT_BODY_CACHE_BYTES.min(limit / 8)
-                },
-                |mb| mb << 20,
-            ),
-            disk_reserve_bytes: args.disk_reserve_mb.map(|mb| mb << 20),
-        };
-        let state = AppState::durable(config, Box::new(store), options)?;
-        tracing::info!(
-            data_dir = %args.data_dir.display(),
-            fsync = ?args.fsync,
-            restored_in_ms = started.elapsed().as_millis() as u64,
-            "durable store open"
-        );
-        state
-    };
+    let clock = Arc::new(WallClock::default());
+    let backend = build_backend(&args, &config, &clock).await?;
+    let state = AppState::new(config, clock, backend);
     if let Some(file) = &args.config_file {
         let declared = file.declared_queues(state.backend.naming());
         leasehold_server::declare_queues(&*state.backend, &declared)
@@ -511,9 +473,65 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("server failed")
 }
 
+/// The backend `serve` runs on, as its flags choose: PostgreSQL, memory, or the embedded
+/// store in `--data-dir` (the default). The server knows only the `Backend` seam.
+async fn build_backend(
+    args: &ServeArgs,
+    config: &ServerConfig,
+    clock: &Arc<WallClock>,
+) -> anyhow::Result<Arc<dyn Backend>> {
+    let naming = leasehold_engine::Naming {
+        region: config.region.clone(),
+        account_id: config.account_id.clone(),
+    };
+    if let Some(url) = &args.postgres {
+        let options = leasehold_postgres::Options {
+            lease_mode: config.lease_mode,
+            ..leasehold_postgres::Options::default()
+        };
+        let backend = match leasehold_postgres::Postgres::connect(url, naming, options).await {
+            Err(error @ leasehold_postgres::StartError::Url(_)) => {
+                return Err(consume::usage(format!("--postgres: {error}")))
+            }
+            connected => connected?,
+        };
+        tracing::info!(
+            schema_version = leasehold_postgres::SCHEMA_VERSION,
+            "PostgreSQL backend ready"
+        );
+        return Ok(Arc::new(backend));
+    }
+    let setup = EngineSetup::serving(clock.clone(), config.lease_mode, naming);
+    if args.in_memory {
+        tracing::warn!("serving from memory: nothing survives a restart");
+        return Ok(Arc::new(Embedded::in_memory(setup)));
+    }
+    let started = std::time::Instant::now();
+    let store = SqliteStore::open(&args.data_dir)?;
+    let options = StoreOptions {
+        durability: args.fsync,
+        body_cache_bytes: args.body_cache_mb.map_or_else(
+            || {
+                let (limit, _) = leasehold_server::pressure::memory_limit(args.memory_limit);
+                DEFAULT_BODY_CACHE_BYTES.min(limit / 8)
+            },
+            |mb| mb << 20,
+        ),
+        disk_reserve_bytes: args.disk_reserve_mb.map(|mb| mb << 20),
+    };
+    let backend = Embedded::durable(setup, Box::new(store), options)?;
+    tracing::info!(
+        data_dir = %args.data_dir.display(),
+        fsync = ?args.fsync,
+        restored_in_ms = started.elapsed().as_millis() as u64,
+        "durable store open"
+    );
+    Ok(Arc::new(backend))
+}
+
 async fn backup(args: BackupArgs) -> anyhow::Result<()> {
     let (data_dir, to) = (args.data_dir.clone(), args.to.clone());
-    let summary = tokio::task::spawn_blocking(move || leasehold_server::backup(&data_dir, &to))
+    let summary = tokio::task::spawn_blocking(move || leasehold_store::backup(&data_dir, &to))
         .await
         .context("the backup stopped")??;
     println!(

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use leasehold_backend::{Backend, Embedded, EngineSetup, MoveTaskStart};
+use leasehold_backend::{Backend, MoveTaskStart};
+use leasehold_embedded::{Embedded, EngineSetup};
 use leasehold_engine::{EngineConfig, LeaseMode, ManualClock, NewMessage, ReceiveRequest};
 mod common;
 use common::Schema;

@@ -46,7 +46,9 @@ async fn sql_predicates_decide_as_the_rust_rules() {
         } else {
             Some(u32::try_from(near(&mut rng, &[receive_count], 1).clamp(1, 1000)).unwrap())
         };
-        cases.4.push(i32::try_from(rules::max_receives_for_sql(max)).unwrap());
+        cases
+            .4
+            .push(i32::try_from(rules::max_receives_for_sql(max)).unwrap());
     }
     let rows = client
         .query(

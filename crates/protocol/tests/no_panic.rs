@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use leasehold_backend::{Backend, Embedded, EngineSetup};
+use leasehold_backend::Backend;
+use leasehold_embedded::{Embedded, EngineSetup};
 use leasehold_engine::{EngineConfig, ManualClock, NewMessage};
 use leasehold_protocol::{wire_code, Context, ProtocolError, Request, Step};
 use proptest::prelude::*;

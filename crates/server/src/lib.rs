@@ -35,7 +35,6 @@ use tower_http::trace::TraceLayer;
 pub use clock::WallClock;
 pub use declare::{declare_queues, Applied, DeclareError, DeclaredQueue};
 pub use lease_doc::{HoldBucket, LeaseReportDoc, LeaseSettings, MessageCounts, Quantiles};
-pub use leasehold_store::{backup, BackupSummary, Durability, SqliteStore, StoreError};
 pub use state::{AppState, Limits, ServerConfig};
 
 /// Longer than the longest long poll (20 s), so only a stuck request is cut.

@@ -4,9 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use leasehold_backend::{Backend, Embedded, EngineSetup, StoreOptions};
-use leasehold_engine::{EngineConfig, LeaseMode};
-use leasehold_store::{Store, StoreError};
+use leasehold_backend::Backend;
+use leasehold_engine::LeaseMode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::WallClock;
@@ -90,32 +89,14 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// A server that keeps everything in memory.
-    pub fn new(config: ServerConfig) -> Arc<AppState> {
-        let clock = Arc::new(WallClock::default());
-        let backend = Embedded::in_memory(engine_setup(&config, &clock));
-        Arc::new(AppState::assemble(config, clock, Arc::new(backend)))
-    }
-
-    /// A durable server: restores what `store` kept, then commits every change to it.
-    pub fn durable(
+    /// A server on `backend`, which the binary chose and built (the embedded engine, or
+    /// PostgreSQL). `clock` is the one time travel moves: the embedded engine's rules read
+    /// it; a backend with a clock of its own is told of each jump (`Backend::clock_advanced`).
+    pub fn new(
         config: ServerConfig,
-        store: Box<dyn Store>,
-        options: impl Into<StoreOptions>,
-    ) -> Result<Arc<AppState>, StoreError> {
-        let clock = Arc::new(WallClock::default());
-        let backend = Embedded::durable(engine_setup(&config, &clock), store, options)?;
-        Ok(Arc::new(AppState::assemble(
-            config,
-            clock,
-            Arc::new(backend),
-        )))
-    }
-
-    /// A server on any backend (the PostgreSQL one, say); its rules read the backend's
-    /// clock, so the server's own is only for time travel's bookkeeping.
-    pub fn with_backend(config: ServerConfig, backend: Arc<dyn Backend>) -> Arc<AppState> {
-        let clock = Arc::new(WallClock::default());
+        clock: Arc<WallClock>,
+        backend: Arc<dyn Backend>,
+    ) -> Arc<AppState> {
         Arc::new(AppState::assemble(config, clock, backend))
     }
 
@@ -189,20 +170,4 @@ pub fn request_id() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let id = (u128::from(prefix) << 64) | u128::from(n);
     uuid::Uuid::from_u128(id).hyphenated().to_string()
-}
-
-/// The embedded engine's setup; a durable store keeps its own receipt key over the random one.
-fn engine_setup(config: &ServerConfig, clock: &Arc<WallClock>) -> EngineSetup {
-    EngineSetup {
-        clock: clock.clone(),
-        config: EngineConfig {
-            lease_mode: config.lease_mode,
-            region: config.region.clone(),
-            account_id: config.account_id.clone(),
-            receipt_key: rand::random(),
-            seed: rand::random(),
-            track_changes: false,
-            defer_drops: true,
-        },
-    }
 }

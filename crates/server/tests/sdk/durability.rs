@@ -1,7 +1,8 @@
 //! Durable servers through the SDK: state survives a restart; a failed write is an error to
 //! the client, never an acknowledgement.
 
-use leasehold_server::{AppState, Durability, ServerConfig, SqliteStore};
+use leasehold_server::ServerConfig;
+use leasehold_store::{Durability, SqliteStore};
 use leasehold_store::{FaultyStore, MemoryStore};
 
 use crate::harness::{code, TestServer};
@@ -19,10 +20,11 @@ async fn durable(dir: &std::path::Path) -> TestServer {
 
 async fn durable_with(
     dir: &std::path::Path,
-    options: leasehold_backend::StoreOptions,
+    options: leasehold_embedded::StoreOptions,
 ) -> TestServer {
     let store = SqliteStore::open(dir).unwrap();
-    TestServer::start_state(AppState::durable(config(), Box::new(store), options).unwrap()).await
+    TestServer::start_state(super::harness::durable(config(), Box::new(store), options).unwrap())
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +118,7 @@ async fn failing_at_write(n: u64) -> TestServer {
     let mut store = FaultyStore::new(MemoryStore::default());
     store.fail_write = Some(n);
     TestServer::start_state(
-        AppState::durable(config(), Box::new(store), Durability::Always).unwrap(),
+        super::harness::durable(config(), Box::new(store), Durability::Always).unwrap(),
     )
     .await
 }
@@ -299,7 +301,7 @@ async fn health_answers_while_ready_says_when_the_store_takes_no_more_writes() {
 async fn bodies_and_attributes_come_back_from_the_store_through_moves_and_restarts() {
     use aws_sdk_sqs::types::MessageAttributeValue;
     let dir = tempfile::tempdir().unwrap();
-    let uncached = leasehold_backend::StoreOptions {
+    let uncached = leasehold_embedded::StoreOptions {
         body_cache_bytes: 0,
         ..Durability::Always.into()
     };

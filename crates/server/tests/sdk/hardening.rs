@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_server::{AppState, Limits, ServerConfig};
+use leasehold_server::{Limits, ServerConfig};
 use tokio::io::AsyncWriteExt;
 
 use crate::harness::{code, TestServer};
@@ -162,7 +162,7 @@ async fn requests_from_web_pages_of_other_sites_are_refused_and_change_nothing()
 }
 
 async fn limited(limits: Limits) -> TestServer {
-    TestServer::start_state(AppState::new(ServerConfig {
+    TestServer::start_state(super::harness::in_memory(ServerConfig {
         time_travel: true,
         limits,
         ..ServerConfig::default()

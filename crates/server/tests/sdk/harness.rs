@@ -7,8 +7,37 @@ use aws_credential_types::Credentials;
 use aws_sdk_sqs::config::{BehaviorVersion, Region};
 use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::Client;
+use leasehold_embedded::{Embedded, EngineSetup, StoreOptions};
 use leasehold_engine::LeaseMode;
-use leasehold_server::{AppState, ServerConfig};
+use leasehold_server::{AppState, ServerConfig, WallClock};
+use leasehold_store::{Store, StoreError};
+
+/// The engine setup the binary gives a server of `config`.
+fn setup(config: &ServerConfig, clock: &Arc<WallClock>) -> EngineSetup {
+    let naming = leasehold_engine::Naming {
+        region: config.region.clone(),
+        account_id: config.account_id.clone(),
+    };
+    EngineSetup::serving(clock.clone(), config.lease_mode, naming)
+}
+
+/// A server that keeps everything in memory, as `leasehold serve --in-memory` builds it.
+pub fn in_memory(config: ServerConfig) -> Arc<AppState> {
+    let clock = Arc::new(WallClock::default());
+    let backend = Embedded::in_memory(setup(&config, &clock));
+    AppState::new(config, clock, Arc::new(backend))
+}
+
+/// A durable server on `store`, as `leasehold serve` builds it.
+pub fn durable(
+    config: ServerConfig,
+    store: Box<dyn Store>,
+    options: impl Into<StoreOptions>,
+) -> Result<Arc<AppState>, StoreError> {
+    let clock = Arc::new(WallClock::default());
+    let backend = Embedded::durable(setup(&config, &clock), store, options)?;
+    Ok(AppState::new(config, clock, Arc::new(backend)))
+}
 
 pub struct TestServer {
     pub sqs: Client,
@@ -98,7 +127,7 @@ impl TestServer {
     /// machine's PostgreSQL in a schema of its own.
     pub async fn start_config(config: ServerConfig) -> TestServer {
         if std::env::var("LEASEHOLD_TEST_BACKEND").as_deref() != Ok("postgres") {
-            return Self::start_state(AppState::new(config)).await;
+            return Self::start_state(in_memory(config)).await;
         }
         sweep_old_schemas().await;
         let schema = new_schema();
@@ -115,7 +144,9 @@ impl TestServer {
         let backend = leasehold_postgres::Postgres::connect(POSTGRES_URL, naming, options)
             .await
             .unwrap();
-        let mut server = Self::start_state(AppState::with_backend(config, Arc::new(backend))).await;
+        let clock = Arc::new(WallClock::default());
+        let state = AppState::new(config, clock, Arc::new(backend));
+        let mut server = Self::start_state(state).await;
         server.schema = Some(schema);
         server
     }

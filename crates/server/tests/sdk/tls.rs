@@ -4,7 +4,7 @@
 
 use aws_sdk_sqs::Client;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
-use leasehold_server::{AppState, ServerConfig};
+use leasehold_server::ServerConfig;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 /// A CA, and a certificate it signed for localhost and 127.0.0.1: (CA PEM, cert PEM, key PEM).
@@ -58,7 +58,7 @@ async fn start_tls() -> TlsServer {
     std::fs::write(&cert_path, cert).unwrap();
     std::fs::write(&key_path, key).unwrap();
     let acceptor = leasehold_server::tls::acceptor(&cert_path, &key_path).unwrap();
-    let state = AppState::new(ServerConfig {
+    let state = super::harness::in_memory(ServerConfig {
         tls: true,
         ..ServerConfig::default()
     });

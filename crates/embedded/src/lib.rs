@@ -3,15 +3,15 @@
 //! store holds it; a failed write puts the engine back to what the store holds and leaves
 //! the backend serving reads only.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use leasehold_engine::{Change, Clock, Engine, EngineConfig, EngineError, Naming};
+use leasehold_engine::{Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming};
 use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
 
-use crate::gate::SendGate;
-use crate::waiters::Waiters;
-use crate::{BackendError, Result};
+use leasehold_backend::{BackendError, Result, SendGate, Waiters};
 
 mod commands;
 mod contents;
@@ -83,6 +83,25 @@ impl DiskReserve {
 pub struct EngineSetup {
     pub clock: Arc<dyn Clock>,
     pub config: EngineConfig,
+}
+
+impl EngineSetup {
+    /// A server's engine: a random receipt key (a durable store keeps its own over it) and
+    /// seed, and drops deferred off the request's path.
+    pub fn serving(clock: Arc<dyn Clock>, lease_mode: LeaseMode, naming: Naming) -> EngineSetup {
+        EngineSetup {
+            clock,
+            config: EngineConfig {
+                lease_mode,
+                region: naming.region,
+                account_id: naming.account_id,
+                receipt_key: rand::random(),
+                seed: rand::random(),
+                track_changes: false,
+                defer_drops: true,
+            },
+        }
+    }
 }
 
 pub struct Embedded {

@@ -5,7 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_backend::{Backend, BackendError, Embedded, EngineSetup};
+use leasehold_backend::{Backend, BackendError};
+use leasehold_embedded::{Embedded, EngineSetup};
 use leasehold_engine::{EngineConfig, EngineError, ManualClock, NewMessage, ReceiveRequest};
 use leasehold_store::{Durability, FaultyStore, MemoryStore};
 use tokio::sync::futures::Notified;

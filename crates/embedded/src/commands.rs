@@ -9,8 +9,8 @@ use leasehold_engine::{
 };
 use tokio::sync::Notify;
 
-use super::{Access, Embedded, REPORTS_PER_LOCK};
-use crate::{
+use crate::{Access, Embedded, REPORTS_PER_LOCK};
+use leasehold_backend::{
     Backend, BackendError, MoveTaskStart, Page, Pairs, Permission, QueueListing, Received, Result,
 };
 
