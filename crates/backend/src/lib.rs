@@ -65,70 +65,15 @@ pub struct Received {
     pub next_due_in_ms: Option<u64>,
 }
 
-/// The queue operations of SQS, applied. Every method taking `queue` takes its key (see
-/// [`Naming`]). Commands are validated above the trait as far as the queue's state is not
+/// Whatever holds a server's queues, as the server needs it: each part below is a trait of
+/// its own, so a caller names the part it uses. Every method taking `queue` takes its key (see
+/// [`Naming`]). Commands are validated above these traits as far as the queue's state is not
 /// needed; what depends on the queue's state (its settings, its messages) is checked here.
 /// A batch answers one result per entry, in order, after the request as a whole was checked.
 #[async_trait]
-pub trait Backend: Send + Sync {
+pub trait Backend: QueueAdmin + Messages + Measurements + TimeTravel {
     /// How queues are named: the own region and account.
     fn naming(&self) -> &Naming;
-
-    async fn create_queue(&self, queue: &str, attributes: Pairs, tags: Pairs) -> Result<()>;
-    async fn queue_exists(&self, queue: &str) -> Result<()>;
-    async fn delete_queue(&self, queue: &str) -> Result<()>;
-    async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage>;
-    async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage>;
-    async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs>;
-    async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()>;
-    async fn purge(&self, queue: &str) -> Result<()>;
-    async fn tag(&self, queue: &str, tags: Pairs) -> Result<()>;
-    async fn untag(&self, queue: &str, keys: Vec<String>) -> Result<()>;
-    async fn list_tags(&self, queue: &str) -> Result<Pairs>;
-    /// The `limit` oldest messages, changing nothing: no receive count, no lease.
-    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>>;
-    async fn add_permission(&self, queue: &str, permission: Permission) -> Result<()>;
-    async fn remove_permission(&self, queue: &str, label: &str) -> Result<()>;
-
-    async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent>;
-    async fn send_batch(
-        &self,
-        queue: &str,
-        messages: Vec<NewMessage>,
-    ) -> Result<Vec<Result<Sent, EngineError>>>;
-    async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received>;
-    /// A long poll that ends empty: counted for the lease report, not waited on.
-    async fn record_empty_receive(&self, queue: &str);
-    async fn delete(
-        &self,
-        queue: &str,
-        handles: Vec<String>,
-    ) -> Result<Vec<Result<(), EngineError>>>;
-    /// Each receipt handle with its new visibility timeout in seconds.
-    async fn change_visibility(
-        &self,
-        queue: &str,
-        changes: Vec<(String, u32)>,
-    ) -> Result<Vec<Result<(), EngineError>>>;
-
-    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String>;
-    async fn cancel_move_task(&self, handle: &str) -> Result<u64>;
-    async fn list_move_tasks(
-        &self,
-        source_arn: &str,
-        max: Option<u32>,
-    ) -> Result<Vec<MoveTaskInfo>>;
-
-    /// What the receives waiting on `queue` wait on: notified when messages may have become
-    /// receivable there.
-    fn waiter(&self, queue: &str) -> Arc<Notify>;
-    /// Wakes every waiting receive: the clock jumped, or the server stops.
-    fn wake_all(&self);
-
-    /// How long consumers hold this queue's messages.
-    async fn lease_report(&self, queue: &str) -> Result<LeaseReport>;
-    /// Every queue's lease report, for a metrics scrape.
-    async fn lease_reports(&self) -> Vec<(String, LeaseReport)>;
     /// Background work that is due (message move tasks); called about ten times a second.
     async fn tick(&self);
     /// Hands over what is not yet durable (the last second's measurements): at shutdown.
@@ -141,8 +86,81 @@ pub trait Backend: Send + Sync {
     fn refusing_sends(&self) -> Option<String> {
         None
     }
-    /// Time travel (`--time-travel`, for tests): the clock the backend's rules read has
-    /// jumped `by_ms` forward; answers the backend's instant after the jump.
+}
+
+/// The queues themselves: their lifecycle, attributes, tags, permissions, and the message
+/// move tasks that redrive a dead-letter queue.
+#[async_trait]
+pub trait QueueAdmin: Send + Sync {
+    async fn create_queue(&self, queue: &str, attributes: Pairs, tags: Pairs) -> Result<()>;
+    async fn queue_exists(&self, queue: &str) -> Result<()>;
+    async fn delete_queue(&self, queue: &str) -> Result<()>;
+    async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage>;
+    async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage>;
+    async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs>;
+    async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()>;
+    async fn purge(&self, queue: &str) -> Result<()>;
+    async fn tag(&self, queue: &str, tags: Pairs) -> Result<()>;
+    async fn untag(&self, queue: &str, keys: Vec<String>) -> Result<()>;
+    async fn list_tags(&self, queue: &str) -> Result<Pairs>;
+    async fn add_permission(&self, queue: &str, permission: Permission) -> Result<()>;
+    async fn remove_permission(&self, queue: &str, label: &str) -> Result<()>;
+    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String>;
+    async fn cancel_move_task(&self, handle: &str) -> Result<u64>;
+    async fn list_move_tasks(
+        &self,
+        source_arn: &str,
+        max: Option<u32>,
+    ) -> Result<Vec<MoveTaskInfo>>;
+}
+
+/// Messages: sent, received under a lease, deleted or given a new lease by handle; and the
+/// long-poll wake-ups that come with them.
+#[async_trait]
+pub trait Messages: Send + Sync {
+    async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent>;
+    async fn send_batch(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Result<Sent, EngineError>>>;
+    async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received>;
+    async fn delete(
+        &self,
+        queue: &str,
+        handles: Vec<String>,
+    ) -> Result<Vec<Result<(), EngineError>>>;
+    /// Each receipt handle with its new visibility timeout in seconds.
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        changes: Vec<(String, u32)>,
+    ) -> Result<Vec<Result<(), EngineError>>>;
+    /// The `limit` oldest messages, changing nothing: no receive count, no lease.
+    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>>;
+    /// What the receives waiting on `queue` wait on: notified when messages may have become
+    /// receivable there.
+    fn waiter(&self, queue: &str) -> Arc<Notify>;
+    /// Wakes every waiting receive: the clock jumped, or the server stops.
+    fn wake_all(&self);
+}
+
+/// The honest-lease measurements: how long consumers hold each queue's messages.
+#[async_trait]
+pub trait Measurements: Send + Sync {
+    /// A long poll that ends empty: counted for the lease report, not waited on.
+    async fn record_empty_receive(&self, queue: &str);
+    /// How long consumers hold this queue's messages.
+    async fn lease_report(&self, queue: &str) -> Result<LeaseReport>;
+    /// Every queue's lease report, for a metrics scrape.
+    async fn lease_reports(&self) -> Vec<(String, LeaseReport)>;
+}
+
+/// Time travel (`--time-travel`, for tests).
+#[async_trait]
+pub trait TimeTravel: Send + Sync {
+    /// The clock the backend's rules read has jumped `by_ms` forward; answers the backend's
+    /// instant after the jump.
     async fn clock_advanced(&self, by_ms: u64) -> Result<u64>;
 }
 

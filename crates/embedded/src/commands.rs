@@ -11,7 +11,8 @@ use tokio::sync::Notify;
 
 use crate::{Access, Embedded, REPORTS_PER_LOCK};
 use leasehold_backend::{
-    Backend, BackendError, MoveTaskStart, Page, Pairs, Permission, QueueListing, Received, Result,
+    Backend, BackendError, Measurements, Messages, MoveTaskStart, Page, Pairs, Permission,
+    QueueAdmin, QueueListing, Received, Result, TimeTravel,
 };
 
 #[async_trait]
@@ -20,6 +21,42 @@ impl Backend for Embedded {
         &self.naming
     }
 
+    async fn tick(&self) {
+        self.measure_disk().await;
+        let woken = {
+            // Nothing moves once the store has failed.
+            let Ok(mut engine) = self.lock(Access::Change) else {
+                return;
+            };
+            let woken = engine.run_move_tasks();
+            self.write_detached(&engine.take_changes());
+            woken
+        };
+        for queue in woken {
+            self.waiters.wake(&queue);
+        }
+    }
+
+    async fn flush(&self) {
+        let mut engine = self.engine();
+        // Still under the lock, so no newer record of the same queue is written before it.
+        self.write_detached(&engine.take_all_metrics());
+    }
+
+    async fn ready(&self) -> Result<()> {
+        match self.is_healthy() {
+            true => Ok(()),
+            false => Err(BackendError::Failed(self.failure_reason())),
+        }
+    }
+
+    fn refusing_sends(&self) -> Option<String> {
+        self.disk.refusal()
+    }
+}
+
+#[async_trait]
+impl QueueAdmin for Embedded {
     async fn create_queue(&self, queue: &str, attributes: Pairs, tags: Pairs) -> Result<()> {
         self.apply(Access::Change, |e| {
             e.create_queue(queue, &attributes, &tags)
@@ -28,7 +65,7 @@ impl Backend for Embedded {
     }
 
     async fn queue_exists(&self, queue: &str) -> Result<()> {
-        self.apply(Access::Read, |e| e.queue_exists(queue)).await
+        self.read(|e| e.queue_exists(queue))
     }
 
     async fn delete_queue(&self, queue: &str) -> Result<()> {
@@ -36,26 +73,13 @@ impl Backend for Embedded {
     }
 
     async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
-        self.apply(Access::Read, |e| e.list_queues(listing.asked()))
-            .await
-    }
-
-    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>> {
-        let peeked = self.apply(Access::Read, |e| e.peek(queue, limit)).await?;
-        match &self.contents {
-            Some(contents) => contents
-                .fill_peeked(peeked)
-                .await
-                .map_err(|e| BackendError::Failed(e.to_string())),
-            None => Ok(peeked),
-        }
+        self.read(|e| e.list_queues(listing.asked()))
     }
 
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
-        self.apply(Access::Read, |e| {
+        self.read(|e| {
             e.list_dead_letter_source_queues(queue, page.max, page.next_token.as_deref())
         })
-        .await
     }
 
     async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {
@@ -83,10 +107,7 @@ impl Backend for Embedded {
     }
 
     async fn list_tags(&self, queue: &str) -> Result<Pairs> {
-        self.apply(Access::Read, |e| {
-            e.list_tags(queue).map(|tags| tags.into_iter().collect())
-        })
-        .await
+        self.read(|e| e.list_tags(queue).map(|tags| tags.into_iter().collect()))
     }
 
     async fn add_permission(&self, queue: &str, permission: Permission) -> Result<()> {
@@ -104,6 +125,45 @@ impl Backend for Embedded {
     async fn remove_permission(&self, queue: &str, label: &str) -> Result<()> {
         self.apply(Access::Change, |e| e.remove_permission(queue, label))
             .await
+    }
+
+    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String> {
+        self.apply(Access::Change, |e| {
+            e.start_move_task(
+                &task.source_arn,
+                task.destination_arn.as_deref(),
+                task.per_second,
+            )
+        })
+        .await
+    }
+
+    async fn cancel_move_task(&self, handle: &str) -> Result<u64> {
+        self.apply(Access::Change, |e| e.cancel_move_task(handle))
+            .await
+    }
+
+    async fn list_move_tasks(
+        &self,
+        source_arn: &str,
+        max: Option<u32>,
+    ) -> Result<Vec<MoveTaskInfo>> {
+        self.apply(Access::Read, |e| e.list_move_tasks(source_arn, max))
+            .await
+    }
+}
+
+#[async_trait]
+impl Messages for Embedded {
+    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>> {
+        let peeked = self.read(|e| e.peek(queue, limit))?;
+        match &self.contents {
+            Some(contents) => contents
+                .fill_peeked(peeked)
+                .await
+                .map_err(|e| BackendError::Failed(e.to_string())),
+            None => Ok(peeked),
+        }
     }
 
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
@@ -165,13 +225,6 @@ impl Backend for Embedded {
         })
     }
 
-    async fn record_empty_receive(&self, queue: &str) {
-        // Counted durably, but nobody waits for the write.
-        let mut engine = self.engine();
-        engine.record_empty_receive(queue);
-        self.write_detached(&engine.take_changes());
-    }
-
     async fn delete(
         &self,
         queue: &str,
@@ -212,31 +265,6 @@ impl Backend for Embedded {
         Ok(results)
     }
 
-    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String> {
-        self.apply(Access::Change, |e| {
-            e.start_move_task(
-                &task.source_arn,
-                task.destination_arn.as_deref(),
-                task.per_second,
-            )
-        })
-        .await
-    }
-
-    async fn cancel_move_task(&self, handle: &str) -> Result<u64> {
-        self.apply(Access::Change, |e| e.cancel_move_task(handle))
-            .await
-    }
-
-    async fn list_move_tasks(
-        &self,
-        source_arn: &str,
-        max: Option<u32>,
-    ) -> Result<Vec<MoveTaskInfo>> {
-        self.apply(Access::Read, |e| e.list_move_tasks(source_arn, max))
-            .await
-    }
-
     fn waiter(&self, queue: &str) -> Arc<Notify> {
         self.waiters.of(queue)
     }
@@ -244,13 +272,23 @@ impl Backend for Embedded {
     fn wake_all(&self) {
         self.waiters.wake_all();
     }
+}
+
+#[async_trait]
+impl Measurements for Embedded {
+    async fn record_empty_receive(&self, queue: &str) {
+        // Counted durably, but nobody waits for the write.
+        let mut engine = self.engine();
+        engine.record_empty_receive(queue);
+        self.write_detached(&engine.take_changes());
+    }
 
     async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
         Ok(self.engine().lease_report(queue)?)
     }
 
     async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
-        let names = self.engine().queue_names();
+        let names = self.engine_shared().queue_names();
         let mut reports = Vec::with_capacity(names.len());
         for chunk in names.chunks(REPORTS_PER_LOCK) {
             {
@@ -265,40 +303,10 @@ impl Backend for Embedded {
         }
         reports
     }
+}
 
-    async fn tick(&self) {
-        self.measure_disk().await;
-        let woken = {
-            // Nothing moves once the store has failed.
-            let Ok(mut engine) = self.lock(Access::Change) else {
-                return;
-            };
-            let woken = engine.run_move_tasks();
-            self.write_detached(&engine.take_changes());
-            woken
-        };
-        for queue in woken {
-            self.waiters.wake(&queue);
-        }
-    }
-
-    async fn flush(&self) {
-        let mut engine = self.engine();
-        // Still under the lock, so no newer record of the same queue is written before it.
-        self.write_detached(&engine.take_all_metrics());
-    }
-
-    async fn ready(&self) -> Result<()> {
-        match self.is_healthy() {
-            true => Ok(()),
-            false => Err(BackendError::Failed(self.failure_reason())),
-        }
-    }
-
-    fn refusing_sends(&self) -> Option<String> {
-        self.disk.refusal()
-    }
-
+#[async_trait]
+impl TimeTravel for Embedded {
     async fn clock_advanced(&self, _by_ms: u64) -> Result<u64> {
         // The engine reads the server's clock, which has jumped already.
         Ok(self.engine().now_ms())

@@ -6,7 +6,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use leasehold_engine::{Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming};
 use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
@@ -107,7 +107,8 @@ impl EngineSetup {
 pub struct Embedded {
     setup: EngineSetup,
     naming: Naming,
-    engine: Mutex<Engine>,
+    /// Commands that change the engine hold it alone; reads share it (`read`).
+    engine: RwLock<Engine>,
     waiters: Waiters,
     committer: Option<Committer>,
     /// Where message contents are read back from: durable backends only.
@@ -185,7 +186,7 @@ impl Embedded {
         Embedded {
             naming: engine.naming().clone(),
             setup,
-            engine: Mutex::new(engine),
+            engine: RwLock::new(engine),
             waiters: Waiters::default(),
             committer,
             contents: None,
@@ -223,18 +224,34 @@ impl Embedded {
     /// changed, so a poisoned lock is not taken over: the process ends, and a restart
     /// restores every acknowledged write from the store (an in-memory server loses its
     /// queues, as it would on any crash).
-    fn engine(&self) -> MutexGuard<'_, Engine> {
-        self.engine.lock().unwrap_or_else(|_| {
-            tracing::error!("a request panicked while changing the engine; stopping so that a restart restores a consistent state from the store");
-            std::process::abort()
-        })
+    fn engine(&self) -> RwLockWriteGuard<'_, Engine> {
+        self.engine.write().unwrap_or_else(|_| poisoned())
+    }
+
+    /// The engine, held for reading alongside other readers.
+    fn engine_shared(&self) -> RwLockReadGuard<'_, Engine> {
+        self.engine.read().unwrap_or_else(|_| poisoned())
+    }
+
+    /// Runs a command that only reads under a shared hold of the engine's lock, so reads
+    /// from many connections do not wait for each other; served while the store is
+    /// read-only too, not while the engine is being put back to what the store holds.
+    fn read<T>(
+        &self,
+        query: impl FnOnce(&Engine) -> std::result::Result<T, EngineError>,
+    ) -> Result<T> {
+        let engine = self.engine_shared();
+        if self.health.load(Ordering::SeqCst) == RECOVERING {
+            return Err(BackendError::Unavailable(self.failure_reason()));
+        }
+        Ok(query(&engine)?)
     }
 
     /// The engine, locked for `access`. A change is refused once the store has failed, since
     /// nothing more can be made durable; a read only while the engine is being put back to
     /// what the store holds. Checked under the lock, so no command changes the engine after
     /// it was put back.
-    fn lock(&self, access: Access) -> Result<MutexGuard<'_, Engine>> {
+    fn lock(&self, access: Access) -> Result<RwLockWriteGuard<'_, Engine>> {
         let engine = self.engine();
         match (self.health.load(Ordering::SeqCst), access) {
             (HEALTHY, _) | (READ_ONLY, Access::Read) => Ok(engine),
@@ -366,4 +383,10 @@ impl Embedded {
         self.waiters
             .wake_some(queue, results.iter().filter(|r| r.is_ok()).count());
     }
+}
+
+/// A panic while the engine was locked may have left it half changed: the process ends.
+fn poisoned() -> ! {
+    tracing::error!("a request panicked while changing the engine; stopping so that a restart restores a consistent state from the store");
+    std::process::abort()
 }

@@ -1,6 +1,7 @@
 //! The embedded backend at its seam: typed commands in, typed replies out, and the wake-ups a
 //! long poll depends on.
 
+use leasehold_backend::{Messages, QueueAdmin};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;

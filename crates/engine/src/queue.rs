@@ -119,11 +119,11 @@ pub(crate) struct Changes {
 
 /// What a purge or a queue deletion took out, still to be freed (`Engine::take_removed`).
 pub struct Removed {
-    _held: Box<dyn Send>,
+    _held: Box<dyn Send + Sync>,
 }
 
 impl Removed {
-    pub(crate) fn new(held: impl Send + 'static) -> Removed {
+    pub(crate) fn new(held: impl Send + Sync + 'static) -> Removed {
         Removed {
             _held: Box::new(held),
         }

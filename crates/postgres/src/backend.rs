@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use leasehold_backend::{
-    Backend, BackendError, MoveTaskStart, Page, Pairs, Permission, QueueListing, Received, Result,
+    Backend, BackendError, Measurements, Messages, MoveTaskStart, Page, Pairs, Permission,
+    QueueAdmin, QueueListing, Received, Result, TimeTravel,
 };
 use leasehold_engine::{
     list_queue_keys, EngineError, LeaseReport, MoveTaskInfo, Naming, NewMessage, QueuePage,
@@ -61,6 +62,38 @@ impl Backend for Postgres {
         &self.naming
     }
 
+    async fn tick(&self) {
+        self.vacuum_if_due();
+        if let Err(error) = self.sweep().await {
+            tracing::warn!(%error, "the retention sweep did not run");
+        }
+        if let Err(error) = self.flush_measurements(false).await {
+            tracing::warn!(%error, "the lease measurements wait for the database");
+        }
+        match self.run_due_tasks().await {
+            Ok(woken) => self.wake(&woken),
+            Err(error) => tracing::warn!(%error, "the message move tasks did not run"),
+        }
+    }
+
+    async fn flush(&self) {
+        if let Err(error) = self.flush_measurements(true).await {
+            tracing::warn!(%error, "the last lease measurements were not written");
+        }
+    }
+
+    async fn ready(&self) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .execute("SELECT 1", &[])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl QueueAdmin for Postgres {
     async fn create_queue(&self, queue: &str, attributes: Pairs, tags: Pairs) -> Result<()> {
         let keys = self.with_target(queue, &attributes);
         self.on_queues(&keys, |e| e.create_queue(queue, &attributes, &tags))
@@ -87,10 +120,6 @@ impl Backend for Postgres {
     async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
         let keys = self.keys("SELECT key FROM leasehold_queues", &[]).await?;
         Ok(list_queue_keys(&self.naming, keys.iter(), listing.asked())?)
-    }
-
-    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>> {
-        self.peek(queue, limit).await
     }
 
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
@@ -175,6 +204,35 @@ impl Backend for Postgres {
             .await
     }
 
+    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String> {
+        let (handle, woken) = self.start_task(task).await?;
+        self.wake(&woken);
+        Ok(handle)
+    }
+
+    async fn cancel_move_task(&self, handle: &str) -> Result<u64> {
+        let (moved, woken) = self.cancel_task(handle).await?;
+        self.wake(&woken);
+        Ok(moved)
+    }
+
+    async fn list_move_tasks(
+        &self,
+        source_arn: &str,
+        max: Option<u32>,
+    ) -> Result<Vec<MoveTaskInfo>> {
+        let (tasks, woken) = self.list_tasks(source_arn, max).await?;
+        self.wake(&woken);
+        Ok(tasks)
+    }
+}
+
+#[async_trait]
+impl Messages for Postgres {
+    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>> {
+        self.peek(queue, limit).await
+    }
+
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
         let sent = self.send_all(queue, vec![message], false).await?;
         let sent = sent.into_iter().next().ok_or_else(|| {
@@ -205,11 +263,6 @@ impl Backend for Postgres {
         Ok(received)
     }
 
-    async fn record_empty_receive(&self, queue: &str) {
-        self.measurements
-            .record(queue, |m| m.stats.empty_receives += 1);
-    }
-
     async fn delete(
         &self,
         queue: &str,
@@ -229,34 +282,20 @@ impl Backend for Postgres {
         Ok(results)
     }
 
-    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String> {
-        let (handle, woken) = self.start_task(task).await?;
-        self.wake(&woken);
-        Ok(handle)
-    }
-
-    async fn cancel_move_task(&self, handle: &str) -> Result<u64> {
-        let (moved, woken) = self.cancel_task(handle).await?;
-        self.wake(&woken);
-        Ok(moved)
-    }
-
-    async fn list_move_tasks(
-        &self,
-        source_arn: &str,
-        max: Option<u32>,
-    ) -> Result<Vec<MoveTaskInfo>> {
-        let (tasks, woken) = self.list_tasks(source_arn, max).await?;
-        self.wake(&woken);
-        Ok(tasks)
-    }
-
     fn waiter(&self, queue: &str) -> Arc<Notify> {
         self.waiters.of(queue)
     }
 
     fn wake_all(&self) {
         self.waiters.wake_all();
+    }
+}
+
+#[async_trait]
+impl Measurements for Postgres {
+    async fn record_empty_receive(&self, queue: &str) {
+        self.measurements
+            .record(queue, |m| m.stats.empty_receives += 1);
     }
 
     async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
@@ -269,36 +308,10 @@ impl Backend for Postgres {
             Vec::new()
         })
     }
+}
 
-    async fn tick(&self) {
-        self.vacuum_if_due();
-        if let Err(error) = self.sweep().await {
-            tracing::warn!(%error, "the retention sweep did not run");
-        }
-        if let Err(error) = self.flush_measurements(false).await {
-            tracing::warn!(%error, "the lease measurements wait for the database");
-        }
-        match self.run_due_tasks().await {
-            Ok(woken) => self.wake(&woken),
-            Err(error) => tracing::warn!(%error, "the message move tasks did not run"),
-        }
-    }
-
-    async fn flush(&self) {
-        if let Err(error) = self.flush_measurements(true).await {
-            tracing::warn!(%error, "the last lease measurements were not written");
-        }
-    }
-
-    async fn ready(&self) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .execute("SELECT 1", &[])
-            .await
-            .map_err(|e| unavailable(&e))?;
-        Ok(())
-    }
-
+#[async_trait]
+impl TimeTravel for Postgres {
     async fn clock_advanced(&self, by_ms: u64) -> Result<u64> {
         self.advance_clock(by_ms).await
     }

@@ -2,6 +2,7 @@
 //! `test`), each test in a schema of its own. Test names carry `postgres`, which is how
 //! `scripts/test --no-services` skips them.
 
+use leasehold_backend::{Messages, QueueAdmin};
 use std::sync::Arc;
 
 use leasehold_backend::{Backend, BackendError};

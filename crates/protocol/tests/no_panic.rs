@@ -1,9 +1,9 @@
 //! Any JSON document sent to any action gets an answer or a 4xx SQS error: never a panic,
 //! never a server fault.
 
+use leasehold_backend::{Messages, QueueAdmin};
 use std::sync::Arc;
 
-use leasehold_backend::Backend;
 use leasehold_embedded::{Embedded, EngineSetup};
 use leasehold_engine::{EngineConfig, ManualClock, NewMessage};
 use leasehold_protocol::{wire_code, Context, ProtocolError, Request, Step};
