@@ -77,9 +77,7 @@ impl QueueAdmin for Embedded {
     }
 
     async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
-        self.read(|e| {
-            e.list_dead_letter_source_queues(queue, page.max, page.next_token.as_deref())
-        })
+        self.read(|e| e.list_dead_letter_source_queues(queue, page.max, page.next_token.as_deref()))
     }
 
     async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {

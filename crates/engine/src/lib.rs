@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod clock;
+mod counters;
 mod engine;
 mod error;
 mod fifo;

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+pub use crate::counters::QueueStats;
 use crate::error::Result;
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::lease_stats::LeaseMetrics;
@@ -28,34 +29,6 @@ use crate::settings::QueueSettings;
 use crate::table::MessageTable;
 
 mod invariants;
-
-/// What the engine has counted about a queue's leases since it was created.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    pub sent: u64,
-    pub received: u64,
-    pub deleted: u64,
-    /// ReceiveMessage requests that returned nothing (a long poll counts once, at its end).
-    pub empty_receives: u64,
-    /// Leases that ran out without a delete: the message became receivable again.
-    pub leases_expired: u64,
-    /// Deletes whose lease had already expired: proof of duplicate work.
-    pub late_deletes: u64,
-    /// Messages moved to the dead-letter queue after maxReceiveCount receives.
-    pub dead_lettered: u64,
-    /// Of those, messages a consumer had finished and deleted late: successful work dumped
-    /// into the dead-letter queue (the "DLQ mirage").
-    pub dead_lettered_after_late_delete: u64,
-    /// Deletes that arrived while their lease was live.
-    pub deleted_within_lease: u64,
-    /// ChangeMessageVisibility to 0: released for another consumer at once.
-    pub released_early: u64,
-    /// ChangeMessageVisibility above 0 on a live lease: heartbeats.
-    pub extensions: u64,
-    /// Deletes whose message was already gone: usually another consumer's copy of the same
-    /// work, deleted first (on AWS-mode standard queues a late delete still removes).
-    pub repeat_deletes: u64,
-}
 
 /// What a delete did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

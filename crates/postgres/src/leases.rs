@@ -24,38 +24,8 @@ use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
-/// The counters in `leasehold_queue_stats`'s order.
-const STATS: [&str; 12] = [
-    "sent",
-    "received",
-    "deleted",
-    "empty_receives",
-    "leases_expired",
-    "late_deletes",
-    "dead_lettered",
-    "dead_lettered_after_late_delete",
-    "deleted_within_lease",
-    "released_early",
-    "extensions",
-    "repeat_deletes",
-];
-
-fn stats_fields(stats: &mut QueueStats) -> [&mut u64; 12] {
-    [
-        &mut stats.sent,
-        &mut stats.received,
-        &mut stats.deleted,
-        &mut stats.empty_receives,
-        &mut stats.leases_expired,
-        &mut stats.late_deletes,
-        &mut stats.dead_lettered,
-        &mut stats.dead_lettered_after_late_delete,
-        &mut stats.deleted_within_lease,
-        &mut stats.released_early,
-        &mut stats.extensions,
-        &mut stats.repeat_deletes,
-    ]
-}
+/// The counters, each a column of `leasehold_queue_stats` by its name.
+const STATS: [&str; 12] = QueueStats::NAMES;
 
 /// What one server measured about one queue.
 #[derive(Default)]
@@ -323,8 +293,7 @@ impl Postgres {
              ON CONFLICT (queue_id, series, window_ms, value_ms)
              DO UPDATE SET count = c.count + excluded.count";
         for (queue, delta) in deltas {
-            let mut stats = delta.stats.clone();
-            let values: Vec<i64> = stats_fields(&mut stats).map(|v| to_i64(*v)).to_vec();
+            let values: Vec<i64> = delta.stats.values().map(to_i64).to_vec();
             let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![queue];
             params.extend(
                 values
@@ -370,7 +339,7 @@ impl Postgres {
         let record = decode(row.get(0))?;
         let now = to_u64(row.get(1));
         let mut stats = QueueStats::default();
-        for (i, field) in stats_fields(&mut stats).into_iter().enumerate() {
+        for (i, field) in stats.values_mut().into_iter().enumerate() {
             *field = to_u64(row.get(i + 2));
         }
         let counted = tx

@@ -439,21 +439,7 @@ pub fn queue_value(q: &QueueRecord) -> Vec<u8> {
     w.u64(q.meta.created_ms);
     w.u64(q.meta.modified_ms);
     w.opt(&q.meta.last_purge_ms, |w, t| w.u64(*t));
-    let st = &q.meta.stats;
-    for n in [
-        st.sent,
-        st.received,
-        st.deleted,
-        st.empty_receives,
-        st.leases_expired,
-        st.late_deletes,
-        st.dead_lettered,
-        st.dead_lettered_after_late_delete,
-        st.deleted_within_lease,
-        st.released_early,
-        st.extensions,
-        st.repeat_deletes,
-    ] {
+    for n in q.meta.stats.values() {
         w.u64(n);
     }
     w.u64(q.next_seq);
@@ -533,20 +519,10 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
     let created_ms = r.u64()?;
     let modified_ms = r.u64()?;
     let last_purge_ms = r.opt(|r| r.u64())?;
-    let stats = QueueStats {
-        sent: r.u64()?,
-        received: r.u64()?,
-        deleted: r.u64()?,
-        empty_receives: r.u64()?,
-        leases_expired: r.u64()?,
-        late_deletes: r.u64()?,
-        dead_lettered: r.u64()?,
-        dead_lettered_after_late_delete: r.u64()?,
-        deleted_within_lease: r.u64()?,
-        released_early: r.u64()?,
-        extensions: r.u64()?,
-        repeat_deletes: r.u64()?,
-    };
+    let mut stats = QueueStats::default();
+    for counter in stats.values_mut() {
+        *counter = r.u64()?;
+    }
     let next_seq = r.u64()?;
     let purged_below_seq = if r.at_end() { 0 } else { r.u64()? };
     Ok(QueueRecord {
