@@ -3,8 +3,8 @@
 //! engine's queues and the PostgreSQL backend both call these; the SQL of the one selects,
 //! locks and stores what they decide, and the few predicates SQL must evaluate itself (a claim
 //! under `SKIP LOCKED`) are checked against these functions on generated inputs
-//! (`crates/postgres/tests/rules_sql.rs`). `crates/engine/tests/rulebook.rs` runs each rule's
-//! table of cases against both backends.
+//! (`crates/postgres/tests/rules_sql.rs`). `crates/postgres/tests/rulebook.rs` runs each
+//! rule's table of cases against the rules themselves and against both backends.
 
 use crate::error::EngineError;
 use crate::settings::{QueueSettings, MAX_VISIBILITY_TIMEOUT_S};
