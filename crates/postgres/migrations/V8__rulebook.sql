@@ -4,6 +4,13 @@
 -- generated inputs. Plain SQL functions: the planner inlines them. visible_ms is the rules'
 -- hidden_until_ms; a message is receivable when visible_ms <= now.
 
+-- rules::group_eligible (MessageLease::receivable): a FIFO group's head opens the group to a
+-- receive when it is receivable; the walk then takes its messages while each is.
+CREATE FUNCTION leasehold_group_eligible(visible_ms bigint, now_ms bigint)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT visible_ms <= now_ms
+$$;
+
 -- MessageLease::is_live: the handle of receive receive_no holds the current, live lease.
 CREATE FUNCTION leasehold_lease_live(receive_count integer, receive_no integer,
                                      visible_ms bigint, now_ms bigint)
@@ -24,7 +31,7 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT receive_count >= max_receives
 $$;
 
--- The FIFO walk of V3, its exhaustion and expiry now the rules' predicates.
+-- The FIFO walk of V3, its eligibility, exhaustion and expiry now the rules' predicates.
 CREATE OR REPLACE FUNCTION leasehold_fifo_claim(q bigint, now_ms bigint, max_n integer, until_ms bigint,
                                      oldest_kept bigint, max_receives integer)
 RETURNS TABLE (claimed_seq bigint, exhausted boolean, expired boolean) LANGUAGE plpgsql AS $$
@@ -50,7 +57,7 @@ BEGIN
             SELECT x.visible_ms, x.ready_order, x.seq FROM leasehold_messages x
             WHERE x.queue_id = q AND x.group_id = groups.group_id AND x.sent_ms > oldest_kept
             ORDER BY x.seq LIMIT 1) head
-        WHERE head.visible_ms <= now_ms
+        WHERE leasehold_group_eligible(head.visible_ms, now_ms)
         ORDER BY head.visible_ms, head.ready_order NULLS FIRST, head.seq
     LOOP
         EXIT WHEN taken >= max_n;
@@ -62,7 +69,7 @@ BEGIN
             ORDER BY x.seq
             FOR UPDATE
         LOOP
-            EXIT WHEN taken >= max_n OR m.visible_ms > now_ms;
+            EXIT WHEN taken >= max_n OR NOT leasehold_group_eligible(m.visible_ms, now_ms);
             claimed_seq := m.seq;
             exhausted := leasehold_exhausted(m.receive_count, max_receives);
             expired := leasehold_lease_ran_out(m.receive_count, m.released, m.visible_ms, now_ms);

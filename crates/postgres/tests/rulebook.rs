@@ -639,7 +639,7 @@ async fn run_group_heads(side: &mut Side<'_>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_table_holds_on_both_backends_in_both_lease_modes() {
+async fn every_table_holds_on_the_engine_and_postgres_in_both_lease_modes() {
     for mode in [LeaseMode::Aws, LeaseMode::Strict] {
         let rig = Rig::new(mode).await;
         for mut side in rig.sides() {

@@ -22,7 +22,7 @@ fn near(rng: &mut impl Rng, around: &[i64], spread: i64) -> i64 {
 struct Cases(Vec<i32>, Vec<i32>, Vec<i64>, Vec<bool>, Vec<i32>);
 
 #[tokio::test]
-async fn sql_predicates_decide_as_the_rust_rules() {
+async fn postgres_sql_predicates_decide_as_the_rust_rules() {
     let schema = Schema::new().await;
     let server = schema.server().await;
     let config = format!("{URL}?options=-c%20search_path%3D{}", schema.0);
@@ -53,7 +53,7 @@ async fn sql_predicates_decide_as_the_rust_rules() {
     let rows = client
         .query(
             "SELECT leasehold_lease_live(c, r, v, $6), leasehold_lease_ran_out(c, rel, v, $6),
-                    leasehold_exhausted(c, m)
+                    leasehold_exhausted(c, m), leasehold_group_eligible(v, $6)
              FROM unnest($1::integer[], $2::integer[], $3::bigint[], $4::boolean[],
                          $5::integer[]) WITH ORDINALITY AS t(c, r, v, rel, m, n)
              ORDER BY n",
@@ -63,7 +63,7 @@ async fn sql_predicates_decide_as_the_rust_rules() {
         .unwrap();
     assert_eq!(rows.len(), n);
     let now = u64::try_from(now).unwrap();
-    let mut seen = [[0; 2]; 3];
+    let mut seen = [[0; 2]; 4];
     for (i, row) in rows.iter().enumerate() {
         let lease = MessageLease {
             receive_count: cases.0[i].unsigned_abs(),
@@ -77,6 +77,7 @@ async fn sql_predicates_decide_as_the_rust_rules() {
             lease.is_live(cases.1[i].unsigned_abs(), now),
             lease.ran_out(now),
             rules::exhausted(lease.receive_count, max),
+            rules::group_eligible(&lease, now),
         ];
         for (k, want) in expected.into_iter().enumerate() {
             let got: bool = row.get(k);
