@@ -7,7 +7,7 @@ use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::{rules, QueueSettings};
 
-use crate::messages::{Lease, Opened};
+use crate::messages::{DeadLetterRoute, Lease, Opened};
 use crate::queues::decode;
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
@@ -16,14 +16,6 @@ type Result<T> = std::result::Result<T, BackendError>;
 /// At most this many exhausted messages are dead-lettered by one receive: bounded work per
 /// request; the next receive takes the next ones, and none is ever leased meanwhile.
 const DEAD_LETTERS_PER_RECEIVE: i64 = 100;
-
-/// Where a queue's exhausted messages go: the dead-letter queue's id, the source's ARN,
-/// and after how many receives.
-pub(crate) struct DeadLetterRoute {
-    pub(crate) target_id: u64,
-    pub(crate) source_arn: String,
-    pub(crate) max_receive_count: u32,
-}
 
 impl Postgres {
     /// The dead-letter queue a RedrivePolicy sends to, if it still exists: a target that

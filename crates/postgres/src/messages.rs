@@ -14,7 +14,6 @@ use leasehold_engine::{
 };
 use leasehold_store::codec;
 
-use crate::dead_letters::DeadLetterRoute;
 use crate::notify::notify;
 use crate::queues::{decode, now};
 use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
@@ -26,6 +25,14 @@ pub(crate) struct Opened {
     pub(crate) id: u64,
     pub(crate) settings: QueueSettings,
     pub(crate) now: u64,
+}
+
+/// Where a queue's exhausted messages go: the dead-letter queue's id, the source's ARN,
+/// and after how many receives.
+pub(crate) struct DeadLetterRoute {
+    pub(crate) target_id: u64,
+    pub(crate) source_arn: String,
+    pub(crate) max_receive_count: u32,
 }
 
 /// What one receive leases: up to `max` messages, from `now` until `until`; messages sent at

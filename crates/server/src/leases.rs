@@ -332,7 +332,7 @@ impl Collector for QueueReports {
 /// The two exposition formats: OpenMetrics (what the encoder writes, and what Prometheus
 /// asks for first) and the older text format 0.0.4 (for everything that does not ask).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+enum Format {
     OpenMetrics,
     Text004,
 }
@@ -365,7 +365,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     // build began after the scraper arrived, so the answer is never older than the request.
     let mut last = state.last_scrape.lock().await;
     let text = match &*last {
-        Some((began, built, text)) if *began >= arrived && *built == format => text.clone(),
+        Some((began, built, text)) if *began >= arrived && *built == format.content_type() => {
+            text.clone()
+        }
         _ => {
             let began = Instant::now();
             let reports = state.backend.lease_reports().await;
@@ -377,7 +379,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             };
             let text = Bytes::from(text);
-            *last = Some((began, format, text.clone()));
+            *last = Some((began, format.content_type(), text.clone()));
             text
         }
     };

@@ -83,9 +83,10 @@ pub struct AppState {
     shutting_down: AtomicBool,
     /// Resident memory against the limit: near it, sends are refused.
     pub memory: MemoryBudget,
-    /// The last `/metrics` answer and when it was built (`leases::metrics`).
+    /// The last `/metrics` answer: when it was built, its content type, and the text
+    /// (`leases::metrics`).
     pub(crate) last_scrape:
-        tokio::sync::Mutex<Option<(std::time::Instant, crate::leases::Format, axum::body::Bytes)>>,
+        tokio::sync::Mutex<Option<(std::time::Instant, &'static str, axum::body::Bytes)>>,
 }
 
 impl AppState {
