@@ -10,7 +10,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use hdrhistogram::Histogram;
 
+use crate::counters::QueueStats;
 use crate::message::MsgKey;
+use crate::receipt::Receipt;
+use crate::rules::{Deletion, LeaseEnd};
 
 /// The upper bounds, in milliseconds, of the lease-hold histogram's buckets: from a tenth of
 /// a second to the 12-hour ceiling.
@@ -237,7 +240,50 @@ pub struct LeaseMetrics {
     pub extensions_per_message: BTreeMap<u32, u64>,
 }
 
+/// What a delete found of its message, for its measurements.
+#[derive(Clone, Copy, Debug)]
+pub struct DeleteSeen {
+    /// What the rules made of the delete.
+    pub deletion: Deletion,
+    pub receive_count: u32,
+    /// Heartbeats on the message's current lease.
+    pub extensions: u16,
+}
+
 impl LeaseMetrics {
+    /// A delete's measurements, the same on every backend: how long the handle's consumer
+    /// held the message (processing time, whatever became of it), how its lease ended (on
+    /// time, late, or a repeat: the message was gone, another consumer's copy of the work
+    /// finished first), and how a removed message's life ended. A retry of the delete that
+    /// removed the message (the same receive's handle, while `recent_deletes` remembers it)
+    /// shows nothing new and counts nothing. `seen`: None when the message was gone.
+    pub fn count_delete(
+        &mut self,
+        stats: &mut QueueStats,
+        now: u64,
+        receipt: &Receipt,
+        seen: Option<DeleteSeen>,
+    ) {
+        let retried = seen.is_none()
+            && self.recent_deletes.deleted_by(receipt.key) == Some(receipt.receive_no);
+        if retried {
+            return;
+        }
+        self.record_hold(now, now.saturating_sub(receipt.received_ms));
+        match LeaseEnd::of(seen.as_ref().map(|s| &s.deletion)) {
+            LeaseEnd::Repeat => stats.repeat_deletes += 1,
+            LeaseEnd::Late => stats.late_deletes += 1,
+            LeaseEnd::OnTime => stats.deleted_within_lease += 1,
+        }
+        let removed = seen.filter(|s| s.deletion.removes && s.deletion.refusal.is_none());
+        if let Some(seen) = removed {
+            self.finished(seen.receive_count, Some(seen.extensions));
+            self.recent_deletes
+                .remember(now, receipt.key, receipt.receive_no);
+            stats.deleted += 1;
+        }
+    }
+
     pub fn record_hold(&mut self, now: u64, value_ms: u64) {
         self.hold.record(now, value_ms);
         self.changed = true;

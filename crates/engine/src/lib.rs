@@ -30,8 +30,8 @@ pub use engine::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use error::{EngineError, Result};
 pub use fifo::{content_deduplication_id, DedupKey, Original, FIFO_WINDOW_MS};
 pub use lease_stats::{
-    Buckets, Counts, LeaseMetrics, MetricsRecord, Summary as DurationSummary, WindowedRecord,
-    HOLD_BUCKETS_MS, METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
+    Buckets, Counts, DeleteSeen, LeaseMetrics, MetricsRecord, Summary as DurationSummary,
+    WindowedRecord, HOLD_BUCKETS_MS, METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
 };
 pub use message::{
     format_message_id, is_allowed_char, AttributeData, Content, ContentKey, Delivery, Extras,

@@ -18,13 +18,13 @@ use std::sync::Arc;
 pub use crate::counters::QueueStats;
 use crate::error::Result;
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
-use crate::lease_stats::LeaseMetrics;
+use crate::lease_stats::{DeleteSeen, LeaseMetrics};
 use crate::message::{
     format_message_id, handed_out, Content, ContentKey, Delivery, Extras, MsgKey, NewMessage,
     Peeked, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
-use crate::rules::{self, ChangeKind, Handling, LeaseEnd, LeaseMode, Take};
+use crate::rules::{self, ChangeKind, Handling, LeaseMode, Take};
 use crate::settings::QueueSettings;
 use crate::table::MessageTable;
 
@@ -643,48 +643,30 @@ impl Queue {
         handle: &str,
         mode: LeaseMode,
     ) -> Result<DeleteOutcome> {
-        let gone = self.messages.get(&receipt.key).is_none();
-        let retried =
-            gone && self.metrics.recent_deletes.deleted_by(receipt.key) == Some(receipt.receive_no);
-        if !retried {
-            // Whatever became of the message, its consumer held it this long: processing
-            // time. A retry of the delete that removed it held nothing more.
-            self.metrics
-                .record_hold(now, now.saturating_sub(receipt.received_ms));
-        }
         let handling = Handling::of(&self.meta.settings, mode);
-        let message = self.messages.get_mut(&receipt.key);
-        let deletion = message
-            .as_ref()
-            .map(|m| rules::delete(handling, &m.lease(), receipt.receive_no, now));
-        match LeaseEnd::of(deletion.as_ref()) {
-            // Only another receive's copy of the work finishing is a repeat delete, not an
-            // SDK's retry.
-            LeaseEnd::Repeat if retried => {}
-            LeaseEnd::Repeat => self.meta.stats.repeat_deletes += 1,
-            LeaseEnd::Late => self.meta.stats.late_deletes += 1,
-            LeaseEnd::OnTime => self.meta.stats.deleted_within_lease += 1,
-        }
-        let (Some(message), Some(deletion)) = (message, deletion) else {
+        let seen = self.messages.get(&receipt.key).map(|m| DeleteSeen {
+            deletion: rules::delete(handling, &m.lease(), receipt.receive_no, now),
+            receive_count: m.receive_count,
+            extensions: m.extensions,
+        });
+        self.metrics
+            .count_delete(&mut self.meta.stats, now, receipt, seen);
+        let Some(DeleteSeen { deletion, .. }) = seen else {
             // Deleting twice, or after retention dropped it, succeeds as on AWS.
             return Ok(DeleteOutcome {
                 removed: false,
                 late: false,
             });
         };
-        message.late_deleted |= deletion.late;
+        if let Some(message) = self.messages.get_mut(&receipt.key) {
+            message.late_deleted |= deletion.late;
+        }
         if let Some(refusal) = deletion.refusal {
             self.mark(receipt.key);
             return Err(refusal.error(handle));
         }
         if deletion.removes {
-            let (receives, extensions) = (message.receive_count, message.extensions);
-            self.metrics.finished(receives, Some(extensions));
             self.remove(receipt.key);
-            self.metrics
-                .recent_deletes
-                .remember(now, receipt.key, receipt.receive_no);
-            self.meta.stats.deleted += 1;
         } else {
             self.mark(receipt.key);
         }

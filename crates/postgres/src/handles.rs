@@ -5,8 +5,8 @@
 
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
-use leasehold_engine::rules::{self, ChangeKind, Deletion, Handling, MessageLease};
-use leasehold_engine::{EngineError, Receipt};
+use leasehold_engine::rules::{self, ChangeKind, Handling, MessageLease};
+use leasehold_engine::{DeleteSeen, EngineError, Receipt};
 
 use crate::messages::Opened;
 use crate::notify::notify;
@@ -16,10 +16,7 @@ type Result<T> = std::result::Result<T, BackendError>;
 
 /// What a delete found of its message, for its answer and the lease measurements.
 pub(crate) struct FoundForDelete {
-    pub(crate) receive_count: u32,
-    pub(crate) extensions: u32,
-    /// What the rules made of the delete.
-    pub(crate) deletion: Deletion,
+    pub(crate) seen: DeleteSeen,
     /// Removed after its last lease ran out, which no receive had counted yet.
     pub(crate) expired_unseen: bool,
 }
@@ -59,7 +56,7 @@ impl Postgres {
             results.push(match receipt {
                 Ok(receipt) => {
                     let found = found.next().flatten();
-                    let result = match found.as_ref().and_then(|f| f.deletion.refusal) {
+                    let result = match found.as_ref().and_then(|f| f.seen.deletion.refusal) {
                         Some(refusal) => Err(refusal.error(&handle)),
                         None => Ok(()),
                     };
@@ -165,10 +162,13 @@ impl Postgres {
                 let deletion = rules::delete(handling, &lease, receipt.receive_no, opened.now);
                 // The statement removed by the same rule (`live_only`, `leasehold_lease_live`).
                 debug_assert_eq!(deletion.removes, removed, "{lease:?} {receipt:?}");
+                let extensions = row.get::<_, i32>(3).unsigned_abs();
                 *slot = Some(FoundForDelete {
-                    receive_count: lease.receive_count,
-                    extensions: row.get::<_, i32>(3).unsigned_abs(),
-                    deletion,
+                    seen: DeleteSeen {
+                        deletion,
+                        receive_count: lease.receive_count,
+                        extensions: u16::try_from(extensions).unwrap_or(u16::MAX),
+                    },
                     expired_unseen: removed && lease.ran_out(opened.now),
                 });
             }

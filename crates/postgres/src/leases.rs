@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use leasehold_backend::BackendError;
-use leasehold_engine::rules::{ChangeKind, LeaseEnd};
+use leasehold_engine::rules::ChangeKind;
 use leasehold_engine::{
     Counts, Delivery, EngineError, LeaseMetrics, LeaseReport, MetricsRecord, QueueCounts,
     QueueSettings, QueueStats, Receipt, WindowedRecord,
@@ -179,10 +179,9 @@ impl Postgres {
         });
     }
 
-    /// Deletes' measurements, as the engine's `Queue::delete` takes them: how long each
-    /// handle's consumer held the message, late and repeat deletes, how finished messages
-    /// ended. A delete of a message this server saw the same receive's handle delete is an
-    /// SDK's retry: nothing new happened.
+    /// Deletes' measurements, by the engine's own `LeaseMetrics::count_delete`. Whether a
+    /// delete is an SDK's retry of one that removed the message is this server's to know (its
+    /// `local` memory): a retry counts nothing, in either map.
     pub(crate) fn measure_deletes(
         &self,
         queue: &str,
@@ -200,31 +199,12 @@ impl Postgres {
             if retried {
                 continue;
             }
-            let held = now.saturating_sub(receipt.received_ms);
             self.measurements.record(queue, |m| {
-                m.metrics.record_hold(now, held);
-                match LeaseEnd::of(found.as_ref().map(|f| &f.deletion)) {
-                    LeaseEnd::Repeat => m.stats.repeat_deletes += 1,
-                    LeaseEnd::Late => m.stats.late_deletes += 1,
-                    LeaseEnd::OnTime => m.stats.deleted_within_lease += 1,
-                }
-                let Some(found) = found else {
-                    return;
-                };
-                m.stats.leases_expired += u64::from(found.expired_unseen);
-                if found.deletion.removes {
-                    let extensions = u16::try_from(found.extensions).unwrap_or(u16::MAX);
-                    m.metrics.finished(found.receive_count, Some(extensions));
-                    m.stats.deleted += 1;
-                }
+                let seen = found.as_ref().map(|f| f.seen);
+                m.metrics.count_delete(&mut m.stats, now, receipt, seen);
+                m.stats.leases_expired +=
+                    u64::from(found.as_ref().is_some_and(|f| f.expired_unseen));
             });
-            if found.as_ref().is_some_and(|f| f.deletion.removes) {
-                let mut local = lock(&self.measurements.local);
-                let metrics = &mut local.entry(queue.to_string()).or_default().metrics;
-                metrics
-                    .recent_deletes
-                    .remember(now, receipt.key, receipt.receive_no);
-            }
         }
     }
 
