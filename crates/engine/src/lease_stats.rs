@@ -284,6 +284,28 @@ impl LeaseMetrics {
         }
     }
 
+    /// A receive leased a message: on its first receive, how long it waited since its send.
+    pub fn count_lease(&mut self, stats: &mut QueueStats, now: u64, sent_ms: u64, first: bool) {
+        stats.received += 1;
+        if first {
+            self.record_first_receive(now, now.saturating_sub(sent_ms));
+        }
+    }
+
+    /// A receive dead-lettered a message after `receive_count` receives: its life ended
+    /// there, and if a delete had come late for it, finished work went to the dead-letter
+    /// queue (the DLQ mirage).
+    pub fn count_dead_letter(
+        &mut self,
+        stats: &mut QueueStats,
+        receive_count: u32,
+        late_deleted: bool,
+    ) {
+        stats.dead_lettered += 1;
+        stats.dead_lettered_after_late_delete += u64::from(late_deleted);
+        self.finished(receive_count, None);
+    }
+
     pub fn record_hold(&mut self, now: u64, value_ms: u64) {
         self.hold.record(now, value_ms);
         self.changed = true;

@@ -533,8 +533,6 @@ impl Queue {
         ) {
             self.fifo.record_attempt(now, id, leased);
         }
-        self.meta.stats.received += deliveries.len() as u64;
-        self.meta.stats.dead_lettered += dead.len() as u64;
         self.debug_check();
         (deliveries, dead)
     }
@@ -550,8 +548,9 @@ impl Queue {
         let Take::Lease { receive_no, first } =
             rules::take(message.receive_count, lease.max_receive_count)
         else {
-            self.meta.stats.dead_lettered_after_late_delete += u64::from(message.late_deleted);
-            self.metrics.finished(message.receive_count, None);
+            let (receives, late) = (message.receive_count, message.late_deleted);
+            self.metrics
+                .count_dead_letter(&mut self.meta.stats, receives, late);
             batch
                 .dead
                 .push((key, self.take_message(key).expect("stored")));
@@ -562,9 +561,9 @@ impl Queue {
         message.extensions = 0;
         if first {
             message.first_receive_ms = lease.now;
-            self.metrics
-                .record_first_receive(lease.now, lease.now.saturating_sub(key.sent_ms));
         }
+        self.metrics
+            .count_lease(&mut self.meta.stats, lease.now, key.sent_ms, first);
         self.set_state(key, State::InFlight, lease.until);
         self.mark(key);
         batch.leased.push((key, receive_no));

@@ -165,16 +165,14 @@ impl Postgres {
             return;
         }
         self.measurements.record(queue, |m| {
-            m.stats.received += deliveries.len() as u64;
             m.stats.leases_expired += tally.leases_expired;
-            m.stats.dead_lettered += tally.dead_lettered.len() as u64;
             for &(receives, late) in &tally.dead_lettered {
-                m.stats.dead_lettered_after_late_delete += u64::from(late);
-                m.metrics.finished(receives, None);
+                m.metrics.count_dead_letter(&mut m.stats, receives, late);
             }
-            for delivery in deliveries.iter().filter(|d| d.receive_count == 1) {
-                let waited = now.saturating_sub(delivery.sent_ms);
-                m.metrics.record_first_receive(now, waited);
+            for delivery in deliveries {
+                let first = delivery.receive_count == 1;
+                m.metrics
+                    .count_lease(&mut m.stats, now, delivery.sent_ms, first);
             }
         });
     }
