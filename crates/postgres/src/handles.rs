@@ -30,10 +30,9 @@ impl Postgres {
         }
     }
 
-    /// Deletes the message each handle names. Deleting twice, or after retention dropped
-    /// the message, succeeds, as on AWS; on a FIFO queue, or in strict mode, only the
-    /// message's current, live lease deletes it (a FIFO delete makes the group's next message
-    /// receivable).
+    /// Deletes the message each handle names as `rules::delete` decides. Deleting twice, or
+    /// after retention dropped the message, succeeds, as on AWS; a FIFO delete makes the
+    /// group's next message receivable.
     pub(crate) async fn delete_all(
         &self,
         queue: &str,
