@@ -1,19 +1,20 @@
-//! The embedded backend's commands: each `Backend` method as one engine call through
-//! `Embedded::apply`, and the wake-ups it owes waiting receives.
+//! The embedded backend's commands: each method of the `Backend` parts as one engine call
+//! through `Embedded::apply` (or `read`, for what changes nothing), and the wake-ups it owes
+//! waiting receives.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use leasehold_backend::{
+    Backend, BackendError, Measurements, Messages, MoveTaskStart, Page, Pairs, Permission,
+    QueueAdmin, QueueListing, Received, Result, TimeTravel,
+};
 use leasehold_engine::{
     EngineError, LeaseReport, MoveTaskInfo, Naming, NewMessage, QueuePage, ReceiveRequest, Sent,
 };
 use tokio::sync::Notify;
 
 use crate::{Access, Embedded, REPORTS_PER_LOCK};
-use leasehold_backend::{
-    Backend, BackendError, Measurements, Messages, MoveTaskStart, Page, Pairs, Permission,
-    QueueAdmin, QueueListing, Received, Result, TimeTravel,
-};
 
 #[async_trait]
 impl Backend for Embedded {

@@ -8,10 +8,9 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use leasehold_backend::{BackendError, Result, SendGate, Waiters};
 use leasehold_engine::{Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming};
 use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
-
-use leasehold_backend::{BackendError, Result, SendGate, Waiters};
 
 mod commands;
 mod contents;

@@ -275,8 +275,7 @@ impl LeaseMetrics {
             LeaseEnd::Late => stats.late_deletes += 1,
             LeaseEnd::OnTime => stats.deleted_within_lease += 1,
         }
-        let removed = seen.filter(|s| s.deletion.removes && s.deletion.refusal.is_none());
-        if let Some(seen) = removed {
+        if let Some(seen) = seen.filter(|s| s.deletion.removes) {
             self.finished(seen.receive_count, Some(seen.extensions));
             self.recent_deletes
                 .remember(now, receipt.key, receipt.receive_no);

@@ -105,7 +105,7 @@ impl Refusal {
 /// What a delete by handle does to a message that is still stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deletion {
-    /// The message leaves the queue.
+    /// The message leaves the queue (never when the delete is refused).
     pub removes: bool,
     /// The handle's lease was over: proof of duplicate work, counted and marked on the
     /// message (a later dead-lettering of it is the DLQ mirage).

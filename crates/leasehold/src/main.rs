@@ -14,14 +14,13 @@ mod redrive;
 mod simulate;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use leasehold_engine::LeaseMode;
-use std::sync::Arc;
-
 use leasehold_backend::Backend;
 use leasehold_embedded::{Embedded, EngineSetup, StoreOptions, DEFAULT_BODY_CACHE_BYTES};
+use leasehold_engine::LeaseMode;
 use leasehold_server::{AppState, Limits, ServerConfig, WallClock};
 use leasehold_store::{Durability, SqliteStore};
 

@@ -8,7 +8,6 @@ use leasehold_backend::BackendError;
 use leasehold_engine::{rules, QueueSettings};
 
 use crate::messages::{DeadLetterRoute, Lease, Opened};
-use crate::queues::decode;
 use crate::{cached, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -35,23 +34,19 @@ impl Postgres {
         };
         let row = tx
             .query_opt(
-                &cached(tx, "SELECT id, record FROM leasehold_queues WHERE key = $1").await?,
+                &cached(tx, "SELECT id FROM leasehold_queues WHERE key = $1").await?,
                 &[&target],
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let target = row
-            .map(|row| Ok::<_, BackendError>((to_u64(row.get(0)), decode(row.get(1))?)))
-            .transpose()?;
-        let max_receive_count = rules::dead_letter_after(
-            Some(policy.max_receive_count),
-            settings.fifo,
-            target.as_ref().map(|(_, record)| record.meta.settings.fifo),
-        );
-        Ok(target
+        // A queue is FIFO exactly when its name ends in .fifo (creation holds them together).
+        let target_fifo = row.is_some().then(|| target.ends_with(".fifo"));
+        let max_receive_count =
+            rules::dead_letter_after(Some(policy.max_receive_count), settings.fifo, target_fifo);
+        Ok(row
             .zip(max_receive_count)
-            .map(|((target_id, _), max_receive_count)| DeadLetterRoute {
-                target_id,
+            .map(|(row, max_receive_count)| DeadLetterRoute {
+                target_id: to_u64(row.get(0)),
                 source_arn: self.naming.queue_arn(queue),
                 max_receive_count,
             }))
@@ -75,7 +70,8 @@ impl Postgres {
                     "SELECT seq, leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
                  FROM leasehold_messages
                  WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $3
-                   AND leasehold_exhausted(receive_count, $4) AND (sent_ms, seq) < ($5, $6) AND seq <> ALL($8)
+                   AND leasehold_exhausted(receive_count, $4)
+                   AND (sent_ms, seq) < ($5, $6) AND seq <> ALL($8)
                  ORDER BY sent_ms, seq
                  LIMIT $7
                  FOR UPDATE SKIP LOCKED",
