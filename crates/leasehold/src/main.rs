@@ -9,6 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod advise;
 mod config;
 mod consume;
+mod in_process;
 mod lab;
 mod redrive;
 mod simulate;
@@ -85,8 +86,10 @@ struct BenchArgs {
         default_value = "http://127.0.0.1:9324"
     )]
     endpoint_url: String,
-    /// send, send-batch, receive-delete, full-cycle, many-queues, long-poll or big-ops.
-    scenario: leasehold_bench::Scenario,
+    /// send, send-batch, receive-delete, full-cycle, many-queues, long-poll or big-ops over
+    /// HTTP; or in-process: the full cycle on the embedded backend itself (`--threads`,
+    /// `--queues`, `--data-dir`), no server.
+    scenario: BenchScenario,
     /// How long to run, in seconds.
     #[arg(long, default_value = "10")]
     seconds: u64,
@@ -102,9 +105,15 @@ struct BenchArgs {
     /// Messages to preload for receive-delete (and into each big queue for big-ops).
     #[arg(long, default_value = "100000")]
     preload: u64,
-    /// Queues for many-queues.
+    /// Queues for many-queues and in-process.
     #[arg(long, default_value = "1000")]
     queues: usize,
+    /// in-process: threads driving the backend.
+    #[arg(long, default_value = "1")]
+    threads: usize,
+    /// in-process: keep the queues durable in this directory (fsync always); else in memory.
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -544,8 +553,44 @@ async fn backup(args: BackupArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `leasehold bench` runs: a scenario against an endpoint, or the backend in-process.
+#[derive(Clone)]
+enum BenchScenario {
+    Wire(leasehold_bench::Scenario),
+    InProcess,
+}
+
+impl std::str::FromStr for BenchScenario {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "in-process" => Ok(BenchScenario::InProcess),
+            wire => wire
+                .parse()
+                .map(BenchScenario::Wire)
+                .map_err(|e: String| format!("{e}, in-process")),
+        }
+    }
+}
+
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let scenario = match args.scenario {
+        BenchScenario::Wire(scenario) => scenario,
+        BenchScenario::InProcess => {
+            let config = in_process::InProcess {
+                threads: args.threads.max(1),
+                queues: args.queues.max(1),
+                duration: std::time::Duration::from_secs(args.seconds),
+                body_bytes: args.body_bytes.max(1),
+                data_dir: args.data_dir.clone(),
+            };
+            let report = tokio::task::spawn_blocking(move || in_process::run(&config)).await??;
+            print_report(&report, args.json);
+            return Ok(());
+        }
+    };
+    let scenario = match scenario {
         leasehold_bench::Scenario::ReceiveDelete { .. } => {
             leasehold_bench::Scenario::ReceiveDelete {
                 preload: args.preload,
@@ -568,7 +613,13 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         server_pid: args.server_pid,
     })
     .await?;
-    if args.json {
+    print_report(&report, args.json);
+    Ok(())
+}
+
+/// A bench report, as one JSON object or as lines for a person.
+fn print_report(report: &leasehold_bench::Report, json: bool) {
+    if json {
         let latency: serde_json::Map<String, serde_json::Value> = report
             .latency
             .iter()
@@ -590,7 +641,6 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         report.print();
     }
-    Ok(())
 }
 
 /// A token cancelled by Ctrl-C or SIGTERM: what a command that ends early but cleanly
