@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use client::SqsClient;
-pub use scenario::{cpu_ticks, peak_rss_mib, Scenario};
+pub use scenario::{cpu_ticks, peak_rss_mib, Scenario, Tally};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {

@@ -68,24 +68,25 @@ impl Scenario {
     }
 }
 
-/// One client's tally.
+/// One client's tally: messages sent and deleted, errors, each action's latency.
 #[derive(Default)]
-pub(crate) struct Tally {
+pub struct Tally {
     latency: HashMap<&'static str, Histogram<u64>>,
-    pub(crate) sent: u64,
-    pub(crate) deleted: u64,
-    pub(crate) errors: u64,
+    pub sent: u64,
+    pub deleted: u64,
+    pub errors: u64,
 }
 
 impl Tally {
-    fn record(&mut self, action: &'static str, micros: u64) {
+    /// One call of `action` that took `micros`.
+    pub fn record(&mut self, action: &'static str, micros: u64) {
         self.latency
             .entry(action)
             .or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"))
             .saturating_record(micros.max(1));
     }
 
-    pub(crate) fn merge(&mut self, other: Tally) {
+    pub fn merge(&mut self, other: Tally) {
         self.sent += other.sent;
         self.deleted += other.deleted;
         self.errors += other.errors;
@@ -341,18 +342,25 @@ async fn long_poll(sqs: &SqsClient, url: &str, config: &BenchConfig) -> Result<R
 
 /// The report of a scenario one client runs: messages are those it deleted.
 pub(crate) fn one_client_report(scenario: &str, t: &Tally, seconds: f64) -> Report {
-    Report {
-        scenario: scenario.into(),
-        clients: 1,
-        seconds,
-        messages_per_second: t.deleted as f64 / seconds,
-        messages: t.deleted,
-        sent_per_second: t.sent as f64 / seconds,
-        deleted_per_second: t.deleted as f64 / seconds,
-        errors: t.errors,
-        latency: summarize_latency(t),
-        server_cpu_percent: None,
-        server_rss_mib: None,
+    t.report(scenario, 1, seconds)
+}
+
+impl Tally {
+    /// A run's report from its tally: messages are those deleted; no server measured.
+    pub fn report(&self, scenario: &str, clients: usize, seconds: f64) -> Report {
+        Report {
+            scenario: scenario.into(),
+            clients,
+            seconds,
+            messages_per_second: self.deleted as f64 / seconds,
+            messages: self.deleted,
+            sent_per_second: self.sent as f64 / seconds,
+            deleted_per_second: self.deleted as f64 / seconds,
+            errors: self.errors,
+            latency: summarize_latency(self),
+            server_cpu_percent: None,
+            server_rss_mib: None,
+        }
     }
 }
 

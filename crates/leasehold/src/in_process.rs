@@ -4,14 +4,12 @@
 //! of few cores, T threads against one is the figure that shows whether the backend's locks
 //! let cores work side by side.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hdrhistogram::Histogram;
 use leasehold_backend::{Backend, QueueAdmin};
-use leasehold_bench::{Latency, Report};
+use leasehold_bench::{Report, Tally};
 use leasehold_embedded::{Embedded, EngineSetup};
 use leasehold_engine::{LeaseMode, Naming, NewMessage, ReceiveRequest};
 use leasehold_server::WallClock;
@@ -27,41 +25,10 @@ pub struct InProcess {
     pub data_dir: Option<std::path::PathBuf>,
 }
 
-/// The actions a cycle makes, as the other scenarios name them.
-const ACTIONS: [&str; 3] = ["SendMessageBatch", "ReceiveMessage", "DeleteMessageBatch"];
-
-/// One thread's tally: messages sent and deleted, each action's latency in microseconds.
-struct Tally {
-    sent: u64,
-    deleted: u64,
-    errors: u64,
-    latency: [Histogram<u64>; 3],
-}
-
-impl Tally {
-    fn new() -> Tally {
-        let histogram = || Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
-        Tally {
-            sent: 0,
-            deleted: 0,
-            errors: 0,
-            latency: [histogram(), histogram(), histogram()],
-        }
-    }
-
-    fn record(&mut self, action: usize, since: Instant) {
-        let micros = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.latency[action].saturating_record(micros.max(1));
-    }
-
-    fn merge(&mut self, other: Tally) {
-        self.sent += other.sent;
-        self.deleted += other.deleted;
-        self.errors += other.errors;
-        for (mine, theirs) in self.latency.iter_mut().zip(&other.latency) {
-            mine.add(theirs).expect("same bounds");
-        }
-    }
+/// Records how long a call that started `at` took, under the action's name.
+fn record(tally: &mut Tally, action: &'static str, at: Instant) {
+    let micros = u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX);
+    tally.record(action, micros);
 }
 
 pub fn run(config: &InProcess) -> anyhow::Result<Report> {
@@ -92,7 +59,7 @@ pub fn run(config: &InProcess) -> anyhow::Result<Report> {
             std::thread::spawn(move || cycle(&*backend, &mine, &body, deadline))
         })
         .collect();
-    let mut tally = Tally::new();
+    let mut tally = Tally::default();
     for worker in workers {
         tally.merge(worker.join().expect("a bench thread panicked")?);
     }
@@ -101,19 +68,10 @@ pub fn run(config: &InProcess) -> anyhow::Result<Report> {
     let cpu = cpu_before
         .zip(leasehold_bench::cpu_ticks(pid))
         .map(|(before, after)| (after - before) as f64 / 100.0);
-    Ok(Report {
-        scenario: "in-process".into(),
-        clients: config.threads.max(1),
-        seconds,
-        messages_per_second: tally.deleted as f64 / seconds,
-        messages: tally.deleted,
-        sent_per_second: tally.sent as f64 / seconds,
-        deleted_per_second: tally.deleted as f64 / seconds,
-        errors: tally.errors,
-        latency: latencies(&tally),
-        server_cpu_percent: cpu.map(|cpu| 100.0 * cpu / seconds),
-        server_rss_mib: leasehold_bench::peak_rss_mib(pid),
-    })
+    let mut report = tally.report("in-process", config.threads.max(1), seconds);
+    report.server_cpu_percent = cpu.map(|cpu| 100.0 * cpu / seconds);
+    report.server_rss_mib = leasehold_bench::peak_rss_mib(pid);
+    Ok(report)
 }
 
 /// The embedded backend as `serve` builds it, in memory or durable on `data_dir`.
@@ -141,7 +99,7 @@ fn cycle(
     deadline: Instant,
 ) -> anyhow::Result<Tally> {
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    let mut tally = Tally::new();
+    let mut tally = Tally::default();
     let mut next = queues.iter().cycle();
     while Instant::now() < deadline {
         let queue = next.next().context("no queue")?;
@@ -152,7 +110,7 @@ fn cycle(
                 Ok(sent) => tally.sent += sent.iter().filter(|s| s.is_ok()).count() as u64,
                 Err(_) => tally.errors += 1,
             }
-            tally.record(0, at);
+            record(&mut tally, "SendMessageBatch", at);
             let request = ReceiveRequest {
                 max_messages: 10,
                 visibility_s: Some(30),
@@ -170,7 +128,7 @@ fn cycle(
                     Vec::new()
                 }
             };
-            tally.record(1, at);
+            record(&mut tally, "ReceiveMessage", at);
             if handles.is_empty() {
                 return;
             }
@@ -179,26 +137,8 @@ fn cycle(
                 Ok(deleted) => tally.deleted += deleted.iter().filter(|d| d.is_ok()).count() as u64,
                 Err(_) => tally.errors += 1,
             }
-            tally.record(2, at);
+            record(&mut tally, "DeleteMessageBatch", at);
         });
     }
     Ok(tally)
-}
-
-fn latencies(tally: &Tally) -> BTreeMap<&'static str, Latency> {
-    ACTIONS
-        .iter()
-        .zip(&tally.latency)
-        .filter(|(_, h)| !h.is_empty())
-        .map(|(action, h)| {
-            let latency = Latency {
-                calls: h.len(),
-                p50_us: h.value_at_quantile(0.5),
-                p99_us: h.value_at_quantile(0.99),
-                p999_us: h.value_at_quantile(0.999),
-                max_us: h.max(),
-            };
-            (*action, latency)
-        })
-        .collect()
 }
