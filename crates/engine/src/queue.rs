@@ -657,8 +657,11 @@ impl Queue {
                 late: false,
             });
         };
-        if let Some(message) = self.messages.get_mut(&receipt.key) {
-            message.late_deleted |= deletion.late;
+        if deletion.late {
+            // Marked for the DLQ mirage; an on-time delete skips the second lookup.
+            if let Some(message) = self.messages.get_mut(&receipt.key) {
+                message.late_deleted = true;
+            }
         }
         if let Some(refusal) = deletion.refusal {
             self.mark(receipt.key);
