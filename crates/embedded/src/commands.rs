@@ -1,6 +1,7 @@
 //! The embedded backend's commands: each method of the `Backend` parts as one engine call
-//! through `Embedded::apply` (or `read`, for what changes nothing), and the wake-ups it owes
-//! waiting receives.
+//! through `Embedded::on_queue` (a command on one queue's messages), `Embedded::apply`
+//! (what spans queues) or `read` (what changes nothing), and the wake-ups it owes waiting
+//! receives.
 
 use std::sync::Arc;
 
@@ -167,9 +168,7 @@ impl Messages for Embedded {
 
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
         self.admit_send()?;
-        let sent = self
-            .apply(Access::Change, |e| e.send(queue, message))
-            .await?;
+        let sent = self.on_queue(queue, false, |q| q.send(message)).await?;
         self.waiters.wake_some(queue, 1);
         Ok(sent)
     }
@@ -181,7 +180,7 @@ impl Messages for Embedded {
     ) -> Result<Vec<Result<Sent, EngineError>>> {
         self.admit_send()?;
         let results = self
-            .apply(Access::Change, |e| e.send_batch(queue, messages))
+            .on_queue(queue, false, |q| q.send_batch(messages))
             .await?;
         self.wake_per_success(queue, &results);
         Ok(results)
@@ -189,21 +188,19 @@ impl Messages for Embedded {
 
     async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
         let (received, more) = self
-            .apply(Access::Change, |e| {
-                let deliveries = e.receive(queue, &request)?;
-                let queue_wait_s = e.settings(queue)?.receive_wait_s;
-                let more = e.counts(queue).is_ok_and(|c| c.visible > 0);
-                let now = e.now_ms();
+            .on_queue(queue, true, |q| {
+                let deliveries = q.receive(&request)?;
+                let now = q.now();
                 let next_due_in_ms = deliveries
                     .is_empty()
-                    .then(|| e.next_due(queue).map(|due| due.saturating_sub(now)))
+                    .then(|| q.next_due().map(|due| due.saturating_sub(now)))
                     .flatten();
                 let received = Received {
                     deliveries,
-                    queue_wait_s,
+                    queue_wait_s: q.settings().receive_wait_s,
                     next_due_in_ms,
                 };
-                Ok((received, more))
+                Ok((received, q.counts().visible > 0))
             })
             .await?;
         if !received.deliveries.is_empty() && more {
@@ -230,13 +227,9 @@ impl Messages for Embedded {
         handles: Vec<String>,
     ) -> Result<Vec<Result<(), EngineError>>> {
         let (results, fifo) = self
-            .apply(Access::Change, |e| {
-                let fifo = e.settings(queue)?.fifo;
-                let results: Vec<_> = handles
-                    .iter()
-                    .map(|h| e.delete_message(queue, h).map(drop))
-                    .collect();
-                Ok((results, fifo))
+            .on_queue(queue, false, |q| {
+                let results: Vec<_> = handles.iter().map(|h| q.delete(h).map(drop)).collect();
+                Ok((results, q.settings().fifo))
             })
             .await?;
         if fifo {
@@ -252,11 +245,10 @@ impl Messages for Embedded {
         changes: Vec<(String, u32)>,
     ) -> Result<Vec<Result<(), EngineError>>> {
         let results = self
-            .apply(Access::Change, |e| {
-                e.queue_exists(queue)?;
+            .on_queue(queue, false, |q| {
                 Ok(changes
                     .iter()
-                    .map(|(handle, timeout)| e.change_visibility(queue, handle, *timeout))
+                    .map(|(handle, timeout)| q.change_visibility(handle, *timeout))
                     .collect::<Vec<_>>())
             })
             .await?;
@@ -276,14 +268,26 @@ impl Messages for Embedded {
 #[async_trait]
 impl Measurements for Embedded {
     async fn record_empty_receive(&self, queue: &str) {
-        // Counted durably, but nobody waits for the write.
-        let mut engine = self.engine();
-        engine.record_empty_receive(queue);
-        self.write_detached(&engine.take_changes());
+        // Counted durably, but nobody waits for the write: under the queue's lock, so no
+        // newer record of the queue reaches the committer before it.
+        let engine = self.engine_shared();
+        if self.admit(Access::Change).is_err() {
+            return;
+        }
+        let Ok(mut locked) = engine.lock_queue(queue) else {
+            return;
+        };
+        locked.record_empty_receive();
+        self.write_detached(&locked.take_changes());
     }
 
     async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
-        Ok(self.engine().lease_report(queue)?)
+        let engine = self.engine_shared();
+        let mut locked = engine.lock_queue(queue)?;
+        let report = locked.lease_report();
+        // A report ticks the queue (retention, ended leases): what that changed is written.
+        self.write_detached(&locked.take_changes());
+        Ok(report)
     }
 
     async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
@@ -291,12 +295,13 @@ impl Measurements for Embedded {
         let mut reports = Vec::with_capacity(names.len());
         for chunk in names.chunks(REPORTS_PER_LOCK) {
             {
-                let mut engine = self.engine();
-                reports.extend(
-                    chunk.iter().filter_map(|name| {
-                        engine.lease_report(name).ok().map(|r| (name.clone(), r))
-                    }),
-                );
+                let engine = self.engine_shared();
+                for name in chunk {
+                    if let Ok(mut locked) = engine.lock_queue(name) {
+                        reports.push((name.clone(), locked.lease_report()));
+                        self.write_detached(&locked.take_changes());
+                    }
+                }
             }
             tokio::task::yield_now().await;
         }

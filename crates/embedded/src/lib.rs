@@ -1,5 +1,7 @@
-//! The embedded backend: the pure engine behind one lock, made durable by the SQLite
-//! committer (group commit) when it has a store. A change is acknowledged only once the
+//! The embedded backend: the pure engine behind a read-write lock, made durable by the SQLite
+//! committer (group commit) when it has a store. A command on one queue's messages shares
+//! the engine and takes only that queue's lock (`Embedded::on_queue`), so queues never wait
+//! for one another; what spans queues holds the engine alone (`Embedded::apply`). A change is acknowledged only once the
 //! store holds it; a failed write puts the engine back to what the store holds and leaves
 //! the backend serving reads only.
 
@@ -9,7 +11,9 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use leasehold_backend::{BackendError, Result, SendGate, Waiters};
-use leasehold_engine::{Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming};
+use leasehold_engine::{
+    Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Locked, Naming,
+};
 use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
 
 mod commands;
@@ -106,7 +110,8 @@ impl EngineSetup {
 pub struct Embedded {
     setup: EngineSetup,
     naming: Naming,
-    /// Commands that change the engine hold it alone; reads share it (`read`).
+    /// Commands that span queues hold it alone; reads and commands on one queue's messages
+    /// share it (`read`, `on_queue`), the latter holding that queue's own lock as well.
     engine: RwLock<Engine>,
     waiters: Waiters,
     committer: Option<Committer>,
@@ -246,17 +251,23 @@ impl Embedded {
         Ok(query(&engine)?)
     }
 
-    /// The engine, locked for `access`. A change is refused once the store has failed, since
-    /// nothing more can be made durable; a read only while the engine is being put back to
-    /// what the store holds. Checked under the lock, so no command changes the engine after
-    /// it was put back.
-    fn lock(&self, access: Access) -> Result<RwLockWriteGuard<'_, Engine>> {
-        let engine = self.engine();
+    /// Whether a command of this `access` may run now. A change is refused once the store
+    /// has failed, since nothing more can be made durable; a read only while the engine is
+    /// being put back to what the store holds. Asked under a hold of the engine's lock, so no
+    /// command changes the engine after it was put back.
+    fn admit(&self, access: Access) -> Result<()> {
         match (self.health.load(Ordering::SeqCst), access) {
-            (HEALTHY, _) | (READ_ONLY, Access::Read) => Ok(engine),
+            (HEALTHY, _) | (READ_ONLY, Access::Read) => Ok(()),
             (RECOVERING, Access::Read) => Err(BackendError::Unavailable(self.failure_reason())),
             _ => Err(BackendError::Failed(self.failure_reason())),
         }
+    }
+
+    /// The engine, locked alone for `access` (see `admit`).
+    fn lock(&self, access: Access) -> Result<RwLockWriteGuard<'_, Engine>> {
+        let engine = self.engine();
+        self.admit(access)?;
+        Ok(engine)
     }
 
     /// Runs `command` on the engine under its lock, hands what it changed to the committer
@@ -269,34 +280,71 @@ impl Embedded {
         let (value, commit, removed) = {
             let mut engine = self.lock(access)?;
             let value = command(&mut engine);
-            let commit = self.persist(&mut engine);
+            let commit = self.submit(engine.take_changes());
             (value, commit, engine.take_removed())
         };
         if !removed.is_empty() {
             // A purged or deleted queue of a million messages takes long to free: not here.
             tokio::task::spawn_blocking(move || drop(removed));
         }
-        if let Some(commit) = commit {
-            if let Err(error) = commit.await {
-                self.store_failed(&error).await;
-                return Err(match error {
-                    // Nothing was written, and the engine is back to what is: try again.
-                    StoreError::Full { .. } => BackendError::Unavailable(error.to_string()),
-                    _ => BackendError::Failed(error.to_string()),
-                });
-            }
-        }
+        self.committed(commit).await?;
         Ok(value?)
     }
 
-    /// Hands what the last command changed to the committer, to be awaited before the
-    /// command is acknowledged. None when there is nothing to wait for.
-    fn persist(
+    /// Runs `command` on one queue under that queue's lock alone (with its dead-letter
+    /// queue's too when `receiving`), sharing the engine with commands on other queues. What
+    /// it changed goes to the committer before the queue's lock is let go, so the store gets
+    /// each queue's changes in the order they were made; answers once the store holds them.
+    async fn on_queue<T>(
         &self,
-        engine: &mut Engine,
+        queue: &str,
+        receiving: bool,
+        command: impl FnOnce(&mut Locked) -> std::result::Result<T, EngineError>,
+    ) -> Result<T> {
+        let (value, commit) = {
+            let engine = self.engine_shared();
+            self.admit(Access::Change)?;
+            let panicking = AbortOnPanic;
+            let mut locked = match receiving {
+                true => engine.lock_for_receive(queue)?,
+                false => engine.lock_queue(queue)?,
+            };
+            let value = command(&mut locked);
+            let commit = self.submit(locked.take_changes());
+            drop(locked);
+            drop(panicking);
+            (value, commit)
+        };
+        self.committed(commit).await?;
+        Ok(value?)
+    }
+
+    /// Waits for a commit; a failed one puts the engine back to what the store holds.
+    async fn committed(
+        &self,
+        commit: Option<impl std::future::Future<Output = std::result::Result<(), StoreError>>>,
+    ) -> Result<()> {
+        let Some(commit) = commit else {
+            return Ok(());
+        };
+        let Err(error) = commit.await else {
+            return Ok(());
+        };
+        self.store_failed(&error).await;
+        Err(match error {
+            // Nothing was written, and the engine is back to what is: try again.
+            StoreError::Full { .. } => BackendError::Unavailable(error.to_string()),
+            _ => BackendError::Failed(error.to_string()),
+        })
+    }
+
+    /// Hands what a command changed to the committer, to be awaited before the command is
+    /// acknowledged. None when there is nothing to wait for.
+    fn submit(
+        &self,
+        changes: Vec<Change>,
     ) -> Option<impl std::future::Future<Output = std::result::Result<(), StoreError>>> {
         let committer = self.committer.as_ref()?;
-        let changes = engine.take_changes();
         if let Some(contents) = &self.contents {
             contents.note(&changes);
         }
@@ -305,7 +353,7 @@ impl Embedded {
             .then(|| committer.submit(codec::encode(&changes)))
     }
 
-    /// Like `persist`, for background work nobody waits on.
+    /// Like `submit`, for background work nobody waits on.
     fn write_detached(&self, changes: &[Change]) {
         if let Some(committer) = &self.committer {
             if !changes.is_empty() && self.is_healthy() {
@@ -381,6 +429,18 @@ impl Embedded {
     fn wake_per_success<T, E>(&self, queue: &str, results: &[std::result::Result<T, E>]) {
         self.waiters
             .wake_some(queue, results.iter().filter(|r| r.is_ok()).count());
+    }
+}
+
+/// Held while a queue's lock is: a panic then may have left the queue half changed, and a
+/// queue's lock (unlike the engine's) is not poisoned by it, so the process ends at once.
+struct AbortOnPanic;
+
+impl Drop for AbortOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            poisoned();
+        }
     }
 }
 

@@ -23,8 +23,8 @@ mod table;
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
     check_batch, is_account_id, is_region, list_queue_keys, validate_queue_name, Engine,
-    EngineConfig, LeaseReport, MoveTask, MoveTaskInfo, MoveTaskStatus, Naming, QueueListing,
-    QueuePage, ReceiveRequest, MAX_LIST_RESULTS, MOVE_TASK_QUEUE_GONE,
+    EngineConfig, LeaseReport, Locked, MoveTask, MoveTaskInfo, MoveTaskStatus, Naming,
+    QueueListing, QueuePage, ReceiveRequest, MAX_LIST_RESULTS, MOVE_TASK_QUEUE_GONE,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use error::{EngineError, Result};

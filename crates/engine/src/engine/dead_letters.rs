@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use rand::Rng;
 
-use super::{paginate, Engine, QueuePage};
+use super::{paginate, Engine, QueueCell, QueuePage};
 use crate::error::{EngineError, Result};
 use crate::message::{format_message_id, MsgKey};
 use crate::settings::QueueSettings;
@@ -254,7 +254,8 @@ impl Engine {
             .queue_key_from_arn(&policy.dead_letter_target_arn)
             .filter(|key| self.same_region(key, source))
             .and_then(|key| self.queues.get(&key))
-            .ok_or_else(|| invalid("Dead letter target does not exist."))?;
+            .ok_or_else(|| invalid("Dead letter target does not exist."))?
+            .lock();
         if target.meta.settings.fifo != settings.fifo {
             return Err(invalid(
                 "Dead-letter queue must be same type of queue as the source.",
@@ -272,22 +273,6 @@ impl Engine {
         Ok(())
     }
 
-    /// The dead-letter queue and maxReceiveCount in force for `name`. A target that no
-    /// longer exists turns dead-lettering off rather than destroying messages.
-    pub(super) fn live_dead_letter_target(&self, name: &str) -> Result<Option<(String, u32)>> {
-        let queue = self.queue(name)?;
-        Ok(queue.meta.settings.redrive.as_ref().and_then(|policy| {
-            let target = self.queue_key_from_arn(&policy.dead_letter_target_arn)?;
-            let target_fifo = self.queues.get(&target).map(|q| q.meta.settings.fifo);
-            let max = crate::rules::dead_letter_after(
-                Some(policy.max_receive_count),
-                queue.meta.settings.fifo,
-                target_fifo,
-            )?;
-            Some((target, max))
-        }))
-    }
-
     /// ListDeadLetterSourceQueues: queues whose RedrivePolicy targets `name`.
     pub fn list_dead_letter_source_queues(
         &self,
@@ -295,13 +280,14 @@ impl Engine {
         max_results: Option<usize>,
         next_token: Option<&str>,
     ) -> Result<QueuePage> {
-        self.queue(name)?;
+        self.cell(name)?;
         let arn = self.queue_arn(name);
         let names = self
             .queues
             .iter()
             .filter(|(_, q)| {
-                q.meta
+                q.lock()
+                    .meta
                     .settings
                     .redrive
                     .as_ref()
@@ -325,7 +311,7 @@ impl Engine {
         rate: Option<u32>,
     ) -> Result<String> {
         let source = self.queue_key_from_arn(source_arn);
-        let fifo = |key: &String| self.queues.get(key).map(|q| q.meta.settings.fifo);
+        let fifo = |key: &String| self.queues.get(key).map(|q| q.lock().meta.settings.fifo);
         let source_fifo = source.as_ref().and_then(fifo);
         let destination = match destination_arn {
             None => Some(true),
@@ -336,7 +322,8 @@ impl Engine {
         };
         let is_dead_letter_queue = || {
             self.queues.values().any(|q| {
-                q.meta
+                q.lock()
+                    .meta
                     .settings
                     .redrive
                     .as_ref()
@@ -453,6 +440,7 @@ impl Engine {
             let (from, message) = self
                 .queues
                 .get_mut(&source)
+                .map(QueueCell::get_mut)
                 .and_then(|q| Some((q.content_key(key), q.take_message(key)?)))
                 .expect("just found");
             let stored = message.content.is_none();

@@ -62,15 +62,7 @@ impl LeaseReport {
 
 impl Engine {
     pub fn lease_report(&mut self, name: &str) -> Result<LeaseReport> {
-        let (queue, now) = self.queue_now(name)?;
-        let held = (queue.counts(), queue.oldest_sent_ms());
-        Ok(LeaseReport::of(
-            &queue.metrics,
-            now,
-            queue.meta.stats.clone(),
-            held,
-            &queue.meta.settings,
-        ))
+        self.on_queue(name, false, |q| Ok(q.lease_report()))
     }
 
     /// Every queue's name, for reports over all queues.

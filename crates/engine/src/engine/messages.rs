@@ -1,11 +1,9 @@
 //! Message operations: send, receive (with dead-lettering), delete, change visibility.
 
-use std::sync::Arc;
-
-use super::Engine;
+use super::{Engine, Locked};
 use crate::error::{EngineError, Result};
-use crate::message::{ContentKey, Delivery, NewMessage};
-use crate::queue::{DeleteOutcome, ReceiveParams, Sent};
+use crate::message::{Delivery, NewMessage};
+use crate::queue::{DeleteOutcome, Sent};
 use crate::settings::{QueueSettings, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S};
 
 /// What ReceiveMessage asks the engine for.
@@ -75,82 +73,58 @@ pub fn check_batch(settings: &QueueSettings, messages: &[NewMessage]) -> Result<
 }
 
 impl Engine {
-    /// SendMessage: validates against the queue's rules, then stores.
-    pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
-        message.validate(&self.queue(name)?.meta.settings)?;
-        let (queue, now) = self.queue_mut(name)?;
-        Ok(queue.send(now, message))
+    /// Runs a command on one queue through `Locked` (the same code the shared path runs),
+    /// and keeps what it changed for `take_changes`.
+    pub(super) fn on_queue<T>(
+        &mut self,
+        name: &str,
+        receiving: bool,
+        command: impl FnOnce(&mut Locked) -> Result<T>,
+    ) -> Result<T> {
+        let (value, changes) = {
+            let mut locked = match receiving {
+                true => self.lock_for_receive(name)?,
+                false => self.lock_queue(name)?,
+            };
+            let value = command(&mut locked);
+            (value, locked.take_changes())
+        };
+        self.pending.extend(changes);
+        value
     }
 
-    /// SendMessageBatch: `check_batch`, then each entry is checked on its own (one too big
-    /// for the queue fails alone, in `Failed`), as AWS does.
+    /// SendMessage: see `Locked::send`.
+    pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
+        self.on_queue(name, false, |q| q.send(message))
+    }
+
+    /// SendMessageBatch: see `Locked::send_batch`.
     pub fn send_batch(
         &mut self,
         name: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent>>> {
-        check_batch(&self.queue(name)?.meta.settings, &messages)?;
-        Ok(messages.into_iter().map(|m| self.send(name, m)).collect())
+        self.on_queue(name, false, |q| q.send_batch(messages))
     }
 
-    /// ReceiveMessage without waiting: leases what is ready now. A message already received
-    /// maxReceiveCount times moves to the dead-letter queue instead of being returned.
+    /// ReceiveMessage without waiting: see `Locked::receive`.
     pub fn receive(&mut self, name: &str, request: &ReceiveRequest) -> Result<Vec<Delivery>> {
-        request.check()?;
-        let dead_letter_queue = self.live_dead_letter_target(name)?;
-        let (queue, now) = self.queue_now(name)?;
-        let params = ReceiveParams {
-            max_messages: request.max_messages as usize,
-            visibility_s: request
-                .visibility_s
-                .unwrap_or(queue.meta.settings.visibility_timeout_s),
-            max_receive_count: dead_letter_queue.as_ref().map(|(_, max)| *max),
-            attempt_id: request.attempt_id.as_deref(),
-        };
-        let (deliveries, dead) = queue.receive(now, params);
-        if !deliveries.is_empty() || !dead.is_empty() {
-            queue.touch();
-        }
-        if let (Some((target, _)), false) = (dead_letter_queue, dead.is_empty()) {
-            // Only a receive that dead-letters something pays for naming its source.
-            let source_arn: Arc<str> = Arc::from(self.queue_arn(name).as_str());
-            let source_id = self.queue(name)?.meta.id;
-            for (key, message) in dead {
-                let stored = message.content.is_none();
-                let (dlq, _) = self.queue_mut(&target)?;
-                let moved = dlq.accept_dead_letter(now, key.sent_ms, message, &source_arn);
-                let to = dlq.content_key(moved);
-                let from = ContentKey {
-                    queue_id: source_id,
-                    key,
-                };
-                self.content_moved(stored, from, to);
-            }
-        }
-        Ok(deliveries)
+        self.on_queue(name, true, |q| q.receive(request))
     }
 
-    /// Counts a ReceiveMessage request that returned nothing. Kept apart from `receive`
-    /// because a long poll tries several times but is one request.
-    /// The counter is durable, so the queue's record is marked changed through the same
-    /// path as every other command's.
+    /// See `Locked::record_empty_receive`.
     pub fn record_empty_receive(&mut self, name: &str) {
-        if let Ok((queue, _)) = self.queue_mut(name) {
-            queue.meta.stats.empty_receives += 1;
-        }
+        let _ = self.on_queue(name, false, |q| {
+            q.record_empty_receive();
+            Ok(())
+        });
     }
 
     pub fn delete_message(&mut self, name: &str, handle: &str) -> Result<DeleteOutcome> {
-        let mode = self.config.lease_mode;
-        let receipt = self.open_receipt(self.queue(name)?, handle)?;
-        let (queue, now) = self.queue_mut(name)?;
-        queue.delete(now, &receipt, handle, mode)
+        self.on_queue(name, false, |q| q.delete(handle))
     }
 
     pub fn change_visibility(&mut self, name: &str, handle: &str, timeout_s: u32) -> Result<()> {
-        let mode = self.config.lease_mode;
-        let receipt = self.open_receipt(self.queue(name)?, handle)?;
-        let (queue, now) = self.queue_mut(name)?;
-        queue.change_visibility(now, &receipt, handle, timeout_s, mode)
+        self.on_queue(name, false, |q| q.change_visibility(handle, timeout_s))
     }
 }

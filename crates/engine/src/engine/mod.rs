@@ -1,7 +1,11 @@
 //! The engine: every queue of one account, in every region, and the SQS operations on them.
 //!
 //! Synchronous and deterministic: given the same clock readings, seed and commands, it gives
-//! the same replies. Callers serialise access (the server holds it behind a mutex). The
+//! the same replies. Two kinds of access (see `locked.rs`): a command on one queue's messages
+//! needs only `&Engine` and that queue's own lock (`Engine::lock_queue`), so commands on
+//! different queues run side by side; everything else (queue life cycle, attributes, move
+//! tasks, a store's `take_changes`) takes `&mut Engine`, which the caller serialises against
+//! all of them (the server holds the engine behind a read-write lock). The
 //! operations are spread over `queues.rs` (queue life cycle, attributes, tags, permissions),
 //! `messages.rs` (send, receive, delete, visibility) and `dead_letters.rs` (redrive policies,
 //! dead-letter sources, message move tasks); `regions.rs` says how a queue's key names its
@@ -9,6 +13,7 @@
 
 mod dead_letters;
 mod leases;
+mod locked;
 mod messages;
 mod persist;
 mod queues;
@@ -26,11 +31,12 @@ use crate::clock::Clock;
 use crate::error::{EngineError, Result};
 use crate::message::ContentKey;
 use crate::queue::{Queue, Removed};
-use crate::receipt::{Receipt, ReceiptSealer};
+use crate::receipt::ReceiptSealer;
 use crate::rules::LeaseMode;
 
 pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus, MOVE_TASK_QUEUE_GONE};
 pub use leases::LeaseReport;
+pub use locked::Locked;
 pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use queues::{list_queue_keys, validate_queue_name, QueueListing};
@@ -75,7 +81,7 @@ pub struct Engine {
     naming: Naming,
     sealer: ReceiptSealer,
     rng: StdRng,
-    queues: HashMap<String, Queue>,
+    queues: HashMap<String, QueueCell>,
     deleted_at: HashMap<String, u64>,
     next_queue_id: u64,
     tasks: Vec<MoveTask>,
@@ -85,6 +91,32 @@ pub struct Engine {
     dirty_queues: std::collections::BTreeSet<String>,
     /// Taken out by purges and queue deletions, not yet freed (with `defer_drops`).
     removed: Vec<Removed>,
+}
+
+/// One queue behind its own lock, with the id of its incarnation beside it (fixed for the
+/// cell's life), so that commands needing two queues lock them in id order without looking
+/// inside either first.
+pub(crate) struct QueueCell {
+    id: u64,
+    queue: parking_lot::Mutex<Queue>,
+}
+
+impl QueueCell {
+    fn new(queue: Queue) -> QueueCell {
+        QueueCell {
+            id: queue.meta.id,
+            queue: parking_lot::Mutex::new(queue),
+        }
+    }
+
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Queue> {
+        self.queue.lock()
+    }
+
+    /// The queue, without locking: `&mut self` proves nobody else holds it.
+    fn get_mut(&mut self) -> &mut Queue {
+        self.queue.get_mut()
+    }
 }
 
 /// One page of a listing of queue names.
@@ -170,36 +202,34 @@ impl Engine {
     /// Checks every queue's invariants (`Queue::check_invariants`): for tests, after each
     /// command. Names the queue that broke one.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.queues.iter().try_for_each(|(name, queue)| {
-            queue
+        self.queues.iter().try_for_each(|(name, cell)| {
+            cell.lock()
                 .check_invariants()
                 .map_err(|broken| format!("queue {name}: {broken}"))
         })
     }
 
-    fn queue(&self, name: &str) -> Result<&Queue> {
+    fn cell(&self, name: &str) -> Result<&QueueCell> {
         self.queues.get(name).ok_or(EngineError::QueueDoesNotExist)
+    }
+
+    /// The queue, locked for a look (or, through `&self`, a change a `Locked` makes).
+    fn queue(&self, name: &str) -> Result<parking_lot::MutexGuard<'_, Queue>> {
+        self.cell(name).map(QueueCell::lock)
     }
 
     /// The queue, brought up to the present.
     fn queue_now(&mut self, name: &str) -> Result<(&mut Queue, u64)> {
-        self.queue(name)?;
+        self.cell(name)?;
         self.note(name);
         let now = self.clock.now_ms();
         let queue = self
             .queues
             .get_mut(name)
-            .ok_or(EngineError::QueueDoesNotExist)?;
+            .ok_or(EngineError::QueueDoesNotExist)?
+            .get_mut();
         queue.tick(now);
         Ok((queue, now))
-    }
-
-    /// Opens a handle and checks it was issued by this incarnation of the queue.
-    fn open_receipt(&self, queue: &Queue, handle: &str) -> Result<Receipt> {
-        match self.sealer.open(handle) {
-            Some(receipt) if receipt.queue_id == queue.meta.id => Ok(receipt),
-            _ => Err(EngineError::ReceiptHandleIsInvalid(handle.to_string())),
-        }
     }
 }
 

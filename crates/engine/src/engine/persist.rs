@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Engine, EngineConfig, MoveTask};
+use super::{Engine, EngineConfig, MoveTask, QueueCell};
 use crate::clock::Clock;
 use crate::fifo::{DedupKey, Original};
 use crate::lease_stats::{LeaseMetrics, MetricsRecord};
@@ -101,7 +101,7 @@ impl Queue {
         }
     }
 
-    fn drain_changes(&mut self, name: &str, now: u64, out: &mut Vec<Change>) {
+    pub(super) fn drain_changes(&mut self, name: &str, now: u64, out: &mut Vec<Change>) {
         if std::mem::take(&mut self.changes.meta) {
             out.push(Change::Queue(Box::new(self.record(name))));
         }
@@ -157,8 +157,8 @@ impl Engine {
     pub fn take_all_metrics(&mut self) -> Vec<Change> {
         let now = self.clock.now_ms();
         let mut out = Vec::new();
-        for queue in self.queues.values_mut() {
-            queue.drain_metrics(now, true, &mut out);
+        for cell in self.queues.values_mut() {
+            cell.get_mut().drain_metrics(now, true, &mut out);
         }
         out
     }
@@ -172,8 +172,8 @@ impl Engine {
         }
         let now = self.clock.now_ms();
         for name in std::mem::take(&mut self.dirty_queues) {
-            if let Some(queue) = self.queues.get_mut(&name) {
-                queue.drain_changes(&name, now, &mut out);
+            if let Some(cell) = self.queues.get_mut(&name) {
+                cell.get_mut().drain_changes(&name, now, &mut out);
             }
         }
         out
@@ -201,8 +201,8 @@ impl Engine {
         if !self.config.track_changes {
             return;
         }
-        for (name, queue) in &mut self.queues {
-            if queue.mark_held_contents() > 0 {
+        for (name, cell) in &mut self.queues {
+            if cell.get_mut().mark_held_contents() > 0 {
                 self.dirty_queues.insert(name.clone());
             }
         }
@@ -240,18 +240,18 @@ impl Engine {
             engine.next_queue_id = engine.next_queue_id.max(record.meta.id + 1);
             let name = record.name.clone();
             let queue = Queue::from_record(record, engine.sealer.clone());
-            engine.queues.insert(name, queue);
+            engine.queues.insert(name, QueueCell::new(queue));
         }
         for (queue_id, record) in &head.metrics {
-            if let Some(queue) = by_id.get(queue_id).and_then(|n| engine.queues.get_mut(n)) {
-                queue.metrics = LeaseMetrics::from_record(record);
+            if let Some(cell) = by_id.get(queue_id).and_then(|n| engine.queues.get_mut(n)) {
+                cell.get_mut().metrics = LeaseMetrics::from_record(record);
             }
         }
         let mut dedup = head.dedup;
         dedup.sort_by_key(|(_, _, original)| original.expires_ms);
         for (queue_id, key, original) in dedup {
-            if let Some(queue) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
-                queue.restore_dedup(key, original);
+            if let Some(cell) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
+                cell.get_mut().restore_dedup(key, original);
             }
         }
         Restoring {
@@ -273,8 +273,8 @@ impl Restoring {
     /// Puts back one stored message; one of a queue that no longer exists is skipped.
     pub fn message(&mut self, queue_id: u64, key: MsgKey, id: [u8; 16], message: StoredMessage) {
         let name = self.by_id.get(&queue_id);
-        if let Some(queue) = name.and_then(|n| self.engine.queues.get_mut(n)) {
-            queue.restore_message(key, id, message);
+        if let Some(cell) = name.and_then(|n| self.engine.queues.get_mut(n)) {
+            cell.get_mut().restore_message(key, id, message);
         }
     }
 
@@ -282,8 +282,8 @@ impl Restoring {
     pub fn finish(self) -> Engine {
         let mut engine = self.engine;
         engine.config.track_changes = self.tracking;
-        for queue in engine.queues.values_mut() {
-            queue.changes.enabled = self.tracking;
+        for cell in engine.queues.values_mut() {
+            cell.get_mut().changes.enabled = self.tracking;
         }
         engine
     }

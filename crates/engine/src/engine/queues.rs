@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::regions::name_of;
 use super::Change;
-use super::{paginate, Engine, Naming, QueuePage};
+use super::{paginate, Engine, Naming, QueueCell, QueuePage};
 use crate::error::{EngineError, Result};
 use crate::queue::{Queue, QueueCounts, QueueStats, Removed};
 use crate::settings::{parse_bool, QueueSettings};
@@ -109,6 +109,7 @@ impl Engine {
         let settings = QueueSettings::new(fifo).with_applied(requested.iter().copied())?;
         let now = self.clock.now_ms();
         if let Some(existing) = self.queues.get(name) {
+            let existing = existing.lock();
             // CreateQueue is idempotent only for the attributes the caller names.
             for (key, _) in &requested {
                 if existing.meta.settings.get(key) != settings.get(key) {
@@ -129,7 +130,7 @@ impl Engine {
         queue.meta.tags = tags.iter().cloned().collect();
         queue.changes.enabled = self.config.track_changes;
         queue.touch();
-        self.queues.insert(name.to_string(), queue);
+        self.queues.insert(name.to_string(), QueueCell::new(queue));
         self.note(name);
         self.engine_changed();
         Ok(())
@@ -144,12 +145,11 @@ impl Engine {
             .insert(name.to_string(), self.clock.now_ms());
         if self.config.track_changes {
             self.dirty_queues.remove(name);
-            self.pending.push(Change::QueueDeleted {
-                queue_id: queue.meta.id,
-            });
+            self.pending
+                .push(Change::QueueDeleted { queue_id: queue.id });
         }
         self.engine_changed();
-        self.discard(Removed::new(queue));
+        self.discard(Removed::new(queue.queue.into_inner()));
         Ok(())
     }
 
@@ -174,8 +174,8 @@ impl Engine {
         self.queue(name).map(|q| q.meta.id)
     }
 
-    pub fn settings(&self, name: &str) -> Result<&QueueSettings> {
-        self.queue(name).map(|q| &q.meta.settings)
+    pub fn settings(&self, name: &str) -> Result<QueueSettings> {
+        self.queue(name).map(|q| q.meta.settings.clone())
     }
 
     pub fn stats(&self, name: &str) -> Result<QueueStats> {
@@ -183,12 +183,12 @@ impl Engine {
     }
 
     pub fn counts(&mut self, name: &str) -> Result<QueueCounts> {
-        self.queue_now(name).map(|(q, _)| q.counts())
+        self.on_queue(name, false, |q| Ok(q.counts()))
     }
 
     /// The next instant at which a message of this queue becomes receivable by itself.
     pub fn next_due(&self, name: &str) -> Option<u64> {
-        self.queues.get(name).and_then(Queue::next_due)
+        self.queue(name).ok().and_then(|q| q.next_due())
     }
 
     /// GetQueueAttributes: `All`, or the names asked for, in a stable order.
@@ -248,6 +248,7 @@ impl Engine {
             }
         }
         let settings = queue.meta.settings.with_applied(changed)?;
+        drop(queue);
         self.check_redrive(name, &settings)?;
         let (queue, _) = self.queue_mut(name)?;
         queue.meta.settings = settings;

@@ -1,0 +1,269 @@
+//! Commands on one queue's messages under that queue's own lock, through `&Engine`: send,
+//! receive (with the dead-letter queue it may feed), delete, change visibility, and what a
+//! receive asks besides (counts, next due, empty receives, lease reports).
+//!
+//! Lock order, the one rule that keeps this free of deadlock: the caller's hold of the
+//! engine (`&Engine` shared, or `&mut Engine` alone) comes first; then queue locks, two at
+//! most, in ascending queue id. A receive that may dead-letter locks its source and target
+//! that way (`Engine::lock_for_receive`); nothing else holds two.
+//!
+//! Everything a command changed leaves with it (`Locked::take_changes`), taken while the
+//! locks are held, so a store receives each queue's changes in the order they were made if
+//! the caller hands them on before it lets the `Locked` go.
+
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
+
+use super::{Change, Engine, QueueCell};
+use crate::error::{EngineError, Result};
+use crate::lease_stats::LeaseMetrics;
+use crate::message::{ContentKey, Delivery, NewMessage};
+use crate::queue::{DeleteOutcome, Queue, QueueCounts, ReceiveParams, Sent};
+use crate::receipt::Receipt;
+use crate::settings::QueueSettings;
+
+use super::leases::LeaseReport;
+use super::messages::{check_batch, ReceiveRequest};
+
+/// A queue's live dead-letter queue, locked beside it for a receive.
+struct DeadLetterTarget<'e> {
+    name: String,
+    max_receive_count: u32,
+    /// None: the queue is its own dead-letter queue (its RedrivePolicy may say so).
+    queue: Option<MutexGuard<'e, Queue>>,
+}
+
+/// One queue (and for a receive, its dead-letter queue) locked, brought up to `now`.
+pub struct Locked<'e> {
+    engine: &'e Engine,
+    name: &'e str,
+    queue: MutexGuard<'e, Queue>,
+    dead_letter: Option<DeadLetterTarget<'e>>,
+    now: u64,
+    /// Changes that belong to no one queue (contents moving between queues), in order.
+    moved: Vec<Change>,
+}
+
+impl Engine {
+    /// `name`'s queue under its own lock, brought up to the present. Other queues' commands
+    /// go on meanwhile; a command on this one waits until the `Locked` is dropped.
+    pub fn lock_queue<'e>(&'e self, name: &'e str) -> Result<Locked<'e>> {
+        let queue = self.queue(name)?;
+        Ok(self.locked(name, queue, None))
+    }
+
+    /// Like `lock_queue`, with the queue's live dead-letter queue locked too (in queue id
+    /// order), for a receive that may move messages there.
+    pub fn lock_for_receive<'e>(&'e self, name: &'e str) -> Result<Locked<'e>> {
+        let source_cell = self.cell(name)?;
+        let mut source = source_cell.lock();
+        let Some((target_name, target_cell, max)) = self.dead_letter_cell(&source) else {
+            return Ok(self.locked(name, source, None));
+        };
+        let target = if target_cell.id == source_cell.id {
+            None
+        } else if target_cell.id > source_cell.id {
+            Some(target_cell.lock())
+        } else {
+            // The lower id first: let the source go and take both in order. Nothing was
+            // changed yet, and the source's settings cannot change while `&self` is held.
+            drop(source);
+            let target = target_cell.lock();
+            source = source_cell.lock();
+            Some(target)
+        };
+        let target_fifo = target
+            .as_ref()
+            .map_or(source.meta.settings.fifo, |t| t.meta.settings.fifo);
+        let live = crate::rules::dead_letter_after(
+            Some(max),
+            source.meta.settings.fifo,
+            Some(target_fifo),
+        );
+        let dead_letter = live.map(|max_receive_count| DeadLetterTarget {
+            name: target_name,
+            max_receive_count,
+            queue: target,
+        });
+        Ok(self.locked(name, source, dead_letter))
+    }
+
+    /// The cell of the queue `source`'s RedrivePolicy names, with its maxReceiveCount: None
+    /// when it names none, or one that no longer exists (dead-lettering is then off rather
+    /// than destroying messages).
+    fn dead_letter_cell(&self, source: &Queue) -> Option<(String, &QueueCell, u32)> {
+        let policy = source.meta.settings.redrive.as_ref()?;
+        let target = self.queue_key_from_arn(&policy.dead_letter_target_arn)?;
+        let cell = self.queues.get(&target)?;
+        Some((target, cell, policy.max_receive_count))
+    }
+
+    fn locked<'e>(
+        &'e self,
+        name: &'e str,
+        mut queue: MutexGuard<'e, Queue>,
+        mut dead_letter: Option<DeadLetterTarget<'e>>,
+    ) -> Locked<'e> {
+        // Read under the locks, so a queue's instants never go back between two commands.
+        let now = self.clock.now_ms();
+        queue.tick(now);
+        if let Some(target) = dead_letter.as_mut().and_then(|t| t.queue.as_mut()) {
+            target.tick(now);
+        }
+        Locked {
+            engine: self,
+            name,
+            queue,
+            dead_letter,
+            now,
+            moved: Vec::new(),
+        }
+    }
+}
+
+impl Locked<'_> {
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    pub fn settings(&self) -> &QueueSettings {
+        &self.queue.meta.settings
+    }
+
+    pub fn counts(&self) -> QueueCounts {
+        self.queue.counts()
+    }
+
+    /// The next instant at which a message of this queue becomes receivable by itself.
+    pub fn next_due(&self) -> Option<u64> {
+        self.queue.next_due()
+    }
+
+    /// SendMessage: validates against the queue's rules, then stores.
+    pub fn send(&mut self, message: NewMessage) -> Result<Sent> {
+        message.validate(&self.queue.meta.settings)?;
+        self.queue.touch();
+        Ok(self.queue.send(self.now, message))
+    }
+
+    /// SendMessageBatch: `check_batch`, then each entry is checked on its own (one too big
+    /// for the queue fails alone, in `Failed`), as AWS does.
+    pub fn send_batch(&mut self, messages: Vec<NewMessage>) -> Result<Vec<Result<Sent>>> {
+        check_batch(&self.queue.meta.settings, &messages)?;
+        Ok(messages.into_iter().map(|m| self.send(m)).collect())
+    }
+
+    /// ReceiveMessage without waiting: leases what is ready now. A message already received
+    /// maxReceiveCount times moves to the dead-letter queue instead of being returned (when
+    /// the queue was locked with `lock_for_receive`).
+    pub fn receive(&mut self, request: &ReceiveRequest) -> Result<Vec<Delivery>> {
+        request.check()?;
+        let params = ReceiveParams {
+            max_messages: request.max_messages as usize,
+            visibility_s: request
+                .visibility_s
+                .unwrap_or(self.queue.meta.settings.visibility_timeout_s),
+            max_receive_count: self.dead_letter.as_ref().map(|t| t.max_receive_count),
+            attempt_id: request.attempt_id.as_deref(),
+        };
+        let (deliveries, dead) = self.queue.receive(self.now, params);
+        if !deliveries.is_empty() || !dead.is_empty() {
+            self.queue.touch();
+        }
+        let (Some(target), false) = (&mut self.dead_letter, dead.is_empty()) else {
+            return Ok(deliveries);
+        };
+        // Only a receive that dead-letters something pays for naming its source.
+        let source_arn: Arc<str> = Arc::from(self.engine.queue_arn(self.name).as_str());
+        let tracking = self.engine.config.track_changes;
+        let source_id = self.queue.meta.id;
+        let dead_letter_queue = match &mut target.queue {
+            Some(other) => other,
+            None => &mut self.queue,
+        };
+        for (key, message) in dead {
+            let stored = message.content.is_none();
+            dead_letter_queue.touch();
+            let moved =
+                dead_letter_queue.accept_dead_letter(self.now, key.sent_ms, message, &source_arn);
+            if stored && tracking {
+                let from = ContentKey {
+                    queue_id: source_id,
+                    key,
+                };
+                let to = dead_letter_queue.content_key(moved);
+                self.moved.push(Change::ContentMoved { from, to });
+            }
+        }
+        Ok(deliveries)
+    }
+
+    /// Counts a ReceiveMessage request that returned nothing. Kept apart from `receive`
+    /// because a long poll tries several times but is one request.
+    pub fn record_empty_receive(&mut self) {
+        self.queue.touch();
+        self.queue.meta.stats.empty_receives += 1;
+    }
+
+    pub fn delete(&mut self, handle: &str) -> Result<DeleteOutcome> {
+        let receipt = self.open_receipt(handle)?;
+        self.queue.touch();
+        let mode = self.engine.config.lease_mode;
+        self.queue.delete(self.now, &receipt, handle, mode)
+    }
+
+    pub fn change_visibility(&mut self, handle: &str, timeout_s: u32) -> Result<()> {
+        let receipt = self.open_receipt(handle)?;
+        self.queue.touch();
+        let mode = self.engine.config.lease_mode;
+        self.queue
+            .change_visibility(self.now, &receipt, handle, timeout_s, mode)
+    }
+
+    pub fn lease_report(&self) -> LeaseReport {
+        let queue = &self.queue;
+        let held = (queue.counts(), queue.oldest_sent_ms());
+        LeaseReport::of(
+            &queue.metrics,
+            self.now,
+            queue.meta.stats.clone(),
+            held,
+            &queue.meta.settings,
+        )
+    }
+
+    /// The queue's lease measurements, for a look.
+    pub fn metrics(&self) -> &LeaseMetrics {
+        &self.queue.metrics
+    }
+
+    /// Opens a handle and checks it was issued by this incarnation of the queue.
+    fn open_receipt(&self, handle: &str) -> Result<Receipt> {
+        match self.engine.sealer.open(handle) {
+            Some(receipt) if receipt.queue_id == self.queue.meta.id => Ok(receipt),
+            _ => Err(EngineError::ReceiptHandleIsInvalid(handle.to_string())),
+        }
+    }
+
+    /// Everything the commands made through this `Locked` changed, in the order a store must
+    /// apply it: contents moved between queues, then the dead-letter queue's changes, then
+    /// the queue's own. Empty unless the engine was configured with `track_changes`.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        if !self.engine.config.track_changes {
+            return Vec::new();
+        }
+        let mut out = std::mem::take(&mut self.moved);
+        let now = self.now;
+        if let Some(DeadLetterTarget {
+            name,
+            queue: Some(target),
+            ..
+        }) = &mut self.dead_letter
+        {
+            target.drain_changes(name, now, &mut out);
+        }
+        self.queue.drain_changes(self.name, now, &mut out);
+        out
+    }
+}
