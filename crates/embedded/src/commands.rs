@@ -187,22 +187,30 @@ impl Messages for Embedded {
     }
 
     async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
-        let (received, more) = self
+        let received = self
             .on_queue(queue, true, |q| {
-                let deliveries = q.receive(&request)?;
+                let handout = q.receive(&request)?;
                 let now = q.now();
-                let next_due_in_ms = deliveries
+                let next_due_in_ms = handout
                     .is_empty()
                     .then(|| q.next_due().map(|due| due.saturating_sub(now)))
                     .flatten();
-                let received = Received {
-                    deliveries,
-                    queue_wait_s: q.settings().receive_wait_s,
+                let queue_wait_s = q.settings().receive_wait_s;
+                Ok((
+                    handout,
+                    queue_wait_s,
                     next_due_in_ms,
-                };
-                Ok((received, q.counts().visible > 0))
+                    q.counts().visible > 0,
+                ))
             })
             .await?;
+        let (handout, queue_wait_s, next_due_in_ms, more) = received;
+        // Ids and receipt handles are written out here, the queue's lock let go.
+        let received = Received {
+            deliveries: handout.finish(),
+            queue_wait_s,
+            next_due_in_ms,
+        };
         if !received.deliveries.is_empty() && more {
             // Sends wake one waiter per message; pass on what this one left behind.
             self.waiters.wake_some(queue, 1);
@@ -226,9 +234,15 @@ impl Messages for Embedded {
         queue: &str,
         handles: Vec<String>,
     ) -> Result<Vec<Result<(), EngineError>>> {
+        // Opened before the queue is locked: decoding and checking them needs no queue.
+        let opened: Vec<_> = handles.iter().map(|h| self.sealer.open(h)).collect();
         let (results, fifo) = self
             .on_queue(queue, false, |q| {
-                let results: Vec<_> = handles.iter().map(|h| q.delete(h).map(drop)).collect();
+                let results: Vec<_> = handles
+                    .iter()
+                    .zip(opened)
+                    .map(|(h, receipt)| q.delete_opened(h, receipt).map(drop))
+                    .collect();
                 Ok((results, q.settings().fifo))
             })
             .await?;
@@ -244,11 +258,15 @@ impl Messages for Embedded {
         queue: &str,
         changes: Vec<(String, u32)>,
     ) -> Result<Vec<Result<(), EngineError>>> {
+        let opened: Vec<_> = changes.iter().map(|(h, _)| self.sealer.open(h)).collect();
         let results = self
             .on_queue(queue, false, |q| {
                 Ok(changes
                     .iter()
-                    .map(|(handle, timeout)| q.change_visibility(handle, *timeout))
+                    .zip(opened)
+                    .map(|((handle, timeout), receipt)| {
+                        q.change_visibility_opened(handle, receipt, *timeout)
+                    })
                     .collect::<Vec<_>>())
             })
             .await?;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use leasehold_backend::{BackendError, Result, SendGate, Waiters};
 use leasehold_engine::{
-    Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Locked, Naming,
+    Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Locked, Naming, ReceiptSealer,
 };
 use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
 
@@ -110,6 +110,9 @@ impl EngineSetup {
 pub struct Embedded {
     setup: EngineSetup,
     naming: Naming,
+    /// The engine's (its key is the store's, the same after a failed write puts the engine
+    /// back): receipt handles are opened with it before their queue is locked.
+    sealer: ReceiptSealer,
     /// Commands that span queues hold it alone; reads and commands on one queue's messages
     /// share it (`read`, `on_queue`), the latter holding that queue's own lock as well.
     engine: RwLock<Engine>,
@@ -189,6 +192,7 @@ impl Embedded {
     fn assemble(setup: EngineSetup, engine: Engine, committer: Option<Committer>) -> Embedded {
         Embedded {
             naming: engine.naming().clone(),
+            sealer: engine.receipt_sealer().clone(),
             setup,
             engine: RwLock::new(engine),
             waiters: Waiters::default(),

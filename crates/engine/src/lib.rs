@@ -35,8 +35,8 @@ pub use lease_stats::{
 };
 pub use message::{
     format_message_id, is_allowed_char, AttributeData, Content, ContentKey, Delivery, Extras,
-    MessageAttribute, MessageAttributes, MsgKey, NewMessage, Peeked, State as MessageState,
-    StoredMessage, MAX_MESSAGE_ATTRIBUTES,
+    Handout, MessageAttribute, MessageAttributes, MsgKey, NewMessage, Peeked,
+    State as MessageState, StoredMessage, MAX_MESSAGE_ATTRIBUTES,
 };
 pub use queue::{DeleteOutcome, QueueCounts, QueueMeta, QueueStats, Removed, Sent};
 pub use receipt::{Receipt, ReceiptSealer};

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
+use crate::receipt::{Receipt, ReceiptSealer};
 use crate::settings::QueueSettings;
 
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
@@ -424,6 +425,62 @@ pub struct Delivery {
     /// FIFO queues only: the message's place in the queue.
     pub sequence_number: Option<u64>,
     pub dead_letter_source_arn: Option<Arc<str>>,
+}
+
+/// A delivery whose id and receipt handle are still to be written out: hashing and encoding
+/// them is most of what a receive costs, and needs nothing of the queue, so it is done after
+/// the queue's lock is let go (`Handout::finish`).
+#[derive(Debug)]
+pub(crate) struct Drafted {
+    pub delivery: Delivery,
+    /// The id it kept from the queue it was first sent to; None: derived from its key.
+    pub id: Option<[u8; 16]>,
+    pub receipt: Receipt,
+}
+
+/// What one receive leased, to be handed out (`finish`) once the queue's lock is let go.
+#[derive(Debug, Default)]
+pub struct Handout {
+    drafts: Vec<Drafted>,
+    sealer: Option<ReceiptSealer>,
+}
+
+impl Handout {
+    pub(crate) fn new(drafts: Vec<Drafted>, sealer: ReceiptSealer) -> Handout {
+        Handout {
+            drafts,
+            sealer: Some(sealer),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.drafts.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.drafts.len()
+    }
+
+    /// The deliveries, with their ids and sealed receipt handles.
+    pub fn finish(self) -> Vec<Delivery> {
+        let Some(sealer) = self.sealer else {
+            return Vec::new();
+        };
+        self.drafts
+            .into_iter()
+            .map(|draft| {
+                let Receipt { queue_id, key, .. } = draft.receipt;
+                let id = draft
+                    .id
+                    .unwrap_or_else(|| sealer.message_id(queue_id, key.seq));
+                Delivery {
+                    message_id: format_message_id(id),
+                    receipt_handle: sealer.seal(draft.receipt),
+                    ..draft.delivery
+                }
+            })
+            .collect()
+    }
 }
 
 /// A stored message as a peek sees it: nothing about it changes by being looked at.

@@ -20,8 +20,8 @@ use crate::error::Result;
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::lease_stats::{DeleteSeen, LeaseMetrics};
 use crate::message::{
-    format_message_id, handed_out, Content, ContentKey, Delivery, Extras, MsgKey, NewMessage,
-    Peeked, State, StoredMessage,
+    format_message_id, handed_out, Content, ContentKey, Delivery, Drafted, Extras, MsgKey,
+    NewMessage, Peeked, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::rules::{self, ChangeKind, Handling, LeaseMode, Take};
@@ -75,7 +75,7 @@ struct Lease {
 /// What one receive has gathered so far.
 #[derive(Default)]
 struct Batch {
-    deliveries: Vec<Delivery>,
+    deliveries: Vec<Drafted>,
     dead: Vec<(MsgKey, StoredMessage)>,
     leased: Vec<(MsgKey, u32)>,
 }
@@ -485,7 +485,7 @@ impl Queue {
         &mut self,
         now: u64,
         params: ReceiveParams,
-    ) -> (Vec<Delivery>, Vec<(MsgKey, StoredMessage)>) {
+    ) -> (Vec<Drafted>, Vec<(MsgKey, StoredMessage)>) {
         if let Some(replayed) = self.replay_attempt(now, &params) {
             return (replayed, Vec::new());
         }
@@ -573,7 +573,7 @@ impl Queue {
 
     /// A FIFO receive retried with the same ReceiveRequestAttemptId within five minutes gets
     /// the same messages and handles back, with the lease restarted.
-    fn replay_attempt(&mut self, now: u64, params: &ReceiveParams) -> Option<Vec<Delivery>> {
+    fn replay_attempt(&mut self, now: u64, params: &ReceiveParams) -> Option<Vec<Drafted>> {
         let items = self.fifo.attempt(params.attempt_id?)?.to_vec();
         let until = rules::lease_end(now, params.visibility_s);
         let mut out = Vec::new();
@@ -608,19 +608,16 @@ impl Queue {
             .unwrap_or_else(|| self.sealer.message_id(self.meta.id, key.seq))
     }
 
-    fn delivery(&self, key: MsgKey, receive_no: u32) -> Delivery {
+    /// What a receive hands out of the message at `key`: its id and receipt handle are
+    /// written out later (`Drafted::finish`), outside the queue's lock.
+    fn delivery(&self, key: MsgKey, receive_no: u32) -> Drafted {
         let message = &self.messages[&key];
         let extras = message.extras.as_deref();
         let (body, attributes, unread) =
             handed_out(message.content.as_ref(), self.content_key(key));
-        Delivery {
-            message_id: format_message_id(self.message_id(key, message)),
-            receipt_handle: self.sealer.seal(Receipt {
-                received_ms: message.lease_start_ms,
-                queue_id: self.meta.id,
-                key,
-                receive_no,
-            }),
+        let delivery = Delivery {
+            message_id: String::new(),
+            receipt_handle: String::new(),
             body,
             attributes,
             unread,
@@ -632,6 +629,16 @@ impl Queue {
             deduplication_id: extras.and_then(|e| e.deduplication_id.clone()),
             sequence_number: self.meta.settings.fifo.then_some(key.seq),
             dead_letter_source_arn: extras.and_then(|e| e.dead_letter_source.clone()),
+        };
+        Drafted {
+            delivery,
+            id: extras.and_then(|e| e.message_id),
+            receipt: Receipt {
+                received_ms: message.lease_start_ms,
+                queue_id: self.meta.id,
+                key,
+                receive_no,
+            },
         }
     }
 

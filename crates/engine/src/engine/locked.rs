@@ -18,7 +18,7 @@ use parking_lot::MutexGuard;
 use super::{Change, Engine, QueueCell};
 use crate::error::{EngineError, Result};
 use crate::lease_stats::LeaseMetrics;
-use crate::message::{ContentKey, Delivery, NewMessage};
+use crate::message::{ContentKey, Handout, NewMessage};
 use crate::queue::{DeleteOutcome, Queue, QueueCounts, ReceiveParams, Sent};
 use crate::receipt::Receipt;
 use crate::settings::QueueSettings;
@@ -156,8 +156,9 @@ impl Locked<'_> {
 
     /// ReceiveMessage without waiting: leases what is ready now. A message already received
     /// maxReceiveCount times moves to the dead-letter queue instead of being returned (when
-    /// the queue was locked with `lock_for_receive`).
-    pub fn receive(&mut self, request: &ReceiveRequest) -> Result<Vec<Delivery>> {
+    /// the queue was locked with `lock_for_receive`). What it leased is handed out
+    /// (`Handout::finish`) best after the `Locked` is let go.
+    pub fn receive(&mut self, request: &ReceiveRequest) -> Result<Handout> {
         request.check()?;
         let params = ReceiveParams {
             max_messages: request.max_messages as usize,
@@ -167,10 +168,11 @@ impl Locked<'_> {
             max_receive_count: self.dead_letter.as_ref().map(|t| t.max_receive_count),
             attempt_id: request.attempt_id.as_deref(),
         };
-        let (deliveries, dead) = self.queue.receive(self.now, params);
-        if !deliveries.is_empty() || !dead.is_empty() {
+        let (drafts, dead) = self.queue.receive(self.now, params);
+        if !drafts.is_empty() || !dead.is_empty() {
             self.queue.touch();
         }
+        let deliveries = Handout::new(drafts, self.engine.sealer.clone());
         let (Some(target), false) = (&mut self.dead_letter, dead.is_empty()) else {
             return Ok(deliveries);
         };
@@ -207,14 +209,33 @@ impl Locked<'_> {
     }
 
     pub fn delete(&mut self, handle: &str) -> Result<DeleteOutcome> {
-        let receipt = self.open_receipt(handle)?;
+        self.delete_opened(handle, self.engine.sealer.open(handle))
+    }
+
+    /// `delete` of a handle already opened (`ReceiptSealer::open`, outside the lock).
+    pub fn delete_opened(
+        &mut self,
+        handle: &str,
+        opened: Option<Receipt>,
+    ) -> Result<DeleteOutcome> {
+        let receipt = self.issued_here(handle, opened)?;
         self.queue.touch();
         let mode = self.engine.config.lease_mode;
         self.queue.delete(self.now, &receipt, handle, mode)
     }
 
     pub fn change_visibility(&mut self, handle: &str, timeout_s: u32) -> Result<()> {
-        let receipt = self.open_receipt(handle)?;
+        self.change_visibility_opened(handle, self.engine.sealer.open(handle), timeout_s)
+    }
+
+    /// `change_visibility` of a handle already opened (`ReceiptSealer::open`).
+    pub fn change_visibility_opened(
+        &mut self,
+        handle: &str,
+        opened: Option<Receipt>,
+        timeout_s: u32,
+    ) -> Result<()> {
+        let receipt = self.issued_here(handle, opened)?;
         self.queue.touch();
         let mode = self.engine.config.lease_mode;
         self.queue
@@ -238,9 +259,9 @@ impl Locked<'_> {
         &self.queue.metrics
     }
 
-    /// Opens a handle and checks it was issued by this incarnation of the queue.
-    fn open_receipt(&self, handle: &str) -> Result<Receipt> {
-        match self.engine.sealer.open(handle) {
+    /// The receipt an opened handle holds, if this incarnation of the queue issued it.
+    fn issued_here(&self, handle: &str, opened: Option<Receipt>) -> Result<Receipt> {
+        match opened {
             Some(receipt) if receipt.queue_id == self.queue.meta.id => Ok(receipt),
             _ => Err(EngineError::ReceiptHandleIsInvalid(handle.to_string())),
         }

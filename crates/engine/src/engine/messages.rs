@@ -2,7 +2,7 @@
 
 use super::{Engine, Locked};
 use crate::error::{EngineError, Result};
-use crate::message::{Delivery, NewMessage};
+use crate::message::{Delivery, Handout, NewMessage};
 use crate::queue::{DeleteOutcome, Sent};
 use crate::settings::{QueueSettings, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S};
 
@@ -110,6 +110,7 @@ impl Engine {
     /// ReceiveMessage without waiting: see `Locked::receive`.
     pub fn receive(&mut self, name: &str, request: &ReceiveRequest) -> Result<Vec<Delivery>> {
         self.on_queue(name, true, |q| q.receive(request))
+            .map(Handout::finish)
     }
 
     /// See `Locked::record_empty_receive`.

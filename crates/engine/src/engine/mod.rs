@@ -191,6 +191,12 @@ impl Engine {
         }
     }
 
+    /// What seals and opens this engine's receipt handles: its key is the stored one, fixed
+    /// for the engine's life, so a caller may open handles before it locks their queue.
+    pub fn receipt_sealer(&self) -> &ReceiptSealer {
+        &self.sealer
+    }
+
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
