@@ -93,6 +93,8 @@ pub struct Engine {
     removed: Vec<Removed>,
 }
 
+const SPINS: usize = 256;
+
 /// One queue behind its own lock, with the id of its incarnation beside it (fixed for the
 /// cell's life), so that commands needing two queues lock them in id order without looking
 /// inside either first.
@@ -109,7 +111,16 @@ impl QueueCell {
         }
     }
 
+    /// The queue, locked: spins a while (reading, not writing, the lock's word), then sleeps.
     fn lock(&self) -> parking_lot::MutexGuard<'_, Queue> {
+        for _ in 0..SPINS {
+            if !self.queue.is_locked() {
+                if let Some(queue) = self.queue.try_lock() {
+                    return queue;
+                }
+            }
+            std::hint::spin_loop();
+        }
         self.queue.lock()
     }
 
