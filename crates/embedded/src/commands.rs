@@ -168,7 +168,10 @@ impl Messages for Embedded {
 
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
         self.admit_send()?;
-        let sent = self.on_queue(queue, false, |q| q.send(message)).await?;
+        // What needs no queue is checked, and the id written out, with no lock held.
+        let message = message.checked();
+        let accepted = self.on_queue(queue, false, |q| q.send(message)).await?;
+        let sent = accepted.sent(&self.sealer);
         self.waiters.wake_some(queue, 1);
         Ok(sent)
     }
@@ -179,9 +182,13 @@ impl Messages for Embedded {
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent, EngineError>>> {
         self.admit_send()?;
-        let results = self
+        let messages = messages.into_iter().map(NewMessage::checked).collect();
+        let results: Vec<_> = self
             .on_queue(queue, false, |q| q.send_batch(messages))
-            .await?;
+            .await?
+            .into_iter()
+            .map(|accepted| accepted.map(|a| a.sent(&self.sealer)))
+            .collect();
         self.wake_per_success(queue, &results);
         Ok(results)
     }

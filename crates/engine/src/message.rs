@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
+use crate::queue::Sent;
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::settings::QueueSettings;
 
@@ -176,6 +177,22 @@ impl NewMessage {
 
     /// Checks the message against AWS's rules for the queue it is sent to.
     pub fn validate(&self, settings: &QueueSettings) -> Result<()> {
+        self.check_content()?;
+        self.check_for(settings)
+    }
+
+    /// The message, with what `validate` checks of it that needs no queue checked already:
+    /// the costly part (every character of the body), done before the queue is locked.
+    pub fn checked(self) -> Checked {
+        let content = self.check_content();
+        Checked {
+            message: self,
+            content,
+        }
+    }
+
+    /// The first of `validate`'s checks, those of the message alone, in AWS's order.
+    fn check_content(&self) -> Result<()> {
         if self.body.is_empty() {
             return Err(EngineError::MissingParameter("MessageBody".into()));
         }
@@ -203,6 +220,11 @@ impl NewMessage {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// The rest of `validate`'s checks, those against the queue's settings.
+    fn check_for(&self, settings: &QueueSettings) -> Result<()> {
         let max_size = settings.max_message_size;
         if self.size() > max_size as usize {
             return Err(invalid(format!(
@@ -425,6 +447,48 @@ pub struct Delivery {
     /// FIFO queues only: the message's place in the queue.
     pub sequence_number: Option<u64>,
     pub dead_letter_source_arn: Option<Arc<str>>,
+}
+
+/// A message to send, with the outcome of the checks that need no queue (`NewMessage::checked`).
+#[derive(Debug)]
+pub struct Checked {
+    pub(crate) message: NewMessage,
+    pub(crate) content: Result<()>,
+}
+
+impl Checked {
+    pub fn message(&self) -> &NewMessage {
+        &self.message
+    }
+
+    /// Every check of `NewMessage::validate`: the content's outcome, then the queue's.
+    pub(crate) fn validate(&self, settings: &QueueSettings) -> Result<()> {
+        self.content.clone()?;
+        self.message.check_for(settings)
+    }
+}
+
+/// A send the queue took: its id is written out (`sent`) once the queue's lock is let go.
+#[derive(Clone, Copy, Debug)]
+pub struct Accepted {
+    /// Known already (a FIFO queue remembers it for deduplication); None: derived.
+    pub(crate) id: Option<[u8; 16]>,
+    pub(crate) queue_id: u64,
+    pub(crate) seq: u64,
+    pub(crate) fifo: bool,
+}
+
+impl Accepted {
+    /// The answer to the send: the message's id, and on FIFO queues its sequence number.
+    pub fn sent(&self, sealer: &ReceiptSealer) -> Sent {
+        let id = self
+            .id
+            .unwrap_or_else(|| sealer.message_id(self.queue_id, self.seq));
+        Sent {
+            message_id: format_message_id(id),
+            sequence_number: self.fifo.then_some(self.seq),
+        }
+    }
 }
 
 /// A delivery whose id and receipt handle are still to be written out: hashing and encoding

@@ -20,8 +20,8 @@ use crate::error::Result;
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::lease_stats::{DeleteSeen, LeaseMetrics};
 use crate::message::{
-    format_message_id, handed_out, Content, ContentKey, Delivery, Drafted, Extras, MsgKey,
-    NewMessage, Peeked, State, StoredMessage,
+    format_message_id, handed_out, Accepted, Content, ContentKey, Delivery, Drafted, Extras,
+    MsgKey, NewMessage, Peeked, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::rules::{self, ChangeKind, Handling, LeaseMode, Take};
@@ -352,7 +352,7 @@ impl Queue {
 
     /// Stores a validated message. On a FIFO queue a duplicate within the deduplication
     /// window is accepted and answered with the original's id, and nothing is stored.
-    pub fn send(&mut self, now: u64, message: NewMessage) -> Sent {
+    pub fn send(&mut self, now: u64, message: NewMessage) -> Accepted {
         let fifo = self.meta.settings.fifo;
         let group: Option<Arc<str>> = message.group_id.as_deref().map(Arc::from);
         let dedup_id: Option<Arc<str>> = if fifo {
@@ -373,16 +373,22 @@ impl Queue {
             (scope, d)
         });
         if let Some(original) = dedup_key.as_ref().and_then(|k| self.fifo.original(k)) {
-            return Sent {
-                message_id: format_message_id(original.message_id),
-                sequence_number: Some(original.seq),
+            return Accepted {
+                id: Some(original.message_id),
+                queue_id: self.meta.id,
+                seq: original.seq,
+                fifo,
             };
         }
         let key = self.next_key(now);
-        let id = self.sealer.message_id(self.meta.id, key.seq);
+        // Only a FIFO queue needs the id now (to answer duplicates with); otherwise it is
+        // derived once the queue's lock is let go (`Accepted::sent`).
+        let mut id = None;
         if let Some(k) = dedup_key {
+            let message_id = self.sealer.message_id(self.meta.id, key.seq);
+            id = Some(message_id);
             let original = Original {
-                message_id: id,
+                message_id,
                 seq: key.seq,
                 expires_ms: now + FIFO_WINDOW_MS,
             };
@@ -431,9 +437,11 @@ impl Queue {
         );
         self.meta.stats.sent += 1;
         self.debug_check();
-        Sent {
-            message_id: format_message_id(id),
-            sequence_number: fifo.then_some(key.seq),
+        Accepted {
+            id,
+            queue_id: self.meta.id,
+            seq: key.seq,
+            fifo,
         }
     }
 

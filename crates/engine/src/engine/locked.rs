@@ -18,8 +18,8 @@ use parking_lot::MutexGuard;
 use super::{Change, Engine, QueueCell};
 use crate::error::{EngineError, Result};
 use crate::lease_stats::LeaseMetrics;
-use crate::message::{ContentKey, Handout, NewMessage};
-use crate::queue::{DeleteOutcome, Queue, QueueCounts, ReceiveParams, Sent};
+use crate::message::{Accepted, Checked, ContentKey, Handout};
+use crate::queue::{DeleteOutcome, Queue, QueueCounts, ReceiveParams};
 use crate::receipt::Receipt;
 use crate::settings::QueueSettings;
 
@@ -140,17 +140,21 @@ impl Locked<'_> {
         self.queue.next_due()
     }
 
-    /// SendMessage: validates against the queue's rules, then stores.
-    pub fn send(&mut self, message: NewMessage) -> Result<Sent> {
+    /// SendMessage: validates against the queue's rules, then stores. The answer's id is
+    /// written out (`Accepted::sent`) best after the `Locked` is let go.
+    pub fn send(&mut self, message: Checked) -> Result<Accepted> {
         message.validate(&self.queue.meta.settings)?;
         self.queue.touch();
-        Ok(self.queue.send(self.now, message))
+        Ok(self.queue.send(self.now, message.message))
     }
 
     /// SendMessageBatch: `check_batch`, then each entry is checked on its own (one too big
     /// for the queue fails alone, in `Failed`), as AWS does.
-    pub fn send_batch(&mut self, messages: Vec<NewMessage>) -> Result<Vec<Result<Sent>>> {
-        check_batch(&self.queue.meta.settings, &messages)?;
+    pub fn send_batch(&mut self, messages: Vec<Checked>) -> Result<Vec<Result<Accepted>>> {
+        check_batch(
+            &self.queue.meta.settings,
+            messages.iter().map(Checked::message),
+        )?;
         Ok(messages.into_iter().map(|m| self.send(m)).collect())
     }
 

@@ -51,8 +51,11 @@ impl ReceiveRequest {
 /// What fails a whole SendMessageBatch before any entry is sent: its total is held to SQS's
 /// fixed limit, whatever the queue's MaximumMessageSize; on a FIFO queue an entry without its
 /// group (or without a deduplication id the queue cannot derive) fails the batch, as AWS does.
-pub fn check_batch(settings: &QueueSettings, messages: &[NewMessage]) -> Result<()> {
-    let total: usize = messages.iter().map(NewMessage::size).sum();
+pub fn check_batch<'m>(
+    settings: &QueueSettings,
+    messages: impl IntoIterator<Item = &'m NewMessage> + Clone,
+) -> Result<()> {
+    let total: usize = messages.clone().into_iter().map(NewMessage::size).sum();
     if total > MAX_MESSAGE_SIZE as usize {
         return Err(EngineError::BatchRequestTooLong(
             MAX_MESSAGE_SIZE as usize,
@@ -95,7 +98,8 @@ impl Engine {
 
     /// SendMessage: see `Locked::send`.
     pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
-        self.on_queue(name, false, |q| q.send(message))
+        let sent = self.on_queue(name, false, |q| q.send(message.checked()))?;
+        Ok(sent.sent(&self.sealer))
     }
 
     /// SendMessageBatch: see `Locked::send_batch`.
@@ -104,7 +108,13 @@ impl Engine {
         name: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent>>> {
-        self.on_queue(name, false, |q| q.send_batch(messages))
+        let checked = messages.into_iter().map(NewMessage::checked).collect();
+        let accepted = self.on_queue(name, false, |q| q.send_batch(checked))?;
+        let sealer = &self.sealer;
+        Ok(accepted
+            .into_iter()
+            .map(|a| a.map(|a| a.sent(sealer)))
+            .collect())
     }
 
     /// ReceiveMessage without waiting: see `Locked::receive`.
