@@ -11,6 +11,7 @@ mod counters;
 mod engine;
 mod error;
 mod fifo;
+mod handout;
 mod lease_stats;
 mod message;
 mod queue;
@@ -29,16 +30,17 @@ pub use engine::{
 pub use engine::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use error::{EngineError, Result};
 pub use fifo::{content_deduplication_id, DedupKey, Original, FIFO_WINDOW_MS};
+pub use handout::{Accepted, Handout, Sent};
 pub use lease_stats::{
     Buckets, Counts, DeleteSeen, LeaseMetrics, MetricsRecord, Summary as DurationSummary,
     WindowedRecord, HOLD_BUCKETS_MS, METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
 };
 pub use message::{
-    format_message_id, is_allowed_char, AttributeData, Content, ContentKey, Delivery, Extras,
-    Handout, MessageAttribute, MessageAttributes, MsgKey, NewMessage, Peeked,
-    State as MessageState, StoredMessage, MAX_MESSAGE_ATTRIBUTES,
+    format_message_id, is_allowed_char, AttributeData, Checked, Content, ContentKey, Delivery,
+    Extras, MessageAttribute, MessageAttributes, MsgKey, NewMessage, Peeked, State as MessageState,
+    StoredMessage, MAX_MESSAGE_ATTRIBUTES,
 };
-pub use queue::{DeleteOutcome, QueueCounts, QueueMeta, QueueStats, Removed, Sent};
+pub use queue::{DeleteOutcome, QueueCounts, QueueMeta, QueueStats, Removed};
 pub use receipt::{Receipt, ReceiptSealer};
 pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
 pub use rules::LeaseMode;

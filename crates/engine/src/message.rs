@@ -4,8 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
-use crate::queue::Sent;
-use crate::receipt::{Receipt, ReceiptSealer};
 use crate::settings::QueueSettings;
 
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
@@ -465,85 +463,6 @@ impl Checked {
     pub(crate) fn validate(&self, settings: &QueueSettings) -> Result<()> {
         self.content.clone()?;
         self.message.check_for(settings)
-    }
-}
-
-/// A send the queue took: its id is written out (`sent`) once the queue's lock is let go.
-#[derive(Clone, Copy, Debug)]
-pub struct Accepted {
-    /// Known already (a FIFO queue remembers it for deduplication); None: derived.
-    pub(crate) id: Option<[u8; 16]>,
-    pub(crate) queue_id: u64,
-    pub(crate) seq: u64,
-    pub(crate) fifo: bool,
-}
-
-impl Accepted {
-    /// The answer to the send: the message's id, and on FIFO queues its sequence number.
-    pub fn sent(&self, sealer: &ReceiptSealer) -> Sent {
-        let id = self
-            .id
-            .unwrap_or_else(|| sealer.message_id(self.queue_id, self.seq));
-        Sent {
-            message_id: format_message_id(id),
-            sequence_number: self.fifo.then_some(self.seq),
-        }
-    }
-}
-
-/// A delivery whose id and receipt handle are still to be written out: hashing and encoding
-/// them is most of what a receive costs, and needs nothing of the queue, so it is done after
-/// the queue's lock is let go (`Handout::finish`).
-#[derive(Debug)]
-pub(crate) struct Drafted {
-    pub delivery: Delivery,
-    /// The id it kept from the queue it was first sent to; None: derived from its key.
-    pub id: Option<[u8; 16]>,
-    pub receipt: Receipt,
-}
-
-/// What one receive leased, to be handed out (`finish`) once the queue's lock is let go.
-#[derive(Debug, Default)]
-pub struct Handout {
-    drafts: Vec<Drafted>,
-    sealer: Option<ReceiptSealer>,
-}
-
-impl Handout {
-    pub(crate) fn new(drafts: Vec<Drafted>, sealer: ReceiptSealer) -> Handout {
-        Handout {
-            drafts,
-            sealer: Some(sealer),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.drafts.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.drafts.len()
-    }
-
-    /// The deliveries, with their ids and sealed receipt handles.
-    pub fn finish(self) -> Vec<Delivery> {
-        let Some(sealer) = self.sealer else {
-            return Vec::new();
-        };
-        self.drafts
-            .into_iter()
-            .map(|draft| {
-                let Receipt { queue_id, key, .. } = draft.receipt;
-                let id = draft
-                    .id
-                    .unwrap_or_else(|| sealer.message_id(queue_id, key.seq));
-                Delivery {
-                    message_id: format_message_id(id),
-                    receipt_handle: sealer.seal(draft.receipt),
-                    ..draft.delivery
-                }
-            })
-            .collect()
     }
 }
 

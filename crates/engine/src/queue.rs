@@ -18,10 +18,11 @@ use std::sync::Arc;
 pub use crate::counters::QueueStats;
 use crate::error::Result;
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
+use crate::handout::{Accepted, Drafted};
 use crate::lease_stats::{DeleteSeen, LeaseMetrics};
 use crate::message::{
-    format_message_id, handed_out, Accepted, Content, ContentKey, Delivery, Drafted, Extras,
-    MsgKey, NewMessage, Peeked, State, StoredMessage,
+    format_message_id, handed_out, Content, ContentKey, Delivery, Extras, MsgKey, NewMessage,
+    Peeked, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::rules::{self, ChangeKind, Handling, LeaseMode, Take};
@@ -48,13 +49,6 @@ pub(crate) struct ReceiveParams<'a> {
     pub max_receive_count: Option<u32>,
     /// FIFO only: a retried receive with the same id gets the same messages back.
     pub attempt_id: Option<&'a str>,
-}
-
-/// A send's answer: the id, and on FIFO queues the sequence number.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sent {
-    pub message_id: String,
-    pub sequence_number: Option<u64>,
 }
 
 /// The approximate counts that GetQueueAttributes reports.

@@ -17,8 +17,9 @@ use parking_lot::MutexGuard;
 
 use super::{Change, Engine, QueueCell};
 use crate::error::{EngineError, Result};
+use crate::handout::{Accepted, Handout};
 use crate::lease_stats::LeaseMetrics;
-use crate::message::{Accepted, Checked, ContentKey, Handout};
+use crate::message::{Checked, ContentKey};
 use crate::queue::{DeleteOutcome, Queue, QueueCounts, ReceiveParams};
 use crate::receipt::Receipt;
 use crate::settings::QueueSettings;

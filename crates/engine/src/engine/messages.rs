@@ -2,8 +2,9 @@
 
 use super::{Engine, Locked};
 use crate::error::{EngineError, Result};
-use crate::message::{Delivery, Handout, NewMessage};
-use crate::queue::{DeleteOutcome, Sent};
+use crate::handout::{Handout, Sent};
+use crate::message::{Delivery, NewMessage};
+use crate::queue::DeleteOutcome;
 use crate::settings::{QueueSettings, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S};
 
 /// What ReceiveMessage asks the engine for.
