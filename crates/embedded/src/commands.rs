@@ -170,7 +170,7 @@ impl Messages for Embedded {
         self.admit_send()?;
         // What needs no queue is checked, and the id written out, with no lock held.
         let message = message.checked();
-        let accepted = self.on_queue(queue, false, |q| q.send(message)).await?;
+        let accepted = self.on_queue(queue, None, |q| q.send(message)).await?;
         let sent = accepted.sent(&self.sealer);
         self.waiters.wake_some(queue, 1);
         Ok(sent)
@@ -184,7 +184,7 @@ impl Messages for Embedded {
         self.admit_send()?;
         let messages = messages.into_iter().map(NewMessage::checked).collect();
         let results: Vec<_> = self
-            .on_queue(queue, false, |q| q.send_batch(messages))
+            .on_queue(queue, None, |q| q.send_batch(messages))
             .await?
             .into_iter()
             .map(|accepted| accepted.map(|a| a.sent(&self.sealer)))
@@ -195,7 +195,7 @@ impl Messages for Embedded {
 
     async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
         let received = self
-            .on_queue(queue, true, |q| {
+            .on_queue(queue, Some(request.max_messages), |q| {
                 let handout = q.receive(&request)?;
                 let now = q.now();
                 let next_due_in_ms = handout
@@ -244,7 +244,7 @@ impl Messages for Embedded {
         // Opened before the queue is locked: decoding and checking them needs no queue.
         let opened: Vec<_> = handles.iter().map(|h| self.sealer.open(h)).collect();
         let (results, fifo) = self
-            .on_queue(queue, false, |q| {
+            .on_queue(queue, None, |q| {
                 let results: Vec<_> = handles
                     .iter()
                     .zip(opened)
@@ -267,7 +267,7 @@ impl Messages for Embedded {
     ) -> Result<Vec<Result<(), EngineError>>> {
         let opened: Vec<_> = changes.iter().map(|(h, _)| self.sealer.open(h)).collect();
         let results = self
-            .on_queue(queue, false, |q| {
+            .on_queue(queue, None, |q| {
                 Ok(changes
                     .iter()
                     .zip(opened)

@@ -296,13 +296,13 @@ impl Embedded {
     }
 
     /// Runs `command` on one queue under that queue's lock alone (with its dead-letter
-    /// queue's too when `receiving`), sharing the engine with commands on other queues. What
+    /// queue's too when `receiving` up to so many messages could move some there), sharing the engine with commands on other queues. What
     /// it changed goes to the committer before the queue's lock is let go, so the store gets
     /// each queue's changes in the order they were made; answers once the store holds them.
     async fn on_queue<T>(
         &self,
         queue: &str,
-        receiving: bool,
+        receiving: Option<u32>,
         command: impl FnOnce(&mut Locked) -> std::result::Result<T, EngineError>,
     ) -> Result<T> {
         let (value, commit) = {
@@ -310,8 +310,8 @@ impl Embedded {
             self.admit(Access::Change)?;
             let panicking = AbortOnPanic;
             let mut locked = match receiving {
-                true => engine.lock_for_receive(queue)?,
-                false => engine.lock_queue(queue)?,
+                Some(max_messages) => engine.lock_for_receive(queue, max_messages)?,
+                None => engine.lock_queue(queue)?,
             };
             let value = command(&mut locked);
             let commit = self.submit(locked.take_changes());

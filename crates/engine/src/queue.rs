@@ -481,6 +481,20 @@ impl Queue {
         key
     }
 
+    /// Whether a receive of up to `max_messages` now could move a message to the dead-letter
+    /// queue (one it would take was received `max_receive_count` times already), so that a
+    /// receive that cannot does without the dead-letter queue's lock. A standard queue's
+    /// receive takes the first ready messages, and takes exactly those if none is moved; a
+    /// FIFO queue's, by group, is not looked into: it could.
+    pub fn may_dead_letter(&self, max_messages: usize, max_receive_count: u32) -> bool {
+        self.meta.settings.fifo
+            || self.ready.iter().take(max_messages).any(|key| {
+                self.messages
+                    .get(key)
+                    .is_some_and(|m| m.receive_count >= max_receive_count)
+            })
+    }
+
     /// Leases up to `max_messages` ready messages, oldest first (FIFO: by group, in order).
     /// Messages past maxReceiveCount are taken out and returned for the dead-letter queue.
     pub fn receive(

@@ -96,6 +96,44 @@ fn a_message_received_max_receive_count_times_moves_on_the_next_receive() {
     );
 }
 
+/// A receive locks its dead-letter queue only when a message it takes is due to move: one
+/// that takes the messages before a due one leaves it in place, and the next moves it.
+#[test]
+fn a_receive_moves_only_the_due_messages_it_reaches() {
+    check(
+        r#"
+        create dlq
+        create src VisibilityTimeout=10 RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":2}
+        send src early
+        send src poison
+        recv src max=1
+        recv src max=1 vis=0
+        recv src max=1 vis=0
+        advance 10
+        recv src max=1
+        counts dlq
+        recv src max=1
+        counts dlq
+        recv dlq
+        "#,
+        expect![[r#"
+            create dlq                   -> ok
+            create src VisibilityTimeout=10 RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":2} -> ok
+            send src early               -> ok
+            send src poison              -> ok
+            recv src max=1               -> early rc=1 h1
+            recv src max=1 vis=0         -> poison rc=1 h2
+            recv src max=1 vis=0         -> poison rc=2 h3
+            advance 10                   -> t+10s
+            recv src max=1               -> early rc=2 h4
+            counts dlq                   -> visible=0 inflight=0 delayed=0
+            recv src max=1               -> (empty)
+            counts dlq                   -> visible=1 inflight=0 delayed=0
+            recv dlq                     -> poison rc=3 h5 from=src
+        "#]],
+    );
+}
+
 #[test]
 fn a_deleted_dlq_turns_dead_lettering_off_instead_of_losing_messages() {
     check(

@@ -5,7 +5,8 @@
 //! Lock order, the one rule that keeps this free of deadlock: the caller's hold of the
 //! engine (`&Engine` shared, or `&mut Engine` alone) comes first; then queue locks, two at
 //! most, in ascending queue id. A receive that may dead-letter locks its source and target
-//! that way (`Engine::lock_for_receive`); nothing else holds two.
+//! that way (`Engine::lock_for_receive`), and only when a message it would take is due to
+//! move; nothing else holds two.
 //!
 //! Everything a command changed leaves with it (`Locked::take_changes`), taken while the
 //! locks are held, so a store receives each queue's changes in the order they were made if
@@ -27,12 +28,22 @@ use crate::settings::QueueSettings;
 use super::leases::LeaseReport;
 use super::messages::{check_batch, ReceiveRequest};
 
-/// A queue's live dead-letter queue, locked beside it for a receive.
+/// A queue's live dead-letter queue, for a receive.
 struct DeadLetterTarget<'e> {
     name: String,
     max_receive_count: u32,
-    /// None: the queue is its own dead-letter queue (its RedrivePolicy may say so).
-    queue: Option<MutexGuard<'e, Queue>>,
+    queue: TargetLock<'e>,
+}
+
+/// How a receive holds its queue's dead-letter queue.
+enum TargetLock<'e> {
+    /// Locked beside the queue: the receive may move messages there.
+    Held(MutexGuard<'e, Queue>),
+    /// The queue is its own dead-letter queue (its RedrivePolicy may say so).
+    Itself,
+    /// Not locked: no message the receive takes now is due to move (`Queue::may_dead_letter`),
+    /// so sources sharing a dead-letter queue do not wait for each other.
+    NotNeeded,
 }
 
 /// One queue (and for a receive, its dead-letter queue) locked, brought up to `now`.
@@ -54,40 +65,46 @@ impl Engine {
         Ok(self.locked(name, queue, None))
     }
 
-    /// Like `lock_queue`, with the queue's live dead-letter queue locked too (in queue id
-    /// order), for a receive that may move messages there.
-    pub fn lock_for_receive<'e>(&'e self, name: &'e str) -> Result<Locked<'e>> {
+    /// Like `lock_queue`, for a receive of up to `max_messages`: with the queue's live
+    /// dead-letter queue locked too (in queue id order) when the receive could move messages
+    /// there.
+    pub fn lock_for_receive<'e>(&'e self, name: &'e str, max_messages: u32) -> Result<Locked<'e>> {
         let source_cell = self.cell(name)?;
         let mut source = source_cell.lock();
         let Some((target_name, target_cell, max)) = self.dead_letter_cell(&source) else {
             return Ok(self.locked(name, source, None));
         };
-        let target = if target_cell.id == source_cell.id {
-            None
-        } else if target_cell.id > source_cell.id {
-            Some(target_cell.lock())
+        let live =
+            crate::rules::dead_letter_after(Some(max), source_cell.fifo, Some(target_cell.fifo));
+        let Some(max_receive_count) = live else {
+            return Ok(self.locked(name, source, None));
+        };
+        let mut target = DeadLetterTarget {
+            name: target_name,
+            max_receive_count,
+            queue: TargetLock::Itself,
+        };
+        if target_cell.id == source_cell.id {
+            return Ok(self.locked(name, source, Some(target)));
+        }
+        let now = self.clock.now_ms();
+        source.tick(now);
+        if !source.may_dead_letter(max_messages as usize, max_receive_count) {
+            // The source stays locked, so the receive sees exactly what was looked at.
+            target.queue = TargetLock::NotNeeded;
+            return Ok(self.locked_at(name, source, Some(target), now));
+        }
+        target.queue = TargetLock::Held(if target_cell.id > source_cell.id {
+            target_cell.lock()
         } else {
             // The lower id first: let the source go and take both in order. Nothing was
             // changed yet, and the source's settings cannot change while `&self` is held.
             drop(source);
-            let target = target_cell.lock();
+            let held = target_cell.lock();
             source = source_cell.lock();
-            Some(target)
-        };
-        let target_fifo = target
-            .as_ref()
-            .map_or(source.meta.settings.fifo, |t| t.meta.settings.fifo);
-        let live = crate::rules::dead_letter_after(
-            Some(max),
-            source.meta.settings.fifo,
-            Some(target_fifo),
-        );
-        let dead_letter = live.map(|max_receive_count| DeadLetterTarget {
-            name: target_name,
-            max_receive_count,
-            queue: target,
+            held
         });
-        Ok(self.locked(name, source, dead_letter))
+        Ok(self.locked(name, source, Some(target)))
     }
 
     /// The cell of the queue `source`'s RedrivePolicy names, with its maxReceiveCount: None
@@ -103,13 +120,28 @@ impl Engine {
     fn locked<'e>(
         &'e self,
         name: &'e str,
-        mut queue: MutexGuard<'e, Queue>,
-        mut dead_letter: Option<DeadLetterTarget<'e>>,
+        queue: MutexGuard<'e, Queue>,
+        dead_letter: Option<DeadLetterTarget<'e>>,
     ) -> Locked<'e> {
         // Read under the locks, so a queue's instants never go back between two commands.
         let now = self.clock.now_ms();
+        self.locked_at(name, queue, dead_letter, now)
+    }
+
+    /// `locked` at `now`, read while `queue` was locked.
+    fn locked_at<'e>(
+        &'e self,
+        name: &'e str,
+        mut queue: MutexGuard<'e, Queue>,
+        mut dead_letter: Option<DeadLetterTarget<'e>>,
+        now: u64,
+    ) -> Locked<'e> {
         queue.tick(now);
-        if let Some(target) = dead_letter.as_mut().and_then(|t| t.queue.as_mut()) {
+        if let Some(DeadLetterTarget {
+            queue: TargetLock::Held(target),
+            ..
+        }) = &mut dead_letter
+        {
             target.tick(now);
         }
         Locked {
@@ -170,7 +202,13 @@ impl Locked<'_> {
             visibility_s: request
                 .visibility_s
                 .unwrap_or(self.queue.meta.settings.visibility_timeout_s),
-            max_receive_count: self.dead_letter.as_ref().map(|t| t.max_receive_count),
+            // Without the dead-letter queue's lock, a message found due to move (there is
+            // none: `may_dead_letter`) would be leased once more rather than lost.
+            max_receive_count: self
+                .dead_letter
+                .as_ref()
+                .filter(|t| !matches!(t.queue, TargetLock::NotNeeded))
+                .map(|t| t.max_receive_count),
             attempt_id: request.attempt_id.as_deref(),
         };
         let (drafts, dead) = self.queue.receive(self.now, params);
@@ -186,8 +224,8 @@ impl Locked<'_> {
         let tracking = self.engine.config.track_changes;
         let source_id = self.queue.meta.id;
         let dead_letter_queue = match &mut target.queue {
-            Some(other) => other,
-            None => &mut self.queue,
+            TargetLock::Held(other) => other,
+            TargetLock::Itself | TargetLock::NotNeeded => &mut self.queue,
         };
         for (key, message) in dead {
             let stored = message.content.is_none();
@@ -283,7 +321,7 @@ impl Locked<'_> {
         let now = self.now;
         if let Some(DeadLetterTarget {
             name,
-            queue: Some(target),
+            queue: TargetLock::Held(target),
             ..
         }) = &mut self.dead_letter
         {

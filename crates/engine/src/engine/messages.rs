@@ -78,17 +78,18 @@ pub fn check_batch<'m>(
 
 impl Engine {
     /// Runs a command on one queue through `Locked` (the same code the shared path runs),
-    /// and keeps what it changed for `take_changes`.
+    /// and keeps what it changed for `take_changes`. `receiving`: a receive of up to so many
+    /// messages (`lock_for_receive`).
     pub(super) fn on_queue<T>(
         &mut self,
         name: &str,
-        receiving: bool,
+        receiving: Option<u32>,
         command: impl FnOnce(&mut Locked) -> Result<T>,
     ) -> Result<T> {
         let (value, changes) = {
             let mut locked = match receiving {
-                true => self.lock_for_receive(name)?,
-                false => self.lock_queue(name)?,
+                Some(max_messages) => self.lock_for_receive(name, max_messages)?,
+                None => self.lock_queue(name)?,
             };
             let value = command(&mut locked);
             (value, locked.take_changes())
@@ -99,7 +100,7 @@ impl Engine {
 
     /// SendMessage: see `Locked::send`.
     pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
-        let sent = self.on_queue(name, false, |q| q.send(message.checked()))?;
+        let sent = self.on_queue(name, None, |q| q.send(message.checked()))?;
         Ok(sent.sent(&self.sealer))
     }
 
@@ -110,7 +111,7 @@ impl Engine {
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent>>> {
         let checked = messages.into_iter().map(NewMessage::checked).collect();
-        let accepted = self.on_queue(name, false, |q| q.send_batch(checked))?;
+        let accepted = self.on_queue(name, None, |q| q.send_batch(checked))?;
         let sealer = &self.sealer;
         Ok(accepted
             .into_iter()
@@ -120,23 +121,23 @@ impl Engine {
 
     /// ReceiveMessage without waiting: see `Locked::receive`.
     pub fn receive(&mut self, name: &str, request: &ReceiveRequest) -> Result<Vec<Delivery>> {
-        self.on_queue(name, true, |q| q.receive(request))
+        self.on_queue(name, Some(request.max_messages), |q| q.receive(request))
             .map(Handout::finish)
     }
 
     /// See `Locked::record_empty_receive`.
     pub fn record_empty_receive(&mut self, name: &str) {
-        let _ = self.on_queue(name, false, |q| {
+        let _ = self.on_queue(name, None, |q| {
             q.record_empty_receive();
             Ok(())
         });
     }
 
     pub fn delete_message(&mut self, name: &str, handle: &str) -> Result<DeleteOutcome> {
-        self.on_queue(name, false, |q| q.delete(handle))
+        self.on_queue(name, None, |q| q.delete(handle))
     }
 
     pub fn change_visibility(&mut self, name: &str, handle: &str, timeout_s: u32) -> Result<()> {
-        self.on_queue(name, false, |q| q.change_visibility(handle, timeout_s))
+        self.on_queue(name, None, |q| q.change_visibility(handle, timeout_s))
     }
 }

@@ -100,6 +100,8 @@ const SPINS: usize = 256;
 /// inside either first.
 pub(crate) struct QueueCell {
     id: u64,
+    /// Fixed at creation too: whether a dead-letter queue fits a source is known unlocked.
+    fifo: bool,
     queue: parking_lot::Mutex<Queue>,
 }
 
@@ -107,6 +109,7 @@ impl QueueCell {
     fn new(queue: Queue) -> QueueCell {
         QueueCell {
             id: queue.meta.id,
+            fifo: queue.meta.settings.fifo,
             queue: parking_lot::Mutex::new(queue),
         }
     }

@@ -183,7 +183,7 @@ impl Engine {
     }
 
     pub fn counts(&mut self, name: &str) -> Result<QueueCounts> {
-        self.on_queue(name, false, |q| Ok(q.counts()))
+        self.on_queue(name, None, |q| Ok(q.counts()))
     }
 
     /// The next instant at which a message of this queue becomes receivable by itself.
