@@ -83,8 +83,13 @@ impl QueueAdmin for Embedded {
     }
 
     async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {
-        self.apply(Access::Read, |e| e.get_attributes(queue, &names))
-            .await
+        let engine = self.engine_shared();
+        self.admit(Access::Read)?;
+        let mut locked = engine.lock_queue(queue)?;
+        let attributes = locked.attributes(&names)?;
+        // Looking ticks the queue (retention, ended leases): what that changed is written.
+        self.write_detached(&locked.take_changes());
+        Ok(attributes)
     }
 
     async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()> {

@@ -285,6 +285,42 @@ impl Locked<'_> {
             .change_visibility(self.now, &receipt, handle, timeout_s, mode)
     }
 
+    /// GetQueueAttributes: `All`, or the names asked for, in a stable order.
+    pub fn attributes(&self, names: &[String]) -> Result<Vec<(String, String)>> {
+        let queue = &self.queue;
+        let all = names.iter().any(|n| n == "All");
+        let fifo = queue.meta.settings.fifo;
+        // A standard queue knows no FifoQueue attribute, as on AWS.
+        if let Some(unknown) = names.iter().find(|n| {
+            *n != "All"
+                && (!QueueSettings::known_names().any(|k| k == n.as_str())
+                    || (!fifo && *n == "FifoQueue"))
+        }) {
+            return Err(EngineError::InvalidAttributeName(unknown.clone()));
+        }
+        let counts = queue.counts();
+        let mut out = Vec::new();
+        for key in QueueSettings::known_names() {
+            if !all && !names.iter().any(|n| n == key) {
+                continue;
+            }
+            let value = match key {
+                "ApproximateNumberOfMessages" => Some(counts.visible.to_string()),
+                "ApproximateNumberOfMessagesNotVisible" => Some(counts.not_visible.to_string()),
+                "ApproximateNumberOfMessagesDelayed" => Some(counts.delayed.to_string()),
+                "CreatedTimestamp" => Some((queue.meta.created_ms / 1000).to_string()),
+                "LastModifiedTimestamp" => Some((queue.meta.modified_ms / 1000).to_string()),
+                "QueueArn" => Some(self.engine.queue_arn(self.name)),
+                settable => queue.meta.settings.get(settable),
+            };
+            if let Some(value) = value {
+                out.push((key.to_string(), value));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     pub fn lease_report(&self) -> LeaseReport {
         let queue = &self.queue;
         let held = (queue.counts(), queue.oldest_sent_ms());

@@ -191,45 +191,13 @@ impl Engine {
         self.queue(name).ok().and_then(|q| q.next_due())
     }
 
-    /// GetQueueAttributes: `All`, or the names asked for, in a stable order.
+    /// GetQueueAttributes: see `Locked::attributes`.
     pub fn get_attributes(
         &mut self,
         name: &str,
         names: &[String],
     ) -> Result<Vec<(String, String)>> {
-        let all = names.iter().any(|n| n == "All");
-        let fifo = self.queue(name)?.meta.settings.fifo;
-        // A standard queue knows no FifoQueue attribute, as on AWS.
-        if let Some(unknown) = names.iter().find(|n| {
-            *n != "All"
-                && (!QueueSettings::known_names().any(|k| k == n.as_str())
-                    || (!fifo && *n == "FifoQueue"))
-        }) {
-            return Err(EngineError::InvalidAttributeName(unknown.clone()));
-        }
-        let arn = self.queue_arn(name);
-        let (queue, _) = self.queue_now(name)?;
-        let counts = queue.counts();
-        let mut out = Vec::new();
-        for key in QueueSettings::known_names() {
-            if !all && !names.iter().any(|n| n == key) {
-                continue;
-            }
-            let value = match key {
-                "ApproximateNumberOfMessages" => Some(counts.visible.to_string()),
-                "ApproximateNumberOfMessagesNotVisible" => Some(counts.not_visible.to_string()),
-                "ApproximateNumberOfMessagesDelayed" => Some(counts.delayed.to_string()),
-                "CreatedTimestamp" => Some((queue.meta.created_ms / 1000).to_string()),
-                "LastModifiedTimestamp" => Some((queue.meta.modified_ms / 1000).to_string()),
-                "QueueArn" => Some(arn.clone()),
-                settable => queue.meta.settings.get(settable),
-            };
-            if let Some(value) = value {
-                out.push((key.to_string(), value));
-            }
-        }
-        out.sort();
-        Ok(out)
+        self.on_queue(name, None, |q| q.attributes(names))
     }
 
     pub fn set_attributes(&mut self, name: &str, attributes: &[(String, String)]) -> Result<()> {
