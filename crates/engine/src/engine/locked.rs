@@ -14,9 +14,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::MutexGuard;
-
-use super::{Change, Engine, QueueCell};
+use super::{Change, Engine, QueueCell, QueueGuard};
 use crate::error::{EngineError, Result};
 use crate::handout::{Accepted, Handout};
 use crate::lease_stats::LeaseMetrics;
@@ -38,7 +36,7 @@ struct DeadLetterTarget<'e> {
 /// How a receive holds its queue's dead-letter queue.
 enum TargetLock<'e> {
     /// Locked beside the queue: the receive may move messages there.
-    Held(MutexGuard<'e, Queue>),
+    Held(QueueGuard<'e>),
     /// The queue is its own dead-letter queue (its RedrivePolicy may say so).
     Itself,
     /// Not locked: no message the receive takes now is due to move (`Queue::may_dead_letter`),
@@ -50,7 +48,7 @@ enum TargetLock<'e> {
 pub struct Locked<'e> {
     engine: &'e Engine,
     name: &'e str,
-    queue: MutexGuard<'e, Queue>,
+    queue: QueueGuard<'e>,
     dead_letter: Option<DeadLetterTarget<'e>>,
     now: u64,
     /// Changes that belong to no one queue (contents moving between queues), in order.
@@ -120,7 +118,7 @@ impl Engine {
     fn locked<'e>(
         &'e self,
         name: &'e str,
-        queue: MutexGuard<'e, Queue>,
+        queue: QueueGuard<'e>,
         dead_letter: Option<DeadLetterTarget<'e>>,
     ) -> Locked<'e> {
         // Read under the locks, so a queue's instants never go back between two commands.
@@ -132,7 +130,7 @@ impl Engine {
     fn locked_at<'e>(
         &'e self,
         name: &'e str,
-        mut queue: MutexGuard<'e, Queue>,
+        mut queue: QueueGuard<'e>,
         mut dead_letter: Option<DeadLetterTarget<'e>>,
         now: u64,
     ) -> Locked<'e> {

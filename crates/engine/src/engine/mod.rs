@@ -93,7 +93,21 @@ pub struct Engine {
     removed: Vec<Removed>,
 }
 
-const SPINS: usize = 256;
+/// How many times a queue's lock is looked at before the thread sleeps on it: about 36 us
+/// on the 2-core VM, longer than a batch holds it. Sleeping and waking cost more than that.
+#[cfg(not(feature = "shuttle"))]
+const SPINS: usize = 4_000;
+
+/// A queue's lock: parking_lot's, or with the `shuttle` feature shuttle's, whose scheduler
+/// explores the interleavings of the lock order (`tests/lock_order.rs`).
+#[cfg(not(feature = "shuttle"))]
+type QueueMutex = parking_lot::Mutex<Queue>;
+#[cfg(not(feature = "shuttle"))]
+pub(crate) type QueueGuard<'a> = parking_lot::MutexGuard<'a, Queue>;
+#[cfg(feature = "shuttle")]
+type QueueMutex = shuttle::sync::Mutex<Queue>;
+#[cfg(feature = "shuttle")]
+pub(crate) type QueueGuard<'a> = shuttle::sync::MutexGuard<'a, Queue>;
 
 /// One queue behind its own lock, with the id of its incarnation beside it (fixed for the
 /// cell's life), so that commands needing two queues lock them in id order without looking
@@ -102,7 +116,7 @@ pub(crate) struct QueueCell {
     id: u64,
     /// Fixed at creation too: whether a dead-letter queue fits a source is known unlocked.
     fifo: bool,
-    queue: parking_lot::Mutex<Queue>,
+    queue: QueueMutex,
 }
 
 impl QueueCell {
@@ -110,12 +124,13 @@ impl QueueCell {
         QueueCell {
             id: queue.meta.id,
             fifo: queue.meta.settings.fifo,
-            queue: parking_lot::Mutex::new(queue),
+            queue: QueueMutex::new(queue),
         }
     }
 
     /// The queue, locked: spins a while (reading, not writing, the lock's word), then sleeps.
-    fn lock(&self) -> parking_lot::MutexGuard<'_, Queue> {
+    #[cfg(not(feature = "shuttle"))]
+    fn lock(&self) -> QueueGuard<'_> {
         for _ in 0..SPINS {
             if !self.queue.is_locked() {
                 if let Some(queue) = self.queue.try_lock() {
@@ -128,8 +143,34 @@ impl QueueCell {
     }
 
     /// The queue, without locking: `&mut self` proves nobody else holds it.
+    #[cfg(not(feature = "shuttle"))]
     fn get_mut(&mut self) -> &mut Queue {
         self.queue.get_mut()
+    }
+
+    #[cfg(not(feature = "shuttle"))]
+    fn into_inner(self) -> Queue {
+        self.queue.into_inner()
+    }
+
+    // A panic under shuttle's lock poisons it: the test fails either way.
+    #[cfg(feature = "shuttle")]
+    fn lock(&self) -> QueueGuard<'_> {
+        self.queue.lock().expect("a queue's lock is never poisoned")
+    }
+
+    #[cfg(feature = "shuttle")]
+    fn get_mut(&mut self) -> &mut Queue {
+        self.queue
+            .get_mut()
+            .expect("a queue's lock is never poisoned")
+    }
+
+    #[cfg(feature = "shuttle")]
+    fn into_inner(self) -> Queue {
+        self.queue
+            .into_inner()
+            .expect("a queue's lock is never poisoned")
     }
 }
 
@@ -234,7 +275,7 @@ impl Engine {
     }
 
     /// The queue, locked for a look (or, through `&self`, a change a `Locked` makes).
-    fn queue(&self, name: &str) -> Result<parking_lot::MutexGuard<'_, Queue>> {
+    fn queue(&self, name: &str) -> Result<QueueGuard<'_>> {
         self.cell(name).map(QueueCell::lock)
     }
 

@@ -149,7 +149,7 @@ impl Engine {
                 .push(Change::QueueDeleted { queue_id: queue.id });
         }
         self.engine_changed();
-        self.discard(Removed::new(queue.queue.into_inner()));
+        self.discard(Removed::new(queue.into_inner()));
         Ok(())
     }
 

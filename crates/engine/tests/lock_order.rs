@@ -1,0 +1,101 @@
+//! The queue locks' order under shuttle's scheduler, which runs the threads below in many
+//! interleavings and fails on a deadlock: receives that dead-letter lock their queue and its
+//! dead-letter queue in queue id order, letting go of the first and taking both again when the
+//! dead-letter queue has the lower id. Two queues are each other's dead-letter queue, and a
+//! third feeds one of them, so every receive below moves messages across, in both orders.
+//! Nothing is lost whatever the interleaving.
+//!
+//! `cargo test -p leasehold-engine --features shuttle --test lock_order`
+
+use std::sync::Arc;
+
+use leasehold_engine::{Engine, EngineConfig, ManualClock, NewMessage, ReceiveRequest};
+
+const QUEUES: [&str; 3] = ["a", "b", "c"];
+const PER_QUEUE: usize = 2;
+
+fn redrive(target: &str) -> Vec<(String, String)> {
+    let arn = format!("arn:aws:sqs:us-east-1:000000000000:{target}");
+    let policy = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":1}}"#);
+    vec![("RedrivePolicy".to_string(), policy)]
+}
+
+/// Queues a (id 1), b (2) and c (3): a and b each other's dead-letter queue, c's is a. Every
+/// message has been received once, so the next receive of it moves it on.
+fn engine() -> Engine {
+    let mut engine = Engine::new(Arc::new(ManualClock::new(1_000)), EngineConfig::default());
+    engine.create_queue("a", &[], &[]).unwrap();
+    engine.create_queue("b", &redrive("a"), &[]).unwrap();
+    engine.set_attributes("a", &redrive("b")).unwrap();
+    engine.create_queue("c", &redrive("a"), &[]).unwrap();
+    for queue in QUEUES {
+        for i in 0..PER_QUEUE {
+            engine
+                .send(queue, NewMessage::new(format!("{queue}{i}")))
+                .unwrap();
+        }
+    }
+    for queue in QUEUES {
+        let leased = engine.receive(queue, &bounce()).unwrap();
+        assert_eq!(leased.len(), PER_QUEUE);
+    }
+    engine
+}
+
+/// A receive whose lease ends at once, so its messages are due to move on the next.
+fn bounce() -> ReceiveRequest {
+    ReceiveRequest {
+        max_messages: 10,
+        visibility_s: Some(0),
+        attempt_id: None,
+    }
+}
+
+fn held(engine: &Engine) -> usize {
+    QUEUES
+        .iter()
+        .map(|queue| {
+            let counts = engine.lock_queue(queue).unwrap().counts();
+            counts.visible + counts.not_visible + counts.delayed
+        })
+        .sum()
+}
+
+fn receives_in_both_lock_orders() {
+    let engine = Arc::new(engine());
+    let threads: Vec<_> = QUEUES
+        .iter()
+        .map(|queue| {
+            let engine = engine.clone();
+            shuttle::thread::spawn(move || {
+                for _ in 0..2 {
+                    let mut locked = engine.lock_for_receive(queue, 10).unwrap();
+                    locked.receive(&bounce()).unwrap();
+                    assert!(locked.take_changes().is_empty(), "nothing is tracked");
+                }
+            })
+        })
+        .collect();
+    // A send beside them takes one queue's lock alone.
+    let sender = engine.clone();
+    let sending = shuttle::thread::spawn(move || {
+        let mut locked = sender.lock_queue("b").unwrap();
+        locked.send(NewMessage::new("late").checked()).unwrap();
+    });
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    sending.join().unwrap();
+    assert_eq!(held(&engine), QUEUES.len() * PER_QUEUE + 1);
+    engine.check_invariants().unwrap();
+}
+
+#[test]
+fn receives_that_dead_letter_in_both_lock_orders_never_deadlock_or_lose_a_message() {
+    shuttle::check_random(receives_in_both_lock_orders, 2_000);
+}
+
+#[test]
+fn the_same_under_shuttle_s_probabilistic_priority_scheduler() {
+    shuttle::check_pct(receives_in_both_lock_orders, 2_000, 3);
+}
