@@ -1,9 +1,9 @@
 //! The embedded backend: the pure engine behind a read-write lock, made durable by the SQLite
 //! committer (group commit) when it has a store. A command on one queue's messages shares
 //! the engine and takes only that queue's lock (`Embedded::on_queue`), so queues never wait
-//! for one another; what spans queues holds the engine alone (`Embedded::apply`). A change is acknowledged only once the
-//! store holds it; a failed write puts the engine back to what the store holds and leaves
-//! the backend serving reads only.
+//! for one another; what spans queues holds the engine alone (`Embedded::apply`). A change
+//! is acknowledged only once the store holds it; a failed write puts the engine back to what
+//! the store holds and leaves the backend serving reads only.
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
@@ -296,9 +296,10 @@ impl Embedded {
     }
 
     /// Runs `command` on one queue under that queue's lock alone (with its dead-letter
-    /// queue's too when `receiving` up to so many messages could move some there), sharing the engine with commands on other queues. What
-    /// it changed goes to the committer before the queue's lock is let go, so the store gets
-    /// each queue's changes in the order they were made; answers once the store holds them.
+    /// queue's too when a receive of up to `receiving` messages could move some there),
+    /// sharing the engine with commands on other queues. What it changed goes to the
+    /// committer before the queue's lock is let go, so the store gets each queue's changes
+    /// in the order they were made; answers once the store holds them.
     async fn on_queue<T>(
         &self,
         queue: &str,
