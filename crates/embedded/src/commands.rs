@@ -15,7 +15,7 @@ use leasehold_engine::{
 };
 use tokio::sync::Notify;
 
-use crate::{Access, Embedded, REPORTS_PER_LOCK};
+use crate::{Access, Embedded, REPORTS_PER_YIELD};
 
 #[async_trait]
 impl Backend for Embedded {
@@ -25,6 +25,11 @@ impl Backend for Embedded {
 
     async fn tick(&self) {
         self.measure_disk().await;
+        // Looked at under a shared hold first: taking the engine alone ten times a second
+        // would stall every queue's commands for nothing while no task runs.
+        if !self.engine_shared().moves_running() {
+            return;
+        }
         let woken = {
             // Nothing moves once the store has failed.
             let Ok(mut engine) = self.lock(Access::Change) else {
@@ -83,13 +88,7 @@ impl QueueAdmin for Embedded {
     }
 
     async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {
-        let engine = self.engine_shared();
-        self.admit(Access::Read)?;
-        let mut locked = engine.lock_queue(queue)?;
-        let attributes = locked.attributes(&names)?;
-        // Looking ticks the queue (retention, ended leases): what that changed is written.
-        self.write_detached(&locked.take_changes());
-        Ok(attributes)
+        Ok(self.on_queue_detached(queue, Access::Read, |q| q.attributes(&names))??)
     }
 
     async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()> {
@@ -298,41 +297,22 @@ impl Messages for Embedded {
 #[async_trait]
 impl Measurements for Embedded {
     async fn record_empty_receive(&self, queue: &str) {
-        // Counted durably, but nobody waits for the write: under the queue's lock, so no
-        // newer record of the queue reaches the committer before it.
-        let engine = self.engine_shared();
-        if self.admit(Access::Change).is_err() {
-            return;
-        }
-        let Ok(mut locked) = engine.lock_queue(queue) else {
-            return;
-        };
-        locked.record_empty_receive();
-        self.write_detached(&locked.take_changes());
+        // Counted durably, but nobody waits for the write.
+        let _ = self.on_queue_detached(queue, Access::Change, |q| q.record_empty_receive());
     }
 
     async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
-        let engine = self.engine_shared();
-        let mut locked = engine.lock_queue(queue)?;
-        let report = locked.lease_report();
-        // A report ticks the queue (retention, ended leases): what that changed is written.
-        self.write_detached(&locked.take_changes());
-        Ok(report)
+        self.on_queue_detached(queue, Access::Read, |q| q.lease_report())
     }
 
     async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
         let names = self.engine_shared().queue_names();
         let mut reports = Vec::with_capacity(names.len());
-        for chunk in names.chunks(REPORTS_PER_LOCK) {
-            {
-                let engine = self.engine_shared();
-                for name in chunk {
-                    if let Ok(mut locked) = engine.lock_queue(name) {
-                        reports.push((name.clone(), locked.lease_report()));
-                        self.write_detached(&locked.take_changes());
-                    }
-                }
-            }
+        for chunk in names.chunks(REPORTS_PER_YIELD) {
+            reports.extend(chunk.iter().filter_map(|name| {
+                let report = self.on_queue_detached(name, Access::Read, |q| q.lease_report());
+                report.ok().map(|r| (name.clone(), r))
+            }));
             tokio::task::yield_now().await;
         }
         reports

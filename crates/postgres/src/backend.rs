@@ -142,7 +142,7 @@ impl QueueAdmin for Postgres {
         let (mut attributes, queue_id, settings) = self
             .on_queues(&[queue.to_string()], |e| {
                 let attributes = e.get_attributes(queue, &names)?;
-                Ok((attributes, e.queue_id(queue)?, e.settings(queue)?.clone()))
+                Ok((attributes, e.queue_id(queue)?, e.settings(queue)?))
             })
             .await?;
         if attributes

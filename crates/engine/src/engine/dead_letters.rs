@@ -389,6 +389,13 @@ impl Engine {
             .collect())
     }
 
+    /// Whether a message move task is running, so `run_move_tasks` has something to do.
+    pub fn moves_running(&self) -> bool {
+        self.tasks
+            .iter()
+            .any(|t| t.status == MoveTaskStatus::Running)
+    }
+
     /// Moves what every running task may move by now. Returns the queues that received
     /// messages, so waiting receives on them can be woken.
     pub fn run_move_tasks(&mut self) -> Vec<String> {
