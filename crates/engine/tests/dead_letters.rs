@@ -134,6 +134,34 @@ fn a_receive_moves_only_the_due_messages_it_reaches() {
     );
 }
 
+/// A RedrivePolicy may name the queue itself: a message past maxReceiveCount goes back into
+/// it as a dead letter (from itself) rather than being lost, and the receive locks only it.
+#[test]
+fn a_queue_that_is_its_own_dead_letter_queue_keeps_its_messages() {
+    check(
+        r#"
+        create src VisibilityTimeout=10
+        set src RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:src","maxReceiveCount":1}
+        send src poison
+        recv src
+        advance 10
+        recv src
+        counts src
+        recv src
+        "#,
+        expect![[r#"
+            create src VisibilityTimeout=10 -> ok
+            set src RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:src","maxReceiveCount":1} -> ok
+            send src poison              -> ok
+            recv src                     -> poison rc=1 h1
+            advance 10                   -> t+10s
+            recv src                     -> (empty)
+            counts src                   -> visible=1 inflight=0 delayed=0
+            recv src                     -> (empty)
+        "#]],
+    );
+}
+
 #[test]
 fn a_deleted_dlq_turns_dead_lettering_off_instead_of_losing_messages() {
     check(
