@@ -454,7 +454,8 @@ impl Engine {
             let (target, _) = self.queue_mut(&destination).expect("resolved above");
             let arrived = target.accept_moved(now, key.sent_ms, message);
             let to = target.content_key(arrived);
-            self.content_moved(stored, from, to);
+            let content = self.content_moved(stored, from, to);
+            self.pending.extend(content);
             woken.push(destination);
             moved += 1;
         }

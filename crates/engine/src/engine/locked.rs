@@ -219,7 +219,6 @@ impl Locked<'_> {
         };
         // Only a receive that dead-letters something pays for naming its source.
         let source_arn: Arc<str> = Arc::from(self.engine.queue_arn(self.name).as_str());
-        let tracking = self.engine.config.track_changes;
         let source_id = self.queue.meta.id;
         let dead_letter_queue = match &mut target.queue {
             TargetLock::Held(other) => other,
@@ -230,14 +229,13 @@ impl Locked<'_> {
             dead_letter_queue.touch();
             let moved =
                 dead_letter_queue.accept_dead_letter(self.now, key.sent_ms, message, &source_arn);
-            if stored && tracking {
-                let from = ContentKey {
-                    queue_id: source_id,
-                    key,
-                };
-                let to = dead_letter_queue.content_key(moved);
-                self.moved.push(Change::ContentMoved { from, to });
-            }
+            let from = ContentKey {
+                queue_id: source_id,
+                key,
+            };
+            let to = dead_letter_queue.content_key(moved);
+            self.moved
+                .extend(self.engine.content_moved(stored, from, to));
         }
         Ok(deliveries)
     }

@@ -210,12 +210,11 @@ impl Engine {
         self.engine_dirty |= self.config.track_changes;
     }
 
-    /// Notes that a message whose content a store keeps (`stored`) moved from one queue's
-    /// key to another's, so the store moves its content before the old key's is deleted.
-    fn content_moved(&mut self, stored: bool, from: ContentKey, to: ContentKey) {
-        if stored && self.config.track_changes {
-            self.pending.push(Change::ContentMoved { from, to });
-        }
+    /// The change that tells a store a message whose content it keeps (`stored`) moved from
+    /// one queue's key to another's, so it moves the content before the old key's is deleted:
+    /// None when the store keeps no content of it, or no store listens.
+    fn content_moved(&self, stored: bool, from: ContentKey, to: ContentKey) -> Option<Change> {
+        (stored && self.config.track_changes).then_some(Change::ContentMoved { from, to })
     }
 
     /// Notes that a queue may have changes for a store to take.
