@@ -9,19 +9,22 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod backoff;
+mod builder;
 mod deleter;
 mod errors;
 mod fifo;
 pub mod idempotency;
 mod lease;
+mod process;
 pub mod redrive;
 mod runtime;
 mod stats;
 
 pub use backoff::Backoff;
+pub use builder::{default_stop_grace, SettingsError, WorkerBuilder};
 pub use errors::is_lost_lease;
 pub use idempotency::{Begin, Claim, IdempotencyError, IdempotencyStore};
-pub use runtime::{HandlerError, Message, Worker, WorkerBuilder, IDEMPOTENCY_KEY_ATTRIBUTE};
+pub use runtime::{HandlerError, Message, Worker, IDEMPOTENCY_KEY_ATTRIBUTE};
 pub use stats::WorkerStats;
 pub use tokio_util::sync::CancellationToken;
 

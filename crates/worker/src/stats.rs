@@ -17,6 +17,8 @@ pub struct Counters {
     pub heartbeat_failures: AtomicU64,
     pub released_on_shutdown: AtomicU64,
     pub delete_failures: AtomicU64,
+    /// Deletes acknowledged after the lease's last confirmed end.
+    pub late_deletes: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -32,6 +34,7 @@ pub struct WorkerStats {
     pub heartbeat_failures: u64,
     pub released_on_shutdown: u64,
     pub delete_failures: u64,
+    pub late_deletes: u64,
 }
 
 impl Counters {
@@ -48,6 +51,7 @@ impl Counters {
             heartbeat_failures: get(&self.heartbeat_failures),
             released_on_shutdown: get(&self.released_on_shutdown),
             delete_failures: get(&self.delete_failures),
+            late_deletes: get(&self.late_deletes),
         }
     }
 }
