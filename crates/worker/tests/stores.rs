@@ -88,6 +88,31 @@ async fn expired_claims_are_taken_over_by_compare_and_set(store: Arc<dyn Idempot
         .unwrap());
 }
 
+/// A completion whose answer was lost is retried: the retry succeeds. A claim that lapsed
+/// while nobody took it over can still be completed by its holder, whose work is done.
+async fn completing_is_idempotent_and_survives_a_lapsed_claim(store: Arc<dyn IdempotencyStore>) {
+    let k = key("complete-twice");
+    let Begin::Started(claim) = store.begin(&k, Duration::from_secs(30)).await.unwrap() else {
+        panic!()
+    };
+    let retention = Duration::from_secs(60);
+    assert!(store.complete(&k, &claim, retention).await.unwrap());
+    assert!(store.complete(&k, &claim, retention).await.unwrap());
+    let stranger = leasehold_worker::Claim::new();
+    assert!(!store.complete(&k, &stranger, retention).await.unwrap());
+
+    let k = key("lapsed");
+    let Begin::Started(claim) = store.begin(&k, Duration::from_millis(200)).await.unwrap() else {
+        panic!()
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(store.complete(&k, &claim, retention).await.unwrap());
+    assert_eq!(
+        store.begin(&k, Duration::from_secs(30)).await.unwrap(),
+        Begin::Completed
+    );
+}
+
 async fn exactly_one_of_many_racing_workers_gets_the_claim(store: Arc<dyn IdempotencyStore>) {
     let k = key("race");
     let attempts: Vec<_> = (0..20)
@@ -110,6 +135,7 @@ async fn all(url: &str) {
         Arc::from(connect(url).await.unwrap_or_else(|e| panic!("{url}: {e}")));
     the_contract(store.clone()).await;
     expired_claims_are_taken_over_by_compare_and_set(store.clone()).await;
+    completing_is_idempotent_and_survives_a_lapsed_claim(store.clone()).await;
     exactly_one_of_many_racing_workers_gets_the_claim(store).await;
 }
 
@@ -118,6 +144,7 @@ async fn memory_store_keeps_the_contract() {
     let store: Arc<dyn IdempotencyStore> = Arc::new(MemoryStore::default());
     the_contract(store.clone()).await;
     expired_claims_are_taken_over_by_compare_and_set(store.clone()).await;
+    completing_is_idempotent_and_survives_a_lapsed_claim(store.clone()).await;
     exactly_one_of_many_racing_workers_gets_the_claim(store).await;
 }
 

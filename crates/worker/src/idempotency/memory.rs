@@ -68,13 +68,18 @@ impl IdempotencyStore for MemoryStore {
         claim: &Claim,
         retention: Duration,
     ) -> Result<bool, IdempotencyError> {
-        Ok(self.with(|records, now| match records.get_mut(key) {
-            Some(r) if !r.completed && r.token == claim.token => {
-                r.completed = true;
-                r.expires = now + retention;
+        // Ours (claimed, or completed by a retried call), or nobody's: the work is done.
+        Ok(self.with(|records, now| match records.get(key) {
+            Some(r) if r.token != claim.token => false,
+            _ => {
+                let record = Record {
+                    completed: true,
+                    token: claim.token.clone(),
+                    expires: now + retention,
+                };
+                records.insert(key.to_string(), record);
                 true
             }
-            _ => false,
         }))
     }
 

@@ -73,7 +73,9 @@ pub trait IdempotencyStore: Send + Sync {
         claim: &Claim,
         ttl: Duration,
     ) -> Result<bool, IdempotencyError>;
-    /// Marks the work completed, remembered for `retention`; false if the claim was lost.
+    /// Marks the work completed, remembered for `retention`: true when it is (again, for a
+    /// retried call; or when our claim lapsed and nobody took the key), false when another
+    /// worker holds the key.
     async fn complete(
         &self,
         key: &str,

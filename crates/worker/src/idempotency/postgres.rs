@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use tokio_postgres::{Client, NoTls};
+use std::sync::{Arc, Mutex as StdMutex};
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row};
 
 use super::{Begin, Claim, IdempotencyError, IdempotencyStore};
 
@@ -16,8 +19,13 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leasehold_idempotency (
     updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 )";
 
+/// One connection, opened again when it closes (the database restarted) or when a call on it
+/// was abandoned (it may be stalled): the next call opens a fresh one.
 pub struct PostgresStore {
-    client: Client,
+    config: tokio_postgres::Config,
+    current: StdMutex<Option<Arc<Client>>>,
+    /// One opening at a time.
+    opening: tokio::sync::Mutex<()>,
 }
 
 /// The error with its causes: tokio-postgres says only "db error" and keeps the server's
@@ -30,44 +38,138 @@ fn millis(d: Duration) -> f64 {
     d.as_millis() as f64
 }
 
+/// How long one statement may take before its connection is given up for a fresh one.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Marks the connection for replacement unless the call it guards finished.
+struct Abandoned<'a> {
+    store: &'a PostgresStore,
+    client: Arc<Client>,
+    finished: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.store.discard(&self.client);
+        }
+    }
+}
+
 impl PostgresStore {
     pub async fn connect(url: &str) -> Result<PostgresStore, IdempotencyError> {
         let mut config: tokio_postgres::Config = url.parse().map_err(unavailable)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(super::CONNECT_TIMEOUT);
         }
-        let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
+        let store = PostgresStore {
+            config,
+            current: StdMutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<Client>>> {
+        // Only a pointer is kept under the lock: a panic cannot leave it half-changed.
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn open_client(&self) -> Option<Arc<Client>> {
+        self.slot().clone().filter(|c| !c.is_closed())
+    }
+
+    fn discard(&self, client: &Arc<Client>) {
+        let mut slot = self.slot();
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            *slot = None;
+        }
+    }
+
+    /// The open connection, or a new one.
+    async fn client(&self) -> Result<Arc<Client>, IdempotencyError> {
+        if let Some(client) = self.open_client() {
+            return Ok(client);
+        }
+        let _one = self.opening.lock().await;
+        if let Some(client) = self.open_client() {
+            return Ok(client);
+        }
+        let (client, connection) = self.config.connect(NoTls).await.map_err(unavailable)?;
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::warn!(%error, "postgres connection closed");
             }
         });
-        let store = PostgresStore { client };
-        store.migrate().await?;
-        Ok(store)
+        let client = Arc::new(client);
+        *self.slot() = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Runs one call on the connection, within `CALL_TIMEOUT`; a call that times out, or is
+    /// dropped by its caller before it answers, has its connection replaced.
+    async fn call<T, F, Fut>(&self, f: F) -> Result<T, IdempotencyError>
+    where
+        F: FnOnce(Arc<Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let client = self.client().await?;
+        let mut guard = Abandoned {
+            store: self,
+            client: client.clone(),
+            finished: false,
+        };
+        let result = tokio::time::timeout(CALL_TIMEOUT, f(client)).await;
+        guard.finished = result.is_ok();
+        match result {
+            Ok(result) => result.map_err(unavailable),
+            Err(_) => Err(IdempotencyError::Unavailable(format!(
+                "postgres: no answer within {} s",
+                CALL_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, IdempotencyError> {
+        self.call(|c| async move { c.execute(sql, params).await })
+            .await
+    }
+
+    async fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, IdempotencyError> {
+        self.call(|c| async move { c.query_opt(sql, params).await })
+            .await
     }
 
     /// Creates the table if it is missing. Concurrent first starts may race on the
     /// catalog; a second attempt settles it.
     async fn migrate(&self) -> Result<(), IdempotencyError> {
-        if self.client.batch_execute(SCHEMA).await.is_err() {
-            self.client
-                .batch_execute(SCHEMA)
-                .await
-                .map_err(unavailable)?;
+        let create = || self.call(|c| async move { c.batch_execute(SCHEMA).await });
+        if create().await.is_err() {
+            create().await?;
         }
         Ok(())
     }
 
     /// Removes every record: for tests.
     pub async fn clear(&self, prefix: &str) -> Result<(), IdempotencyError> {
-        self.client
-            .execute(
+        let pattern = format!("{prefix}%");
+        self.call(|c| async move {
+            c.execute(
                 "DELETE FROM leasehold_idempotency WHERE key LIKE $1",
-                &[&format!("{prefix}%")],
+                &[&pattern],
             )
             .await
-            .map_err(unavailable)?;
+        })
+        .await?;
         Ok(())
     }
 }
@@ -78,26 +180,20 @@ impl IdempotencyStore for PostgresStore {
         for _ in 0..3 {
             let claim = Claim::new();
             let inserted = self
-                .client
                 .execute(
                     "INSERT INTO leasehold_idempotency (key, state, token, expires_at)
                      VALUES ($1, 'in_progress', $2, now() + $3 * interval '1 millisecond')
                      ON CONFLICT (key) DO NOTHING",
                     &[&key, &claim.token, &millis(ttl)],
                 )
-                .await
-                .map_err(unavailable)?;
+                .await?;
             if inserted == 1 {
                 return Ok(Begin::Started(claim));
             }
-            let row = self
-                .client
-                .query_opt(
+            let row = self.query_opt(
                     "SELECT state, token, expires_at < now() FROM leasehold_idempotency WHERE key = $1",
                     &[&key],
-                )
-                .await
-                .map_err(unavailable)?;
+                ).await?;
             let Some(row) = row else { continue };
             let (state, old_token, expired): (String, String, bool) =
                 (row.get(0), row.get(1), row.get(2));
@@ -110,16 +206,12 @@ impl IdempotencyStore for PostgresStore {
             }
             // Expired (an abandoned claim, or a completion past its retention): take it over
             // only if nobody changed it since we looked.
-            let taken = self
-                .client
-                .execute(
+            let taken = self.execute(
                     "UPDATE leasehold_idempotency
                      SET state = 'in_progress', token = $2, expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
                      WHERE key = $1 AND token = $4 AND expires_at < now()",
                     &[&key, &claim.token, &millis(ttl), &old_token],
-                )
-                .await
-                .map_err(unavailable)?;
+                ).await?;
             return Ok(if taken == 1 {
                 Begin::Started(claim)
             } else {
@@ -135,15 +227,11 @@ impl IdempotencyStore for PostgresStore {
         claim: &Claim,
         ttl: Duration,
     ) -> Result<bool, IdempotencyError> {
-        let n = self
-            .client
-            .execute(
+        let n = self.execute(
                 "UPDATE leasehold_idempotency SET expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
                  WHERE key = $1 AND token = $2 AND state = 'in_progress'",
                 &[&key, &claim.token, &millis(ttl)],
-            )
-            .await
-            .map_err(unavailable)?;
+            ).await?;
         Ok(n == 1)
     }
 
@@ -153,38 +241,27 @@ impl IdempotencyStore for PostgresStore {
         claim: &Claim,
         retention: Duration,
     ) -> Result<bool, IdempotencyError> {
-        let n = self
-            .client
-            .execute(
+        let n = self.execute(
                 "UPDATE leasehold_idempotency SET state = 'completed', expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
-                 WHERE key = $1 AND token = $2 AND state = 'in_progress'",
+                 WHERE key = $1 AND token = $2",
                 &[&key, &claim.token, &millis(retention)],
-            )
-            .await
-            .map_err(unavailable)?;
+            ).await?;
         Ok(n == 1)
     }
 
     async fn release(&self, key: &str, claim: &Claim) -> Result<(), IdempotencyError> {
-        self.client
-            .execute(
+        self.execute(
                 "DELETE FROM leasehold_idempotency WHERE key = $1 AND token = $2 AND state = 'in_progress'",
                 &[&key, &claim.token],
-            )
-            .await
-            .map_err(unavailable)?;
+            ).await?;
         Ok(())
     }
 
     async fn is_completed(&self, key: &str) -> Result<bool, IdempotencyError> {
-        let row = self
-            .client
-            .query_opt(
+        let row = self.query_opt(
                 "SELECT 1 FROM leasehold_idempotency WHERE key = $1 AND state = 'completed' AND expires_at > now()",
                 &[&key],
-            )
-            .await
-            .map_err(unavailable)?;
+            ).await?;
         Ok(row.is_some())
     }
 }

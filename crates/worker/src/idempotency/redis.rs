@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use super::{Begin, Claim, IdempotencyError, IdempotencyStore};
@@ -26,6 +26,17 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0"#;
 
+/// Marks the work completed (ARGV[2], expiry ARGV[3] ms) if the key holds our claim
+/// (ARGV[1]), our completion already (a retried call), or nothing (our claim expired and
+/// nobody took it): the work is done, whatever the key held.
+const COMPLETE: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] or held == ARGV[2] or held == false then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0"#;
+
 /// Deletes the key only if it holds ARGV[1].
 const DELETE_IF: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -36,7 +47,12 @@ return 0"#;
 impl RedisStore {
     pub async fn connect(url: &str) -> Result<RedisStore, IdempotencyError> {
         let client = redis::Client::open(url).map_err(unavailable)?;
-        let connecting = ConnectionManager::new(client);
+        // A call that gets no answer in time fails (and the connection is opened again)
+        // rather than waiting on a stalled connection.
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(super::CONNECT_TIMEOUT))
+            .set_connection_timeout(Some(super::CONNECT_TIMEOUT));
+        let connecting = ConnectionManager::new_with_config(client, config);
         let connection = tokio::time::timeout(super::CONNECT_TIMEOUT, connecting)
             .await
             .map_err(|_| {
@@ -55,13 +71,14 @@ impl RedisStore {
 
     async fn swap(
         &self,
+        script: &str,
         key: &str,
         from: &str,
         to: &str,
         ttl: Duration,
     ) -> Result<bool, IdempotencyError> {
         let mut c = self.connection.clone();
-        let n: i64 = Script::new(SWAP)
+        let n: i64 = Script::new(script)
             .key(Self::key(key))
             .arg(from)
             .arg(to)
@@ -110,7 +127,7 @@ impl IdempotencyStore for RedisStore {
         ttl: Duration,
     ) -> Result<bool, IdempotencyError> {
         let value = format!("in_progress:{}", claim.token);
-        self.swap(key, &value, &value, ttl).await
+        self.swap(SWAP, key, &value, &value, ttl).await
     }
 
     async fn complete(
@@ -120,6 +137,7 @@ impl IdempotencyStore for RedisStore {
         retention: Duration,
     ) -> Result<bool, IdempotencyError> {
         self.swap(
+            COMPLETE,
             key,
             &format!("in_progress:{}", claim.token),
             &format!("completed:{}", claim.token),
