@@ -9,7 +9,10 @@ use std::time::Duration;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use aws_sdk_sqs::Client;
 use leasehold_worker::idempotency::with_causes;
-use leasehold_worker::{idempotency, Backoff, IdempotencyStore, Message, Worker};
+use leasehold_worker::{idempotency, Backoff, IdempotencyStore, Message, SettingsError, Worker};
+
+use crate::group::ProcessGroup;
+use crate::guard::{self, Guardian};
 use tokio::io::AsyncWriteExt;
 
 /// Where to find SQS: the AWS defaults (environment, profile), with an optional endpoint.
@@ -207,9 +210,10 @@ pub struct WorkArgs {
     #[arg(long)]
     fail_fast: bool,
     /// Seconds between SIGTERM and SIGKILL when a command's process group is stopped (its
-    /// lease was lost, or the shutdown grace ran out).
-    #[arg(long, default_value = "5")]
-    kill_grace: f64,
+    /// lease could end before it would, or the shutdown grace ran out); default: a sixth of
+    /// the lease, at most 5. The stop begins this long (plus slack) before the lease can end.
+    #[arg(long)]
+    kill_grace: Option<f64>,
     /// The command to run per message: body on stdin, metadata in LEASEHOLD_* variables.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -227,86 +231,74 @@ fn string_attributes(attrs: &HashMap<String, MessageAttributeValue>) -> String {
     serde_json::Value::Object(map).to_string()
 }
 
-/// Runs the command for one message, in a process group of its own: the terminal's Ctrl-C
-/// reaches the worker (which drains), not the command. If the message's token is cancelled
-/// (the lease was lost, or the shutdown grace ran out) the whole group gets SIGTERM, then
-/// SIGKILL after `kill_grace`: a `sh -c` wrapper's children die with it. Whatever the command
-/// left running in its group when it exits is killed too, so no stray copy of the work
-/// goes on.
-async fn run_command(
-    command: Arc<Vec<String>>,
-    queue_url: Arc<String>,
+/// What every command run shares.
+struct Commands {
+    command: Vec<String>,
+    queue_url: String,
     kill_grace: Duration,
+    guardian: Arc<Guardian>,
+}
+
+/// Runs the command for one message, in a process group of its own: the terminal's Ctrl-C
+/// reaches the worker (which drains), not the command. The group registers with the guardian
+/// before the command starts, so it dies with a worker that is killed. If the message's token
+/// is cancelled (the run must stop before its lease can end, or the shutdown grace ran out)
+/// the whole group gets SIGTERM, then SIGKILL after the kill grace: a `sh -c` wrapper's
+/// children die with it. Whatever the command left running in its group when it exits is
+/// killed too. The run is over only when its group is empty.
+async fn run_command(
+    commands: Arc<Commands>,
     m: Message,
 ) -> Result<(), leasehold_worker::HandlerError> {
-    let mut child = tokio::process::Command::new(&command[0])
-        .args(&command[1..])
+    let guardian_fd = commands.guardian.fd();
+    let mut command = tokio::process::Command::new(&commands.command[0]);
+    command
+        .args(&commands.command[1..])
         .env("LEASEHOLD_MESSAGE_ID", &m.message_id)
         .env("LEASEHOLD_RECEIVE_COUNT", m.receive_count.to_string())
-        .env("LEASEHOLD_QUEUE_URL", queue_url.as_str())
+        .env("LEASEHOLD_QUEUE_URL", &commands.queue_url)
         .env(
             "LEASEHOLD_MESSAGE_ATTRIBUTES",
             string_attributes(&m.message_attributes),
         )
         .stdin(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
-    let group = child.id().map(ProcessGroup);
-    if let Some(mut stdin) = child.stdin.take() {
-        // A command that does not read its input must not fail the message.
-        let _ = stdin.write_all(m.body.as_bytes()).await;
-    }
-    tokio::select! {
-        status = child.wait() => {
-            let status = status?;
-            if status.success() { Ok(()) } else { Err(format!("command exited with {status}").into()) }
+        .kill_on_drop(true);
+    register_with_guardian(&mut command, guardian_fd);
+    let mut child = command.spawn()?;
+    let Some(pid) = child.id() else {
+        return Err("the command exited before it could be watched".into());
+    };
+    let group = ProcessGroup(pid);
+    let outcome = async {
+        if let Some(mut stdin) = child.stdin.take() {
+            // A command that does not read its input must not fail the message.
+            let _ = stdin.write_all(m.body.as_bytes()).await;
         }
-        _ = m.cancel.cancelled() => {
-            if let Some(group) = &group {
-                group.stop(&mut child, kill_grace).await;
+        tokio::select! {
+            status = child.wait() => {
+                let status = status?;
+                group.finish(&mut child).await;
+                if status.success() { Ok(()) } else { Err(format!("command exited with {status}").into()) }
             }
-            Err("the lease was lost or the worker stopped: command and its children killed".into())
+            _ = m.cancel.cancelled() => {
+                group.stop(&mut child, commands.kill_grace).await;
+                Err("the run had to stop (lease or claim could end, or the worker stopped): command and its children killed".into())
+            }
         }
     }
+    .await;
+    commands.guardian.forget(pid).await;
+    outcome
 }
 
-/// The process group a command runs in (its id is the command's pid). Dropping it kills
-/// whatever is still in it.
-pub(crate) struct ProcessGroup(pub(crate) u32);
-
-impl ProcessGroup {
-    #[allow(unsafe_code)]
-    fn signal(&self, signal: libc::c_int) -> bool {
-        // SAFETY: kill(2) with a negative pid signals a process group; no memory is shared.
-        unsafe { libc::kill(-(self.0 as libc::pid_t), signal) == 0 }
-    }
-
-    /// Whether any process is left in the group (a zombie the worker has not reaped counts).
-    fn is_alive(&self) -> bool {
-        self.signal(0)
-    }
-
-    /// SIGTERM to the group, then SIGKILL to whatever is left after `grace`.
-    pub(crate) async fn stop(&self, child: &mut tokio::process::Child, grace: Duration) {
-        self.signal(libc::SIGTERM);
-        let deadline = tokio::time::Instant::now() + grace;
-        while tokio::time::Instant::now() < deadline {
-            // Reap the command itself, so the group empties once its children are gone.
-            let _ = child.try_wait();
-            if !self.is_alive() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.signal(libc::SIGKILL);
-        let _ = child.wait().await;
-    }
-}
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        self.signal(libc::SIGKILL);
+/// The forked child writes its pid (its group's id) to the guardian before it execs.
+#[allow(unsafe_code)]
+fn register_with_guardian(command: &mut tokio::process::Command, fd: std::os::fd::RawFd) {
+    // SAFETY: the closure runs in the forked child before exec and calls only getpid and
+    // write (`guard::register_self`), both async-signal-safe; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || guard::register_self(fd));
     }
 }
 
@@ -319,22 +311,27 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
         None => None,
     };
     let shutdown = crate::cancelled_on_shutdown();
-    let command = Arc::new(args.command.clone());
-    let queue_url = Arc::new(args.queue_url.clone());
-    let kill_grace = Duration::try_from_secs_f64(args.kill_grace)
-        .map_err(|_| anyhow::anyhow!("--kill-grace must be a number of seconds >= 0"))?;
+    let lease = Duration::from_secs(args.lease);
+    let kill_grace = match args.kill_grace {
+        None => leasehold_worker::default_stop_grace(lease, Duration::from_secs(5)),
+        Some(seconds) => Duration::try_from_secs_f64(seconds)
+            .map_err(|_| usage("--kill-grace must be a number of seconds >= 0"))?,
+    };
     let mut builder = Worker::builder(client, args.queue_url.clone())
         .concurrency(args.concurrency as usize)
-        .lease(Duration::from_secs(args.lease))
+        .lease(lease)
+        // The command's group is stopped within the kill grace and emptied right after.
+        .stop_grace(kill_grace + crate::group::KILL_WAIT)
         .backoff(Backoff {
             base: Duration::from_secs(args.backoff),
             cap: Duration::from_secs(args.max_backoff),
         })
         .fail_fast(args.fail_fast)
-        .shutdown(shutdown.clone())
-        .handler(move |m| run_command(command.clone(), queue_url.clone(), kill_grace, m));
+        .shutdown(shutdown.clone());
     if let Some(h) = args.heartbeat {
-        builder = builder.heartbeat(Duration::from_secs_f64(h));
+        let every = Duration::try_from_secs_f64(h)
+            .map_err(|_| usage("--heartbeat must be a number of seconds > 0"))?;
+        builder = builder.heartbeat(every);
     }
     if let Some(r) = args.rate {
         builder = builder.rate_limit(r);
@@ -345,11 +342,34 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
     if let Some(store) = store {
         builder = builder.idempotency(store);
     }
-    let worker = builder.build();
+    if let Err(SettingsError::NoRoomForHeartbeat {
+        heartbeat, slack, ..
+    }) = builder.check()
+    {
+        return Err(usage(format!(
+            "--kill-grace {:.2} s, a heartbeat every {:.2} s and {:.2} s of slack leave a \
+             heartbeat no time in a {} s --lease: a command must be stopped before its lease can \
+             end; lengthen --lease, or shorten --kill-grace or --heartbeat",
+            kill_grace.as_secs_f64(),
+            heartbeat.as_secs_f64(),
+            slack.as_secs_f64(),
+            args.lease
+        )));
+    }
+    let guardian = Guardian::start(shutdown.clone())?;
+    let commands = Arc::new(Commands {
+        command: args.command.clone(),
+        queue_url: args.queue_url.clone(),
+        kill_grace,
+        guardian: guardian.clone(),
+    });
+    let worker = builder
+        .handler(move |m| run_command(commands.clone(), m))
+        .build();
     tracing::info!(queue = %args.queue_url, "worker started");
     let stats = worker.run().await;
     tracing::info!(?stats, "worker stopped");
-    Ok(())
+    guardian.finish().await
 }
 
 #[cfg(test)]

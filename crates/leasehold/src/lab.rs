@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use leasehold_lab::{LabOptions, LabReport, LabSpec};
 use leasehold_sim::Scenario;
 
-use crate::consume::{usage, ProcessGroup};
+use crate::consume::usage;
+use crate::group::ProcessGroup;
 
 #[derive(clap::Args)]
 pub struct LabArgs {

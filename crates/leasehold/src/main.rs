@@ -9,6 +9,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod advise;
 mod config;
 mod consume;
+mod group;
+mod guard;
 mod in_process;
 mod lab;
 mod redrive;
@@ -63,6 +65,9 @@ enum Command {
     Lab(lab::LabArgs),
     /// Copy a data directory's store to one file, consistently, while its server runs.
     Backup(BackupArgs),
+    /// `work`'s guardian: kills the commands' process groups if the worker dies.
+    #[command(name = "guard", hide = true)]
+    Guard,
 }
 
 #[derive(clap::Args)]
@@ -273,6 +278,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Simulate(args) => simulate::simulate(args),
         Command::Lab(args) => lab::lab(args).await,
         Command::Backup(args) => backup(args).await,
+        Command::Guard => guard::run(),
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::error::SdkError;
 use aws_sdk_sqs::Client;
-use common::Server;
+use common::{restart_postgres, Server};
 
 /// The lease every receive takes: longer than the load runs, so any second delivery during
 /// the load would be one under a live lease.
@@ -235,19 +235,6 @@ async fn under_load(fault: impl FnOnce(Server) -> Option<Server> + Send + 'stati
 }
 
 /// Restarts the machine's PostgreSQL cluster (the one `.ci/run` starts).
-fn restart_postgres() {
-    let version = std::fs::read_dir("/etc/postgresql")
-        .expect("PostgreSQL's clusters are under /etc/postgresql")
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .max()
-        .expect("a PostgreSQL version");
-    let status = std::process::Command::new("pg_ctlcluster")
-        .args(["--skip-systemctl-redirect", &version, "main", "restart"])
-        .status()
-        .expect("pg_ctlcluster runs");
-    assert!(status.success(), "pg_ctlcluster restart failed");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_restarted_under_load_refuses_with_5xx_and_loses_nothing_acknowledged() {
     let _turn = ONE_AT_A_TIME.lock().await;

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod proxy;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -43,15 +45,14 @@ pub struct Server {
 /// `leasehold work` against `server`'s `url`, with test credentials and quiet output: the
 /// caller adds its flags and `-- COMMAND`, then spawns it.
 pub fn leasehold_work(server: &Server, url: &str) -> Command {
+    leasehold_work_at(&server.endpoint(), url)
+}
+
+/// `leasehold work` as `leasehold_work`, through another endpoint (a proxy's).
+pub fn leasehold_work_at(endpoint: &str, url: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     command
-        .args([
-            "work",
-            "--endpoint-url",
-            &server.endpoint(),
-            "--queue-url",
-            url,
-        ])
+        .args(["work", "--endpoint-url", endpoint, "--queue-url", url])
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .stdout(Stdio::null())
@@ -275,4 +276,18 @@ impl Drop for Running {
             let _ = child.wait();
         }
     }
+}
+
+/// Restarts the machine's PostgreSQL (its `main` cluster of the newest version).
+pub fn restart_postgres() {
+    let version = std::fs::read_dir("/etc/postgresql")
+        .expect("PostgreSQL's clusters are under /etc/postgresql")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .max()
+        .expect("a PostgreSQL version");
+    let status = std::process::Command::new("pg_ctlcluster")
+        .args(["--skip-systemctl-redirect", &version, "main", "restart"])
+        .status()
+        .expect("pg_ctlcluster runs");
+    assert!(status.success(), "pg_ctlcluster restart failed");
 }
