@@ -4,12 +4,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName as A;
 use aws_sdk_sqs::Client;
-use common::Server;
+use common::{Running, Server};
 
 async fn fifo_queue(sqs: &Client, name: &str) -> String {
     sqs.create_queue()
@@ -35,21 +35,18 @@ async fn send(sqs: &Client, url: &str, body: &str) {
 
 /// The worker runs `script` per message with the body in `$B` and the log at `$LOG`.
 fn work(server: &Server, url: &str, log: &Path, script: &str) -> Child {
-    common::leasehold_work(server, url)
-        .args([
-            "--concurrency",
-            "4",
-            "--lease",
-            "10",
-            "--backoff",
-            "1",
-            "--max-backoff",
-            "1",
-        ])
+    worker(server, url, log, "10", script).spawn().unwrap()
+}
+
+/// The worker of `work`, under a lease of `lease_s` seconds, to be spawned.
+fn worker(server: &Server, url: &str, log: &Path, lease_s: &str, script: &str) -> Command {
+    let mut command = common::leasehold_work(server, url);
+    command
+        .args(["--concurrency", "4", "--lease", lease_s])
+        .args(["--backoff", "1", "--max-backoff", "1"])
         .args(["--", "sh", "-c", &format!("B=$(cat); {script}")])
-        .env("LOG", log)
-        .spawn()
-        .unwrap()
+        .env("LOG", log);
+    command
 }
 
 fn lines(log: &Path) -> Vec<String> {
@@ -124,4 +121,33 @@ async fn a_failed_message_holds_its_group_back_until_it_succeeds() {
     );
     let finished: Vec<&String> = log.iter().filter(|l| l.starts_with("ok ")).collect();
     assert_eq!(finished, ["ok g1", "ok g2", "ok g3"]);
+}
+
+#[tokio::test]
+async fn a_backlog_longer_than_the_lease_waits_its_turn_and_keeps_its_lease() {
+    let server = Server::start(&[]);
+    let sqs = server.client();
+    let url = fifo_queue(&sqs, "backlog").await;
+    // One group's four messages, received together; 1.5 s each under a 3 s lease, so the
+    // last waits 4.5 s for its turn, its lease kept all the while.
+    for body in ["d1", "d2", "d3", "d4"] {
+        send(&sqs, &url, body).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let started = std::time::Instant::now();
+    let script = r#"echo "start $B" >> "$LOG"; sleep 1.5; echo "ok $B" >> "$LOG""#;
+    let mut command = worker(&server, &url, &log, "3", script);
+    let worker = Running::new(command.stderr(Stdio::piped()).spawn().unwrap());
+    let lines = until_done(&log, 4).await;
+    let took = started.elapsed();
+    let logs = worker.terminate();
+    let finished: Vec<&String> = lines.iter().filter(|l| l.starts_with("ok ")).collect();
+    assert_eq!(finished, ["ok d1", "ok d2", "ok d3", "ok d4"], "{lines:?}");
+    assert!(
+        took < Duration::from_secs(9),
+        "no stall: four 1.5 s runs took {took:?}"
+    );
+    assert!(logs.contains("lost_leases: 0,"), "no lease lost: {logs}");
+    assert!(logs.contains("late_deletes: 0"), "{logs}");
 }
