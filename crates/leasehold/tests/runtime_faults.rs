@@ -316,7 +316,7 @@ async fn postgres_restarted_mid_run_the_gate_reconnects_and_each_effect_happens_
     let _turn = POSTGRES_TURN.lock().await;
     let (record, keys, stats) =
         through_the_gate_while("pg-restart", SHORT_RUNS, POSTGRES_URL, restart_postgres).await;
-    record.assert_exactly_once(&keys, &[stats.clone()]);
+    record.assert_exactly_once(&keys, std::slice::from_ref(&stats));
     assert!(stats.succeeded >= 20, "{stats:?}");
 }
 
@@ -387,7 +387,7 @@ async fn redis_restarted_mid_run_the_gate_reconnects_and_each_effect_happens_onc
             restarting.lock().unwrap().restart()
         })
         .await;
-    record.assert_exactly_once(&keys, &[stats.clone()]);
+    record.assert_exactly_once(&keys, std::slice::from_ref(&stats));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,7 +406,7 @@ async fn postgres_a_stalled_store_stops_runs_before_their_claims_lapse() {
         stall.cut();
     })
     .await;
-    record.assert_exactly_once(&keys, &[stats.clone()]);
+    record.assert_exactly_once(&keys, std::slice::from_ref(&stats));
     assert!(stats.lost_leases > 0, "runs were stopped: {stats:?}");
 }
 
