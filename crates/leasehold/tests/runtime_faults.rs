@@ -491,3 +491,50 @@ async fn fail_fast_puts_work_held_elsewhere_back_for_a_lease_instead_of_spinning
         "put back for a lease each time, not at once: {stats:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_that_lands_after_the_lease_is_reported_late() {
+    let server = Server::start(&[]);
+    let sqs = server.client();
+    let url = queue(&sqs, "late", 3).await;
+    send_keys(&sqs, &url, 1).await;
+    let proxy = Arc::new(Proxy::start(server.port).await);
+    let stop = CancellationToken::new();
+    let finished = Arc::new(tokio::sync::Notify::new());
+    let worker = {
+        let (proxy, finished) = (proxy.clone(), finished.clone());
+        builder(&common::client(proxy.port), &url, 3, &stop)
+            .handler(move |_| {
+                let (proxy, finished) = (proxy.clone(), finished.clone());
+                async move {
+                    // The work is done; the network stalls before the delete can go out.
+                    proxy.set(Fault::Stall);
+                    finished.notify_one();
+                    Ok(())
+                }
+            })
+            .build()
+    };
+    let run = tokio::spawn(async move { worker.run().await });
+    finished.notified().await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    proxy.set(Fault::None);
+    let record = Record::default();
+    until_drained(&sqs, &url, Duration::from_secs(5), &record).await;
+    stop.cancel();
+    let stats = run.await.unwrap();
+    assert_eq!(stats.late_deletes, 1, "{stats:?}");
+    let report: serde_json::Value = reqwest::get(format!(
+        "{}/_leasehold/queues/late/leases",
+        server.endpoint()
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        report["late_deletes"], 1,
+        "the server counted it late too: {report}"
+    );
+}

@@ -565,3 +565,59 @@ async fn postgres_redrive_moves_only_work_not_recorded_as_done() {
         "redriven messages keep their idempotency key"
     );
 }
+
+/// `leasehold_worker_processing_seconds` measures the handler's run, not the wait before it.
+#[tokio::test(flavor = "current_thread")]
+async fn the_processing_histogram_measures_the_run() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // A current-thread runtime: every task of the worker records to this thread's recorder.
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let server = Server::start(&[]);
+    let sqs = server.client();
+    let url = queue(&sqs, "timed", 10).await;
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body("timed")
+        .send()
+        .await
+        .unwrap();
+    let executions: Executions = Arc::default();
+    let stop = CancellationToken::new();
+    let worker = worker(
+        &sqs,
+        &url,
+        Duration::from_secs(10),
+        Duration::from_millis(400),
+        &executions,
+        &stop,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let run = worker.run();
+    tokio::pin!(run);
+    loop {
+        tokio::select! {
+            _ = &mut run => unreachable!("the worker runs until stopped"),
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        if stored(&sqs, &url).await == 0 || Instant::now() > deadline {
+            break;
+        }
+    }
+    stop.cancel();
+    run.await;
+    let runs: Vec<f64> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == "leasehold_worker_processing_seconds")
+        .flat_map(|(.., value)| match value {
+            metrics_util::debugging::DebugValue::Histogram(values) => {
+                values.into_iter().map(|v| v.into_inner()).collect()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!((0.4..2.0).contains(&runs[0]), "the 400 ms run: {runs:?}");
+}
