@@ -439,17 +439,21 @@ async fn shutdown_during_a_long_poll_leaves_no_message_hidden() {
     let server = Server::start(&[]);
     let sqs = server.client();
     let url = queue(&sqs, "long-poll", 30).await;
+    // A slow network: the answer to the worker's long poll is on its way for 400 ms.
+    let proxy = Proxy::start(server.port).await;
+    proxy.set(Fault::Delay(Duration::from_millis(400)));
     let stop = CancellationToken::new();
-    let worker = builder(&sqs, &url, 30, &stop)
+    let worker = builder(&common::client(proxy.port), &url, 30, &stop)
         .wait_time(20)
         .grace(Duration::from_secs(5))
         .handler(|_| async { Ok(()) })
         .build();
     let run = tokio::spawn(async move { worker.run().await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // Shutdown while the worker's receive waits; a message arrives in that receive.
-    stop.cancel();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The poll takes the message and answers; shutdown comes while the answer travels.
     common::send(&sqs, &url, "late").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.cancel();
     let stats = run.await.unwrap();
     let out = sqs
         .receive_message()
@@ -461,8 +465,10 @@ async fn shutdown_during_a_long_poll_leaves_no_message_hidden() {
     assert_eq!(
         out.messages.unwrap_or_default().len(),
         1,
-        "the message the abandoned poll took is receivable again at once: {stats:?}"
+        "the message the poll took is receivable again at once, not after its 30 s lease: \
+         {stats:?}"
     );
+    assert_eq!(stats.released_on_shutdown, 1, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,9 +2,10 @@
 //!
 //! It talks to any SQS (AWS, Leasehold, an emulator) through `aws-sdk-sqs` only, and never
 //! imports the server. Per message it keeps the lease alive with a heartbeat from the moment
-//! the receive returned, cancels the handler when the lease is lost, gates work through an
-//! idempotency store, puts failures back with a jittered backoff, and on shutdown drains
-//! within a grace period shorter than the lease.
+//! the receive returned, and stops the handler before the lease (or the idempotency claim) it
+//! holds can end, so no two runs of one message overlap; it gates work through an idempotency
+//! store, puts failures back with a jittered backoff, and on shutdown drains within a grace
+//! period shorter than the lease.
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
