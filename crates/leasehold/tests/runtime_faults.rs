@@ -124,20 +124,6 @@ fn cooperative(
     }
 }
 
-async fn queue(sqs: &Client, name: &str, lease_s: u32) -> String {
-    sqs.create_queue()
-        .queue_name(name)
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
-            lease_s.to_string(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap()
-}
-
 /// Sends `n` messages whose bodies are unique keys; returns them.
 async fn send_keys(sqs: &Client, url: &str, n: usize) -> Vec<String> {
     let prefix = format!("{:08x}", rand::random::<u32>());
@@ -190,7 +176,7 @@ async fn postgres_a_delayed_and_cut_sqs_connection_never_overlaps_runs_and_each_
     let _turn = POSTGRES_TURN.lock().await;
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "flaky", 3).await;
+    let url = common::create_queue_leased(&sqs, "flaky", 3).await;
     let keys = send_keys(&sqs, &url, 20).await;
     let proxy = Proxy::start(server.port).await;
     let record = Record::default();
@@ -230,7 +216,7 @@ async fn postgres_a_delayed_and_cut_sqs_connection_never_overlaps_runs_and_each_
 async fn a_handler_that_ignores_its_cancellation_is_dropped_before_its_stalled_lease_ends() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "deaf", 3).await;
+    let url = common::create_queue_leased(&sqs, "deaf", 3).await;
     let keys = send_keys(&sqs, &url, 1).await;
     let proxy = Proxy::start(server.port).await;
     let record = Record::default();
@@ -290,7 +276,7 @@ async fn through_the_gate_while(
 ) -> (Record, Vec<String>, WorkerStats) {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, name, 3).await;
+    let url = common::create_queue_leased(&sqs, name, 3).await;
     let keys = send_keys(&sqs, &url, n).await;
     let record = Record::default();
     let stop = CancellationToken::new();
@@ -415,7 +401,7 @@ async fn a_handler_that_panics_is_retried_after_its_backoff_not_after_twelve_hou
     let server = Server::start(&[]);
     let sqs = server.client();
     // A long lease: a panic that left the lease kept would hold the message past the test.
-    let url = queue(&sqs, "panics", 30).await;
+    let url = common::create_queue_leased(&sqs, "panics", 30).await;
     send_keys(&sqs, &url, 1).await;
     let record = Record::default();
     let stop = CancellationToken::new();
@@ -438,7 +424,7 @@ async fn a_handler_that_panics_is_retried_after_its_backoff_not_after_twelve_hou
 async fn shutdown_during_a_long_poll_leaves_no_message_hidden() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "long-poll", 30).await;
+    let url = common::create_queue_leased(&sqs, "long-poll", 30).await;
     // A slow network: the answer to the worker's long poll is on its way for 400 ms.
     let proxy = Proxy::start(server.port).await;
     proxy.set(Fault::Delay(Duration::from_millis(400)));
@@ -475,7 +461,7 @@ async fn shutdown_during_a_long_poll_leaves_no_message_hidden() {
 async fn fail_fast_puts_work_held_elsewhere_back_for_a_lease_instead_of_spinning() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "held-elsewhere", 2).await;
+    let url = common::create_queue_leased(&sqs, "held-elsewhere", 2).await;
     let keys = send_keys(&sqs, &url, 1).await;
     let gate: Arc<dyn IdempotencyStore> =
         Arc::new(leasehold_worker::idempotency::MemoryStore::default());
@@ -502,7 +488,7 @@ async fn fail_fast_puts_work_held_elsewhere_back_for_a_lease_instead_of_spinning
 async fn a_delete_that_lands_after_the_lease_is_reported_late() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "late", 3).await;
+    let url = common::create_queue_leased(&sqs, "late", 3).await;
     send_keys(&sqs, &url, 1).await;
     let proxy = Arc::new(Proxy::start(server.port).await);
     let stop = CancellationToken::new();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::Client;
 use common::proxy::{Fault, Proxy};
-use common::{create_queue, Running, Server, POSTGRES_URL};
+use common::{Running, Server, POSTGRES_URL};
 
 /// A scenario's directory: the commands' log and their locks.
 struct Scene {
@@ -97,20 +97,6 @@ async fn send(sqs: &Client, url: &str, body: &str) -> String {
         .unwrap()
 }
 
-async fn queue_with_lease(sqs: &Client, name: &str, lease_s: u32) -> String {
-    let url = create_queue(sqs, name).await;
-    sqs.set_queue_attributes()
-        .queue_url(&url)
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
-            lease_s.to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
-    url
-}
-
 async fn until_deleted(sqs: &Client, url: &str, limit: Duration) {
     let deadline = Instant::now() + limit;
     while common::stored(sqs, url).await > 0 {
@@ -174,7 +160,7 @@ fn alive_after_sigterm(scene: &Scene) -> f64 {
 async fn a_command_that_ignores_sigterm_is_killed_before_its_stalled_lease_can_end() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue_with_lease(&sqs, "stalled", 6).await;
+    let url = common::create_queue_leased(&sqs, "stalled", 6).await;
     let id = send(&sqs, &url, "job").await;
     let proxy = Proxy::start(server.port).await;
     let scene = Scene::new();
@@ -201,7 +187,7 @@ async fn a_command_that_ignores_sigterm_is_killed_before_its_stalled_lease_can_e
 async fn shutdown_gives_a_message_back_only_once_its_command_is_gone() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue_with_lease(&sqs, "drained", 6).await;
+    let url = common::create_queue_leased(&sqs, "drained", 6).await;
     let id = send(&sqs, &url, "job").await;
     let scene = Scene::new();
     let flags = ["--lease", "6", "--grace", "1", "--kill-grace", "2"];
@@ -225,7 +211,7 @@ async fn shutdown_gives_a_message_back_only_once_its_command_is_gone() {
 async fn postgres_a_worker_killed_outright_takes_its_commands_with_it() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue_with_lease(&sqs, "killed-outright", 3).await;
+    let url = common::create_queue_leased(&sqs, "killed-outright", 3).await;
     let id = send(&sqs, &url, "job").await;
     let scene = Scene::new();
     let flags = [
@@ -272,7 +258,7 @@ async fn postgres_a_worker_killed_outright_takes_its_commands_with_it() {
 async fn a_command_that_forks_and_exits_leaves_nothing_running() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue_with_lease(&sqs, "forks", 6).await;
+    let url = common::create_queue_leased(&sqs, "forks", 6).await;
     let id = send(&sqs, &url, "job").await;
     let scene = Scene::new();
     let worker = Running::new(scene.worker(

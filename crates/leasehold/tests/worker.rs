@@ -19,20 +19,6 @@ use serde_json::Value;
 
 type Executions = Arc<Mutex<HashMap<String, u32>>>;
 
-async fn queue(sqs: &Client, name: &str, lease_s: u32) -> String {
-    sqs.create_queue()
-        .queue_name(name)
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
-            lease_s.to_string(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap()
-}
-
 async fn leases(server: &Server, queue: &str) -> Value {
     reqwest::get(format!(
         "{}/_leasehold/queues/{queue}/leases",
@@ -90,7 +76,7 @@ async fn the_seeds_race_a_naive_consumer_processes_twice_and_the_runtime_once() 
     let work = Duration::from_secs(3);
 
     // Naive: receive, work past the 2 s lease, delete at the end. Two consumers.
-    let naive_url = queue(&sqs, "naive", 2).await;
+    let naive_url = common::create_queue_leased(&sqs, "naive", 2).await;
     sqs.send_message()
         .queue_url(&naive_url)
         .message_body("order-1")
@@ -144,7 +130,7 @@ async fn the_seeds_race_a_naive_consumer_processes_twice_and_the_runtime_once() 
     );
 
     // The runtime: the same work, the same lease, two workers.
-    let url = queue(&sqs, "runtime", 2).await;
+    let url = common::create_queue_leased(&sqs, "runtime", 2).await;
     sqs.send_message()
         .queue_url(&url)
         .message_body("order-1")
@@ -179,7 +165,7 @@ async fn the_seeds_race_a_naive_consumer_processes_twice_and_the_runtime_once() 
 async fn a_handler_that_outlives_a_lost_lease_is_cancelled() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "lost", 2).await;
+    let url = common::create_queue_leased(&sqs, "lost", 2).await;
     sqs.send_message()
         .queue_url(&url)
         .message_body("long")
@@ -237,7 +223,7 @@ async fn a_handler_that_outlives_a_lost_lease_is_cancelled() {
 async fn gate_skips_duplicates(store_url: &str, queue_name: &str) {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, queue_name, 3).await;
+    let url = common::create_queue_leased(&sqs, queue_name, 3).await;
     let key = format!("invoice-{:016x}", rand::random::<u64>());
     // The same unit of work delivered twice, as a producer retry would.
     for copy in ["first", "second"] {
@@ -312,7 +298,7 @@ async fn redis_gate_runs_a_duplicated_job_once() {
 async fn shutdown_under_load_loses_nothing_and_strands_nothing_past_one_lease() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "drain", 3).await;
+    let url = common::create_queue_leased(&sqs, "drain", 3).await;
     for i in 0..40 {
         sqs.send_message()
             .queue_url(&url)
@@ -383,7 +369,7 @@ async fn shutdown_under_load_loses_nothing_and_strands_nothing_past_one_lease() 
 async fn postgres_a_worker_killed_mid_message_runs_the_work_once_more_at_most_once() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "killed", 2).await;
+    let url = common::create_queue_leased(&sqs, "killed", 2).await;
     sqs.send_message()
         .queue_url(&url)
         .message_body("job")
@@ -446,8 +432,8 @@ async fn postgres_a_worker_killed_mid_message_runs_the_work_once_more_at_most_on
 async fn postgres_redrive_moves_only_work_not_recorded_as_done() {
     let server = Server::start(&[]);
     let sqs = server.client();
-    let dlq = queue(&sqs, "redrive-dlq", 30).await;
-    let source = queue(&sqs, "redrive-source", 30).await;
+    let dlq = common::create_queue_leased(&sqs, "redrive-dlq", 30).await;
+    let source = common::create_queue_leased(&sqs, "redrive-source", 30).await;
     sqs.set_queue_attributes()
         .queue_url(&source)
         .attributes(
@@ -575,7 +561,7 @@ async fn the_processing_histogram_measures_the_run() {
     let _local = metrics::set_default_local_recorder(&recorder);
     let server = Server::start(&[]);
     let sqs = server.client();
-    let url = queue(&sqs, "timed", 10).await;
+    let url = common::create_queue_leased(&sqs, "timed", 10).await;
     sqs.send_message()
         .queue_url(&url)
         .message_body("timed")

@@ -194,6 +194,21 @@ pub async fn create_queue(sqs: &Client, name: &str) -> String {
         .unwrap()
 }
 
+/// Creates a queue whose visibility timeout is `lease_s` and returns its URL.
+pub async fn create_queue_leased(sqs: &Client, name: &str, lease_s: u32) -> String {
+    sqs.create_queue()
+        .queue_name(name)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            lease_s.to_string(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
 /// The URL of an existing queue.
 pub async fn queue_url(sqs: &Client, name: &str) -> String {
     sqs.get_queue_url()

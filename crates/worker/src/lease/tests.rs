@@ -36,6 +36,16 @@ struct FakeServer {
 }
 
 impl FakeServer {
+    /// A message leased at `start` for `lease`, shared with the `Scripted` renewals of it.
+    fn leased(start: Instant, lease: Duration) -> Arc<StdMutex<FakeServer>> {
+        Arc::new(StdMutex::new(FakeServer {
+            start,
+            hidden_until: start + lease,
+            first_visible: None,
+            calls: 0,
+        }))
+    }
+
     fn apply(&mut self, now: Instant, seconds: i32) {
         if now >= self.hidden_until && self.first_visible.is_none() {
             self.first_visible = Some(self.hidden_until);
@@ -112,12 +122,7 @@ async fn keep(
     script: impl Fn(usize, Duration) -> Call + Send + Sync + 'static,
 ) -> (Option<(Loss, Duration)>, Arc<Counters>, Option<Duration>) {
     let start = Instant::now();
-    let server = Arc::new(StdMutex::new(FakeServer {
-        start,
-        hidden_until: start + timing.lease,
-        first_visible: None,
-        calls: 0,
-    }));
+    let server = FakeServer::leased(start, timing.lease);
     let counters = Arc::new(Counters::default());
     let lease = Arc::new(Scripted {
         server: server.clone(),
@@ -223,12 +228,7 @@ async fn the_ceiling_stops_the_run_before_twelve_hours_from_the_receive() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_keeper_renews_nothing_more() {
     let start = Instant::now();
-    let server = Arc::new(StdMutex::new(FakeServer {
-        start,
-        hidden_until: start + Duration::from_secs(3),
-        first_visible: None,
-        calls: 0,
-    }));
+    let server = FakeServer::leased(start, Duration::from_secs(3));
     let lease = Arc::new(Scripted {
         server: server.clone(),
         script: Box::new(|_, _| quick()),
@@ -278,12 +278,7 @@ async fn keep_claim(
     extend: impl Fn(usize) -> Option<bool> + Send + Sync + 'static,
 ) -> (Loss, Duration) {
     let start = Instant::now();
-    let server = Arc::new(StdMutex::new(FakeServer {
-        start,
-        hidden_until: start + Duration::from_secs(3),
-        first_visible: None,
-        calls: 0,
-    }));
+    let server = FakeServer::leased(start, Duration::from_secs(3));
     let lease = Arc::new(Scripted {
         server,
         script: Box::new(|_, _| quick()),
