@@ -250,7 +250,6 @@ async fn run_command(
     commands: Arc<Commands>,
     m: Message,
 ) -> Result<(), leasehold_worker::HandlerError> {
-    let guardian_fd = commands.guardian.fd();
     let mut command = tokio::process::Command::new(&commands.command[0]);
     command
         .args(&commands.command[1..])
@@ -264,32 +263,57 @@ async fn run_command(
         .stdin(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    register_with_guardian(&mut command, guardian_fd);
+    register_with_guardian(&mut command, commands.guardian.fd());
     let mut child = command.spawn()?;
     let Some(pid) = child.id() else {
         return Err("the command exited before it could be watched".into());
     };
-    let group = ProcessGroup(pid);
-    let outcome = async {
-        if let Some(mut stdin) = child.stdin.take() {
-            // A command that does not read its input must not fail the message.
-            let _ = stdin.write_all(m.body.as_bytes()).await;
+    // Dropped in reverse: the group is killed (unless seen empty), then forgotten by the
+    // guardian, however this future ends (returned, or dropped by the runtime).
+    let _registered = Registered {
+        guardian: &commands.guardian,
+        group: pid,
+    };
+    let mut group = ProcessGroup::new(pid);
+    // Fed apart, so a command that does not read its input can still be stopped.
+    let feeding = child.stdin.take().map(|mut stdin| {
+        let body = m.body.clone();
+        // A command that does not read its input must not fail the message.
+        tokio::spawn(async move { stdin.write_all(body.as_bytes()).await })
+    });
+    let _stop_feeding = feeding.map(|task| task.abort_handle()).map(AbortOnDrop);
+    tokio::select! {
+        status = child.wait() => {
+            let status = status?;
+            group.finish(&mut child).await;
+            if status.success() { Ok(()) } else { Err(format!("command exited with {status}").into()) }
         }
-        tokio::select! {
-            status = child.wait() => {
-                let status = status?;
-                group.finish(&mut child).await;
-                if status.success() { Ok(()) } else { Err(format!("command exited with {status}").into()) }
-            }
-            _ = m.cancel.cancelled() => {
-                group.stop(&mut child, commands.kill_grace).await;
-                Err("the run had to stop (lease or claim could end, or the worker stopped): command and its children killed".into())
-            }
+        _ = m.cancel.cancelled() => {
+            group.stop(&mut child, commands.kill_grace).await;
+            Err("the run had to stop (lease or claim could end, or the worker stopped): command and its children killed".into())
         }
     }
-    .await;
-    commands.guardian.forget(pid).await;
-    outcome
+}
+
+/// A command's group, registered with the guardian until this is dropped.
+struct Registered<'a> {
+    guardian: &'a Guardian,
+    group: u32,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.guardian.forget(self.group);
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The forked child writes its pid (its group's id) to the guardian before it execs.
@@ -320,8 +344,13 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
     let mut builder = Worker::builder(client, args.queue_url.clone())
         .concurrency(args.concurrency as usize)
         .lease(lease)
-        // The command's group is stopped within the kill grace and emptied right after.
-        .stop_grace(kill_grace + crate::group::KILL_WAIT)
+        // The command's group is stopped within the kill grace and emptied right after; the
+        // runtime drops the run only once all of that had time.
+        .stop_grace(
+            kill_grace
+                .saturating_add(crate::group::KILL_WAIT)
+                .saturating_add(Duration::from_millis(150)),
+        )
         .backoff(Backoff {
             base: Duration::from_secs(args.backoff),
             cap: Duration::from_secs(args.max_backoff),

@@ -3,10 +3,10 @@
 //! their messages go to another worker.
 //!
 //! Each command registers its process group with the guardian itself, from the forked child
-//! before it execs (`+PGID` on a pipe; a write of a few bytes to a pipe is atomic), so no
-//! command ever runs unregistered; the worker writes `-PGID` once that group is empty. When the
-//! pipe closes (the worker is gone, however it went), the guardian kills every group still
-//! registered and exits. It is in a process group of its own and ignores the terminal's and a
+//! before it execs (`+PGID` on a socket, one small send), so no command ever runs
+//! unregistered; the worker sends `-PGID` once that group is empty (or killed past saving).
+//! When the socket closes (the worker is gone, however it went), the guardian kills every
+//! group still registered and exits. It is in a process group of its own and ignores the terminal's and a
 //! supervisor's stop signals, so only the worker's end ends it.
 
 use std::collections::HashSet;
@@ -17,9 +17,9 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::io::AsyncWriteExt;
-use tokio::process::ChildStdin;
-use tokio::sync::Mutex;
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -27,10 +27,11 @@ use tokio_util::sync::CancellationToken;
 pub const SUBCOMMAND: &str = "guard";
 
 pub struct Guardian {
-    pipe: Mutex<Option<ChildStdin>>,
+    /// The worker's end of the guardian's socket (its stdin).
+    socket: Mutex<Option<UnixStream>>,
     fd: RawFd,
     /// Waits for the guardian's exit.
-    exit: Mutex<Option<JoinHandle<()>>>,
+    exit: tokio::sync::Mutex<Option<JoinHandle<()>>>,
     finishing: Arc<AtomicBool>,
     died: Arc<AtomicBool>,
 }
@@ -40,15 +41,17 @@ impl Guardian {
     /// cancelled: the worker drains rather than run commands nothing could stop.
     pub fn start(shutdown: CancellationToken) -> anyhow::Result<Arc<Guardian>> {
         let exe = std::env::current_exe()?;
+        // A socket rather than a pipe: a send can say MSG_NOSIGNAL, so a guardian that is gone
+        // is an error to the sender, never a SIGPIPE (std resets SIGPIPE in a forked child).
+        let (ours, theirs) = UnixStream::pair()?;
         let mut child = tokio::process::Command::new(exe)
             .arg(SUBCOMMAND)
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .process_group(0)
             .spawn()
             .map_err(|e| anyhow::anyhow!("cannot start the guardian of the commands: {e}"))?;
-        let pipe = child.stdin.take().expect("stdin was piped");
-        let fd = pipe.as_raw_fd();
+        let fd = ours.as_raw_fd();
         let finishing = Arc::new(AtomicBool::new(false));
         let died = Arc::new(AtomicBool::new(false));
         let exit = tokio::spawn({
@@ -66,32 +69,33 @@ impl Guardian {
             }
         });
         Ok(Arc::new(Guardian {
-            pipe: Mutex::new(Some(pipe)),
+            socket: Mutex::new(Some(ours)),
             fd,
-            exit: Mutex::new(Some(exit)),
+            exit: tokio::sync::Mutex::new(Some(exit)),
             finishing,
             died,
         }))
     }
 
-    /// The pipe's descriptor, for a forked command to register its group on (it is closed on
-    /// exec, so the command itself never holds it).
+    /// The socket's descriptor, for a forked command to register its group on (it is closed
+    /// on exec, so the command itself never holds it).
     pub fn fd(&self) -> RawFd {
         self.fd
     }
 
-    /// The group is empty: the guardian forgets it.
-    pub async fn forget(&self, group: u32) {
-        if let Some(pipe) = self.pipe.lock().await.as_mut() {
-            let _ = pipe.write_all(format!("-{group}\n").as_bytes()).await;
+    /// The group is empty, or killed past saving: the guardian forgets it. Never blocks.
+    pub fn forget(&self, group: u32) {
+        let socket = self.socket.lock().unwrap_or_else(|p| p.into_inner());
+        if socket.is_some() {
+            let _ = send_line(self.fd, b'-', group);
         }
     }
 
-    /// The worker is done: the guardian's pipe closes, it exits, and is waited for. An error
-    /// if it had died while the worker ran.
+    /// The worker is done: the guardian's socket closes, it exits, and is waited for. An
+    /// error if it had died while the worker ran.
     pub async fn finish(&self) -> anyhow::Result<()> {
         self.finishing.store(true, Ordering::Release);
-        self.pipe.lock().await.take();
+        self.socket.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(exit) = self.exit.lock().await.take() {
             let _ = exit.await;
         }
@@ -102,17 +106,14 @@ impl Guardian {
     }
 }
 
-/// Writes `+PID\n` to `fd` without allocating: called in a forked child before exec, where
-/// only async-signal-safe calls belong.
+/// Sends `{sign}{pid}\n` on `fd` without allocating and without waiting or raising SIGPIPE:
+/// safe in a forked child before exec, where only async-signal-safe calls belong.
 #[allow(unsafe_code)]
-pub fn register_self(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: getpid and write are async-signal-safe; the buffer lives on this stack frame.
-    let pid = unsafe { libc::getpid() };
-    let mut buffer = [0u8; 24];
-    let mut end = buffer.len();
-    buffer[end - 1] = b'\n';
-    end -= 1;
-    let mut n = pid as u32;
+fn send_line(fd: RawFd, sign: u8, pid: u32) -> std::io::Result<()> {
+    let mut buffer = [0u8; 16];
+    let mut end = buffer.len() - 1;
+    buffer[end] = b'\n';
+    let mut n = pid;
     loop {
         end -= 1;
         buffer[end] = b'0' + (n % 10) as u8;
@@ -122,17 +123,26 @@ pub fn register_self(fd: RawFd) -> std::io::Result<()> {
         }
     }
     end -= 1;
-    buffer[end] = b'+';
+    buffer[end] = sign;
     let line = &buffer[end..];
-    // SAFETY: writes `line` (valid for its length) to a descriptor this process holds.
-    let written = unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
-    if written == line.len() as isize {
+    let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+    // SAFETY: sends `line` (valid for its length) on a descriptor this process holds.
+    let sent = unsafe { libc::send(fd, line.as_ptr().cast(), line.len(), flags) };
+    if sent == line.len() as isize {
         Ok(())
     } else {
-        Err(std::io::Error::other(
-            "the guardian of the commands is gone: not starting a command it could not stop",
-        ))
+        // From the raw code: nothing allocated.
+        Err(std::io::Error::from_raw_os_error(libc::EPIPE))
     }
+}
+
+/// Registers the calling process (a forked child, before exec: its pid is its group's id)
+/// with the guardian; an error stops the command from starting.
+#[allow(unsafe_code)]
+pub fn register_self(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: getpid is async-signal-safe and touches no memory of ours.
+    let pid = unsafe { libc::getpid() };
+    send_line(fd, b'+', pid as u32)
 }
 
 /// The guardian itself: reads registrations until its pipe closes, then kills every group

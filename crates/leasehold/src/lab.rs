@@ -60,7 +60,7 @@ impl Server {
             .kill_on_drop(true)
             .spawn()
             .context("cannot start the server")?;
-        let group = ProcessGroup(child.id().unwrap_or(0));
+        let group = ProcessGroup::new(child.id().unwrap_or(0));
         let endpoint = format!("http://127.0.0.1:{port}");
         let server = Server {
             child,

@@ -48,7 +48,7 @@ impl Timing {
         Timing {
             lease,
             period,
-            margin: stop_budget + slack(lease),
+            margin: stop_budget.saturating_add(slack(lease)),
             max_total: crate::MAX_TOTAL_LEASE,
         }
     }
@@ -56,7 +56,8 @@ impl Timing {
     /// Time left between a renewal falling due and the run having to stop: what one
     /// renewal has to get through. Zero means the settings leave a renewal no chance.
     pub fn room(&self) -> Duration {
-        self.lease.saturating_sub(self.period + self.margin)
+        self.lease
+            .saturating_sub(self.period.saturating_add(self.margin))
     }
 
     /// A failed renewal is tried again this soon (while time is left).
@@ -66,7 +67,7 @@ impl Timing {
 }
 
 /// Why a keeper gave up: the run must stop now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Loss {
     /// The server said the handle no longer holds the message (deleted, or expired on FIFO).
     Refused,
@@ -137,6 +138,27 @@ struct State {
     /// The claim and the last confirmed end of it, while it is renewed.
     claim: Option<ClaimRenewal>,
     loss: Option<Loss>,
+}
+
+/// A stopped keeper's last word.
+#[derive(Clone, Copy, Debug)]
+pub struct Stopped {
+    /// The last confirmed end of the lease.
+    pub until: Instant,
+    /// Why the run had to stop, if it had to: the message may be someone else's now.
+    pub loss: Option<Loss>,
+}
+
+impl Stopped {
+    /// Until when the caller may still change the message (delete excepted, which counts
+    /// late instead): the lease's confirmed end less the slack for the call to land; None
+    /// after a loss, when the message is not to be touched at all.
+    pub fn touch_before(&self, timing: &Timing) -> Option<Instant> {
+        match self.loss {
+            Some(_) => None,
+            None => self.until.checked_sub(slack(timing.lease)),
+        }
+    }
 }
 
 pub struct LeaseKeeper {
@@ -220,13 +242,17 @@ impl LeaseKeeper {
     }
 
     /// Stops renewing and waits until no renewal is under way: after this, nothing changes
-    /// the message's visibility but the caller. Returns the last confirmed end of the lease.
-    pub async fn stop(mut self) -> Instant {
+    /// the message's visibility but the caller. Returns what the caller may still do.
+    pub async fn stop(mut self) -> Stopped {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        self.lease_until()
+        let state = self.state();
+        Stopped {
+            until: state.lease_until,
+            loss: state.loss,
+        }
     }
 }
 

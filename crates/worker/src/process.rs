@@ -61,35 +61,52 @@ impl Received {
     }
 }
 
-async fn change_visibility(inner: &Inner, handle: &str, seconds: i32) {
-    let result = inner
+/// Changes the message's visibility, only while the lease is ours: the call is not made, or is
+/// cut off, at `before` (the lease's confirmed end less slack; None after a loss). A change that
+/// landed after the lease ended would reach a message another consumer holds now (SQS accepts an
+/// old handle's change on a standard queue) and hand it to a third.
+async fn change_visibility(inner: &Inner, handle: &str, seconds: i32, before: Option<Instant>) {
+    let Some(before) = before.filter(|&b| Instant::now() < b) else {
+        tracing::warn!("not changing the message's visibility: its lease may be over");
+        return;
+    };
+    let change = inner
         .client
         .change_message_visibility()
         .queue_url(&inner.queue_url)
         .receipt_handle(handle)
         .visibility_timeout(seconds)
-        .send()
-        .await;
-    if let Err(error) = result {
-        tracing::warn!(error = ?error, "could not change the message's visibility");
+        .send();
+    match tokio::time::timeout_at(before, change).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(error = ?error, "could not change the message's visibility")
+        }
+        Err(_) => tracing::warn!("gave up changing the message's visibility: its lease is ending"),
     }
 }
 
 /// Gives a message back at once, on shutdown.
-pub(crate) async fn release(inner: &Inner, handle: &str) {
+pub(crate) async fn release(inner: &Inner, handle: &str, before: Option<Instant>) {
     inner
         .counters
         .released_on_shutdown
         .fetch_add(1, Ordering::Relaxed);
-    change_visibility(inner, handle, 0).await;
+    change_visibility(inner, handle, 0, before).await;
 }
 
 /// Puts a message back for `delay`, never past the 12-hour ceiling.
-async fn put_back(inner: &Inner, handle: &str, delay: Duration, received_at: Instant) {
+async fn put_back(
+    inner: &Inner,
+    handle: &str,
+    delay: Duration,
+    received_at: Instant,
+    before: Option<Instant>,
+) {
     let room = MAX_TOTAL_LEASE
         .saturating_sub(received_at.elapsed())
         .saturating_sub(Duration::from_secs(1));
-    change_visibility(inner, handle, whole_seconds(delay.min(room))).await;
+    change_visibility(inner, handle, whole_seconds(delay.min(room)), before).await;
 }
 
 /// The backoff before a failed message comes back.
@@ -143,8 +160,8 @@ pub(crate) async fn process(
             // An earlier message of its group did not succeed: this one must not overtake
             // it. Given back at once; the group's order is the queue's again.
             Some(false) => {
-                keeper.stop().await;
-                change_visibility(&inner, &handle, 0).await;
+                let before = keeper.stop().await.touch_before(&inner.timing);
+                change_visibility(&inner, &handle, 0, before).await;
                 return;
             }
             // Its lease could not be kept while it waited: someone else may own it now.
@@ -175,8 +192,11 @@ async fn gate(inner: &Inner, keeper: &LeaseKeeper, key: &str) -> Option<Gate> {
     let sent = Instant::now();
     // The claim outlives the lease it was taken under by `extra`, as every renewal keeps it.
     let ttl = keeper.lease_until().saturating_duration_since(sent) + extra;
+    let limit = store_call_limit(inner) * 2;
     let begin = tokio::select! {
-        begin = store.begin(key, ttl) => begin,
+        begin = tokio::time::timeout(limit, store.begin(key, ttl)) => begin.unwrap_or_else(|_| {
+            Err(crate::IdempotencyError::Unavailable(format!("no answer within {limit:?}")))
+        }),
         _ = keeper.lost.cancelled() => return Some(Gate::Lost),
     };
     Some(match begin {
@@ -211,7 +231,13 @@ struct Ran {
 async fn run(inner: &Inner, keeper: &LeaseKeeper, message: Message) -> Ran {
     let cancel = message.cancel.clone();
     let started = Instant::now();
-    let mut run = Box::pin(AssertUnwindSafe((inner.handler)(message)).catch_unwind());
+    // A handler that panics making its future, or polling it, has failed.
+    let made = std::panic::catch_unwind(AssertUnwindSafe(|| (inner.handler)(message)));
+    let work: crate::runtime::BoxFuture = match made {
+        Ok(work) => work,
+        Err(panic) => Box::pin(async move { std::panic::resume_unwind(panic) }),
+    };
+    let mut run = Box::pin(AssertUnwindSafe(work).catch_unwind());
     let within_grace = |run| tokio::time::timeout(inner.stop_grace, run);
     let result = tokio::select! {
         result = &mut run => Some(result),
@@ -260,8 +286,11 @@ async fn run_message(
             // A duplicate of finished work: delete it without running.
             counters.duplicates_skipped.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("leasehold_worker_duplicates_skipped_total").increment(1);
-            let until = keeper.stop().await;
-            return delete(inner, deleter, handle, until).await;
+            let stopped = keeper.stop().await;
+            if stopped.loss.is_some() {
+                return false;
+            }
+            return delete(inner, deleter, handle, stopped.until).await;
         }
         Some(Gate::Busy) => {
             // Another worker is on it and may still crash: keep the message, try again once
@@ -270,16 +299,16 @@ async fn run_message(
             counters
                 .put_back_in_progress
                 .fetch_add(1, Ordering::Relaxed);
-            keeper.stop().await;
-            put_back(inner, handle, inner.timing.lease, received_at).await;
+            let before = keeper.stop().await.touch_before(&inner.timing);
+            put_back(inner, handle, inner.timing.lease, received_at, before).await;
             return false;
         }
         Some(Gate::Unavailable(error)) => {
             tracing::warn!(%error, "idempotency store unavailable; not running unguarded");
             counters.failed.fetch_add(1, Ordering::Relaxed);
-            keeper.stop().await;
+            let before = keeper.stop().await.touch_before(&inner.timing);
             let delay = retry_delay(inner, receive_count);
-            put_back(inner, handle, delay, received_at).await;
+            put_back(inner, handle, delay, received_at, before).await;
             return false;
         }
         Some(Gate::Lost) => return false,
@@ -300,8 +329,11 @@ async fn run_message(
                     return false;
                 }
             }
-            let until = keeper.stop().await;
-            delete(inner, deleter, handle, until).await
+            let stopped = keeper.stop().await;
+            if stopped.loss.is_some() {
+                return false;
+            }
+            delete(inner, deleter, handle, stopped.until).await
         }
         Ran {
             result: Some(Ok(())),
@@ -328,9 +360,9 @@ async fn run_message(
             if let Some((store, claim)) = &claim {
                 let _ = tokio::time::timeout(limit, store.release(&key, claim)).await;
             }
-            keeper.stop().await;
+            let before = keeper.stop().await.touch_before(&inner.timing);
             if stopped {
-                release(inner, handle).await;
+                release(inner, handle, before).await;
             } else {
                 let error = result.map_or_else(
                     || "dropped".into(),
@@ -339,13 +371,8 @@ async fn run_message(
                 tracing::info!(%error, receive_count, "handler failed; backing off");
                 counters.failed.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("leasehold_worker_retries_total").increment(1);
-                put_back(
-                    inner,
-                    handle,
-                    retry_delay(inner, receive_count),
-                    received_at,
-                )
-                .await;
+                let delay = retry_delay(inner, receive_count);
+                put_back(inner, handle, delay, received_at, before).await;
             }
             false
         }

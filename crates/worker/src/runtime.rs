@@ -32,7 +32,7 @@ use crate::stats::{Counters, WorkerStats};
 pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "leasehold-idempotency-key";
 
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
-type BoxFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
+pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
 pub(crate) type Handler = Arc<dyn Fn(Message) -> BoxFuture + Send + Sync>;
 pub(crate) type KeyFn = Arc<dyn Fn(&Message) -> String + Send + Sync>;
 
@@ -205,8 +205,11 @@ impl Worker {
                     continue;
                 };
                 if self.shutdown.is_cancelled() {
-                    // Received as shutdown began: give it straight back.
-                    release(inner, &received.handle).await;
+                    // Received as shutdown began: give it straight back, while its lease is
+                    // surely ours.
+                    let before = (received_at + inner.timing.lease)
+                        .checked_sub(crate::lease::slack(inner.timing.lease));
+                    release(inner, &received.handle, before).await;
                     continue;
                 }
                 let turn = inner

@@ -62,6 +62,9 @@ impl PostgresStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(super::CONNECT_TIMEOUT);
         }
+        // A connection given up for a fresh one may sit on a stalled socket: the kernel ends it
+        // once its unacknowledged data has waited this long.
+        config.tcp_user_timeout(Duration::from_secs(10));
         let store = PostgresStore {
             config,
             current: StdMutex::new(None),
@@ -96,7 +99,18 @@ impl PostgresStore {
         if let Some(client) = self.open_client() {
             return Ok(client);
         }
-        let (client, connection) = self.config.connect(NoTls).await.map_err(unavailable)?;
+        // The whole opening is bounded, not only its TCP connect: a server that accepts and
+        // then says nothing must not hold every call behind it.
+        let opening = tokio::time::timeout(super::CONNECT_TIMEOUT, self.config.connect(NoTls));
+        let (client, connection) = opening
+            .await
+            .map_err(|_| {
+                IdempotencyError::Unavailable(format!(
+                    "postgres: no answer within {} s",
+                    super::CONNECT_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(unavailable)?;
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::warn!(%error, "postgres connection closed");
