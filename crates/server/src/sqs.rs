@@ -102,6 +102,9 @@ async fn answer(
     }
     let body = read_body(body, http).await?;
     let account = authenticate(state, method, uri, headers, &body)?;
+    // Only a presigned URL whose signature was checked may change state by GET: in open mode
+    // dummy `X-Amz-*` parameters prove nothing.
+    let signed_link = account.is_some() && http.is_presigned();
     let (mut ctx, request) = http.parse(&body)?;
     ctx.account = account;
     seen.action = Some(request.action());
@@ -110,7 +113,7 @@ async fn answer(
             .queue_url()
             .map(|url| url.rsplit('/').next().unwrap_or(url).to_string());
     }
-    if !http.is_post && !request.is_read_only() && !http.is_presigned() {
+    if !http.is_post && !request.is_read_only() && !signed_link {
         return Err(ProtocolError::AccessDenied(format!(
             "{} changes state and cannot be sent by an unsigned GET; send it by POST, or presign the URL.",
             request.action()

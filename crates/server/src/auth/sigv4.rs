@@ -269,6 +269,7 @@ pub fn verify(
             "'Host' must be a 'SignedHeader' in the AWS Authorization.",
         ));
     }
+    check_bound(arrived, claim)?;
     let bodies = match claim.expires {
         // A presigned URL's signer cannot know the body: AWS's convention is UNSIGNED-PAYLOAD,
         // some signers hash the (empty) body instead.
@@ -285,6 +286,35 @@ pub fn verify(
         }
     }
     Err(mismatch(MISMATCH))
+}
+
+/// Headers AWS's SDKs leave out of a presigned URL's signature on purpose; they change nothing.
+const UNSIGNED_ALLOWED: [&str; 2] = ["x-amz-user-agent", "x-amz-checksum-mode"];
+
+/// What is executed must be what was signed: every `x-amz-*` header sent (the action's
+/// `X-Amz-Target` above all) is among the signed ones, and a presigned URL carries its whole
+/// request in its signed query, so no body is taken with it (its signature does not cover one).
+fn check_bound(arrived: &Arrived<'_>, claim: &Claim) -> Result<()> {
+    let mut unsigned: Vec<&str> = arrived
+        .headers
+        .keys()
+        .map(|name| name.as_str())
+        .filter(|name| name.starts_with("x-amz-") && !UNSIGNED_ALLOWED.contains(name))
+        .filter(|name| !claim.signed_headers.iter().any(|h| h == name))
+        .collect();
+    unsigned.dedup();
+    if !unsigned.is_empty() {
+        return Err(ProtocolError::AccessDenied(format!(
+            "There were headers present in the request which were not signed: {}",
+            unsigned.join(", ")
+        )));
+    }
+    if claim.expires.is_some() && !arrived.body.is_empty() {
+        return Err(ProtocolError::AccessDenied(
+            "A presigned URL carries its whole request in its signed query; a request body is not accepted with it.".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn check_time(claim: &Claim, now: SystemTime) -> Result<()> {

@@ -17,8 +17,8 @@ use leasehold_server::ServerConfig;
 
 use crate::harness::{code, TestServer};
 
-const ALICE: (&str, &str, &str) = ("AKIDALICE", "alice-secret", "111111111111");
-const BOB: (&str, &str, &str) = ("AKIDBOB", "bob-secret", "222222222222");
+pub(crate) const ALICE: (&str, &str, &str) = ("AKIDALICE", "alice-secret", "111111111111");
+pub(crate) const BOB: (&str, &str, &str) = ("AKIDBOB", "bob-secret", "222222222222");
 const ADMIN_TOKEN: &str = "admin-token-for-tests";
 
 /// A call refused as AWS refuses a queue the caller may not see: it does not exist.
@@ -33,7 +33,7 @@ fn assert_no_queue<
 }
 
 /// Creates queue `name` as `client`'s account and answers its URL.
-async fn create(client: &aws_sdk_sqs::Client, name: &str) -> String {
+pub(crate) async fn create(client: &aws_sdk_sqs::Client, name: &str) -> String {
     client
         .create_queue()
         .queue_name(name)
@@ -44,7 +44,7 @@ async fn create(client: &aws_sdk_sqs::Client, name: &str) -> String {
         .unwrap()
 }
 
-async fn signed_server() -> TestServer {
+pub(crate) async fn signed_server() -> TestServer {
     let credentials = Credentials::new(
         [ALICE, BOB]
             .iter()
@@ -259,7 +259,7 @@ async fn add_permission_lets_another_account_do_exactly_the_actions_it_names() {
 }
 
 /// Alice's signing parameters at `time`, with these settings.
-fn alices_params(
+pub(crate) fn alices_params(
     identity: &Identity,
     time: SystemTime,
     settings: SigningSettings,
@@ -275,7 +275,7 @@ fn alices_params(
         .into()
 }
 
-fn alice() -> Identity {
+pub(crate) fn alice() -> Identity {
     AwsCredentials::new(ALICE.0, ALICE.1, None, None, "t").into()
 }
 
@@ -373,7 +373,7 @@ async fn an_old_signature_or_a_tampered_body_is_refused_and_changes_nothing() {
 }
 
 /// A presigned GET URL for a query-protocol action, valid for `expires`, signed at `time`.
-fn presign(base: &str, query: &str, time: SystemTime, expires: Duration) -> String {
+pub(crate) fn presign(base: &str, query: &str, time: SystemTime, expires: Duration) -> String {
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;
     settings.expires_in = Some(expires);

@@ -10,6 +10,7 @@ mod durability;
 mod errors;
 mod fifo;
 mod fuzz;
+mod grants;
 mod hardening;
 mod honest_leases;
 mod leases;

@@ -12,12 +12,33 @@ async fn get(s: &TestServer, path_and_query: &str) -> (u16, String) {
 /// The parameters of a SigV4 presigned URL (what `aws sqs` tools and SDK presigners add).
 const PRESIGNED: &str = "&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=test%2F20261203%2Fus-east-1%2Fsqs%2Faws4_request&X-Amz-Date=20261203T000000Z&X-Amz-Expires=300&X-Amz-SignedHeaders=host&X-Amz-Signature=00";
 
+async fn post(s: &TestServer, path: &str, form: &str) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{}{path}", s.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form.to_string())
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// Query requests in XML, to `/` or to the queue URL; a GET that looks presigned reads, but in
+/// open mode (where no signature is checked) changes nothing: its parameters prove nothing.
 #[tokio::test]
-async fn a_presigned_get_is_served_as_older_tools_send_it() {
+async fn query_requests_are_served_in_xml_and_an_unchecked_presigned_get_only_reads() {
     let s = TestServer::start().await;
     let (status, body) = get(
         &s,
         &format!("/?Action=CreateQueue&QueueName=legacy&Version=2012-11-05{PRESIGNED}"),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("<Code>AccessDenied</Code>"), "{body}");
+    let (status, body) = post(
+        &s,
+        "/",
+        "Action=CreateQueue&QueueName=legacy&Version=2012-11-05",
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -29,16 +50,28 @@ async fn a_presigned_get_is_served_as_older_tools_send_it() {
         s.base
     )));
     // Addressed to the queue URL: the path names the queue.
-    let (status, body) = get(
+    let (status, body) = post(
         &s,
-        &format!("/000000000000/legacy?Action=SendMessage&MessageBody=hi%20there{PRESIGNED}"),
+        "/000000000000/legacy",
+        "Action=SendMessage&MessageBody=hi%20there",
     )
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("<MD5OfMessageBody>"));
-    let (_, body) = get(
+    let (status, body) = get(
         &s,
-        &format!("/000000000000/legacy?Action=ReceiveMessage&AttributeName.1=All{PRESIGNED}"),
+        &format!("/000000000000/legacy?Action=GetQueueAttributes&AttributeName.1=All{PRESIGNED}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("<Name>ApproximateNumberOfMessages</Name><Value>1</Value>"),
+        "{body}"
+    );
+    let (_, body) = post(
+        &s,
+        "/000000000000/legacy",
+        "Action=ReceiveMessage&AttributeName.1=All",
     )
     .await;
     assert!(body.contains("<Body>hi there</Body>"), "{body}");
