@@ -13,6 +13,7 @@ use crate::request::Request;
 /// Refuses a request about another account's queue unless that queue's policy allows it,
 /// with the error the action gives for a queue that does not exist.
 pub(crate) async fn check(backend: &dyn Backend, ctx: &Context, request: &Request) -> Result<()> {
+    refuse_a_foreign_destination(backend, ctx, request)?;
     let Some((key, refusal)) = foreign_queue(backend, ctx, request) else {
         return Ok(());
     };
@@ -40,6 +41,28 @@ pub(crate) async fn check(backend: &dyn Backend, ctx: &Context, request: &Reques
     } else {
         Err(refusal.into())
     }
+}
+
+/// A move task writes only into its caller's own queues: another account's destination is
+/// answered as one that does not exist, whether it exists or not, so it tells nothing.
+fn refuse_a_foreign_destination(
+    backend: &dyn Backend,
+    ctx: &Context,
+    request: &Request,
+) -> Result<()> {
+    let Request::StartMessageMoveTask(input) = request else {
+        return Ok(());
+    };
+    let naming = backend.naming();
+    let foreign = input
+        .destination_arn
+        .as_deref()
+        .and_then(|arn| naming.key_of_arn(arn))
+        .is_some_and(|key| naming.key_account(&key) != ctx.account(backend));
+    if foreign {
+        return Err(EngineError::resource_not_found("DestinationArn").into());
+    }
+    Ok(())
 }
 
 /// The key of the queue of another account the request is about, if it is about one (its
@@ -80,11 +103,72 @@ fn foreign_queue(
     (naming.key_account(&key) != ctx.account(backend)).then_some((key, refusal))
 }
 
-/// Whether a queue policy allows `account` the SQS `action` on the queue `arn`: an `Allow`
-/// statement naming the account (or everyone), the action (or a wildcard) and the queue, and
-/// no `Deny` statement doing the same. A statement with conditions is not evaluated and
-/// allows nothing.
+/// The actions AWS never grants across accounts, whatever a queue's policy says.
+pub const OWNER_ONLY: [&str; 12] = [
+    "AddPermission",
+    "CancelMessageMoveTask",
+    "CreateQueue",
+    "DeleteQueue",
+    "ListMessageMoveTasks",
+    "ListQueues",
+    "ListQueueTags",
+    "RemovePermission",
+    "SetQueueAttributes",
+    "StartMessageMoveTask",
+    "TagQueue",
+    "UntagQueue",
+];
+
+/// The policy action a request needs: a batch is allowed by its single action, as on AWS.
+fn policy_action(action: &str) -> &str {
+    action.strip_suffix("Batch").unwrap_or(action)
+}
+
+/// Whether a part of a statement applies: surely, surely not, or perhaps (a condition the
+/// server cannot evaluate, a principal narrower than an account). Perhaps counts as applying
+/// for a Deny and as not applying for an Allow: a policy never fails open.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Applies {
+    Yes,
+    No,
+    Perhaps,
+}
+
+impl Applies {
+    fn and(self, other: Applies) -> Applies {
+        match (self, other) {
+            (Applies::No, _) | (_, Applies::No) => Applies::No,
+            (Applies::Yes, Applies::Yes) => Applies::Yes,
+            _ => Applies::Perhaps,
+        }
+    }
+
+    fn of(yes: bool) -> Applies {
+        if yes {
+            Applies::Yes
+        } else {
+            Applies::No
+        }
+    }
+
+    /// A `NotX` element: what the `X` element would not match.
+    fn not(self) -> Applies {
+        match self {
+            Applies::Yes => Applies::No,
+            Applies::No => Applies::Yes,
+            Applies::Perhaps => Applies::Perhaps,
+        }
+    }
+}
+
+/// Whether a queue policy allows `account` the SQS `action` on the queue `arn`, evaluated as
+/// AWS evaluates it: an owner-only action never; else an explicit Deny that may apply wins;
+/// else an Allow that surely applies allows. Actions, resources and principals may be lists,
+/// wildcards (`sqs:Delete*`) or their `Not` forms.
 pub fn allows(policy: &str, account: &str, action: &str, arn: &str) -> bool {
+    if OWNER_ONLY.contains(&action) {
+        return false;
+    }
     let Ok(document) = serde_json::from_str::<Value>(policy) else {
         return false;
     };
@@ -93,28 +177,92 @@ pub fn allows(policy: &str, account: &str, action: &str, arn: &str) -> bool {
         one @ Value::Object(_) => vec![one],
         _ => return false,
     };
-    let applies = |statement: &&Value| {
-        statement.get("Condition").is_none()
-            && names_principal(&statement["Principal"], account)
-            && any_matches(&statement["Action"], |a| action_matches(a, action))
-            && any_matches(&statement["Resource"], |r| r == "*" || r == arn)
+    let action = policy_action(action);
+    let applies = |statement: &Value| {
+        let condition = if statement.get("Condition").is_some() {
+            Applies::Perhaps
+        } else {
+            Applies::Yes
+        };
+        condition
+            .and(principal_applies(statement, account))
+            .and(element_applies(statement, "Action", |p| {
+                action_matches(p, action)
+            }))
+            .and(element_applies(statement, "Resource", |p| {
+                glob(p, arn, false)
+            }))
     };
-    let effect = |s: &&Value| s["Effect"].as_str().unwrap_or_default().to_string();
-    let applying: Vec<&Value> = statements.into_iter().filter(applies).collect();
-    applying.iter().any(|s| effect(s) == "Allow") && !applying.iter().any(|s| effect(s) == "Deny")
+    let effect = |s: &Value| s["Effect"].as_str().unwrap_or_default().to_string();
+    let denied = statements
+        .iter()
+        .any(|s| effect(s) == "Deny" && applies(s) != Applies::No);
+    !denied
+        && statements
+            .iter()
+            .any(|s| effect(s) == "Allow" && applies(s) == Applies::Yes)
 }
 
-fn names_principal(principal: &Value, account: &str) -> bool {
-    let root = format!("arn:aws:iam::{account}:root");
-    let names = |p: &str| p == "*" || p == account || p == root;
-    match principal {
-        Value::String(p) => p == "*",
-        Value::Object(map) => map.get("AWS").is_some_and(|aws| any_matches(aws, names)),
-        _ => false,
+/// `Action`/`NotAction` (or `Resource`/`NotResource`) of a statement against `matches`; a
+/// statement with neither applies to nothing.
+fn element_applies(statement: &Value, name: &str, matches: impl Fn(&str) -> bool) -> Applies {
+    if let Some(value) = statement.get(name) {
+        Applies::of(any_matches(value, &matches))
+    } else if let Some(value) = statement.get(format!("Not{name}")) {
+        Applies::of(any_matches(value, &matches)).not()
+    } else {
+        Applies::No
     }
 }
 
-/// Whether a policy's action (`SQS:SendMessage`, `sqs:*`, `*`) covers the action.
+fn principal_applies(statement: &Value, account: &str) -> Applies {
+    if let Some(principal) = statement.get("Principal") {
+        names_principal(principal, account)
+    } else if let Some(principal) = statement.get("NotPrincipal") {
+        names_principal(principal, account).not()
+    } else {
+        Applies::No
+    }
+}
+
+/// Whether a principal names the account: `*`, the account id, its root ARN; an IAM user or
+/// role of the account is perhaps the caller (a key here is its account's, no narrower).
+fn names_principal(principal: &Value, account: &str) -> Applies {
+    let root = format!("arn:aws:iam::{account}:root");
+    let inside = format!("arn:aws:iam::{account}:");
+    let one = |p: &str| {
+        if p == "*" || p == account || p == root {
+            Applies::Yes
+        } else if p.starts_with(&inside) {
+            Applies::Perhaps
+        } else {
+            Applies::No
+        }
+    };
+    let best = |all: Vec<Applies>| {
+        if all.contains(&Applies::Yes) {
+            Applies::Yes
+        } else if all.contains(&Applies::Perhaps) {
+            Applies::Perhaps
+        } else {
+            Applies::No
+        }
+    };
+    match principal {
+        Value::String(p) => Applies::of(p == "*"),
+        Value::Object(map) => match map.get("AWS") {
+            Some(Value::String(p)) => one(p),
+            Some(Value::Array(all)) => {
+                best(all.iter().filter_map(Value::as_str).map(one).collect())
+            }
+            _ => Applies::No,
+        },
+        _ => Applies::No,
+    }
+}
+
+/// Whether a policy's action (`SQS:SendMessage`, `sqs:Delete*`, `sqs:*`, `*`) covers the
+/// action; the service prefix and the name are matched without regard to case.
 fn action_matches(pattern: &str, action: &str) -> bool {
     if pattern == "*" {
         return true;
@@ -122,7 +270,39 @@ fn action_matches(pattern: &str, action: &str) -> bool {
     let Some((service, name)) = pattern.split_once(':') else {
         return false;
     };
-    service.eq_ignore_ascii_case("sqs") && (name == "*" || name.eq_ignore_ascii_case(action))
+    service.eq_ignore_ascii_case("sqs") && glob(name, action, true)
+}
+
+/// IAM's wildcards: `*` any run of characters, `?` any one.
+fn glob(pattern: &str, text: &str, ignore_case: bool) -> bool {
+    let fold = |c: char| {
+        if ignore_case {
+            c.to_ascii_lowercase()
+        } else {
+            c
+        }
+    };
+    let pattern: Vec<char> = pattern.chars().map(fold).collect();
+    let text: Vec<char> = text.chars().map(fold).collect();
+    // Classic two-pointer matching with backtracking to the last star.
+    let (mut p, mut t, mut star, mut mark) = (0, 0, None, 0);
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            star = Some(p);
+            mark = t;
+            p += 1;
+        } else if let Some(s) = star {
+            p = s + 1;
+            mark += 1;
+            t = mark;
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
 }
 
 /// A policy member that is one string or a list of them.
@@ -177,5 +357,85 @@ mod tests {
         ));
         assert!(!allows(&conditional, "111111111111", "SendMessage", ARN));
         assert!(!allows("not json", "111111111111", "SendMessage", ARN));
+    }
+
+    const BETA: &str = "222222222222";
+
+    #[test]
+    fn the_owners_actions_are_never_granted_to_another_account() {
+        let everything =
+            policy(r#"{"Effect":"Allow","Principal":"*","Action":"*","Resource":"*"}"#);
+        for action in super::OWNER_ONLY {
+            assert!(!allows(&everything, BETA, action, ARN), "{action}");
+        }
+        assert!(allows(&everything, BETA, "ReceiveMessage", ARN));
+        assert!(allows(&everything, BETA, "PurgeQueue", ARN));
+    }
+
+    #[test]
+    fn a_deny_denies_whatever_form_it_takes() {
+        let allow_all = r#"{"Effect":"Allow","Principal":{"AWS":"222222222222"},"Action":"sqs:*","Resource":"*"}"#;
+        let with = |deny: &str| policy(&format!("{allow_all},{deny}"));
+        // Wildcards in the action.
+        let p = with(
+            r#"{"Effect":"Deny","Principal":"*","Action":["sqs:Delete*","sqs:Purge*"],"Resource":"*"}"#,
+        );
+        assert!(!allows(&p, BETA, "PurgeQueue", ARN));
+        assert!(!allows(&p, BETA, "DeleteMessage", ARN));
+        assert!(
+            !allows(&p, BETA, "DeleteMessageBatch", ARN),
+            "a batch is its action"
+        );
+        assert!(allows(&p, BETA, "SendMessage", ARN));
+        // A condition the server cannot evaluate: the Deny holds.
+        let p = with(
+            r#"{"Effect":"Deny","Principal":"*","Action":"sqs:PurgeQueue","Resource":"*","Condition":{"IpAddress":{"aws:SourceIp":"10.0.0.0/8"}}}"#,
+        );
+        assert!(!allows(&p, BETA, "PurgeQueue", ARN));
+        // NotAction: everything but receiving is denied.
+        let p = with(
+            r#"{"Effect":"Deny","Principal":"*","NotAction":"sqs:ReceiveMessage","Resource":"*"}"#,
+        );
+        assert!(allows(&p, BETA, "ReceiveMessage", ARN));
+        assert!(!allows(&p, BETA, "SendMessage", ARN));
+        // NotPrincipal: everyone but another account is denied.
+        let p = with(
+            r#"{"Effect":"Deny","NotPrincipal":{"AWS":"333333333333"},"Action":"sqs:*","Resource":"*"}"#,
+        );
+        assert!(!allows(&p, BETA, "SendMessage", ARN));
+        // A user of the account is perhaps the caller: enough to deny, not to allow.
+        let p = with(
+            r#"{"Effect":"Deny","Principal":{"AWS":"arn:aws:iam::222222222222:user/ops"},"Action":"sqs:SendMessage","Resource":"*"}"#,
+        );
+        assert!(!allows(&p, BETA, "SendMessage", ARN));
+        let p = policy(
+            r#"{"Effect":"Allow","Principal":{"AWS":"arn:aws:iam::222222222222:user/ops"},"Action":"sqs:*","Resource":"*"}"#,
+        );
+        assert!(!allows(&p, BETA, "SendMessage", ARN));
+        // Wildcards in the resource.
+        let p = policy(
+            r#"{"Effect":"Allow","Principal":"*","Action":"sqs:SendMessage","Resource":"arn:aws:sqs:*:000000000000:q*"}"#,
+        );
+        assert!(allows(&p, BETA, "SendMessage", ARN));
+        assert!(allows(&p, BETA, "SendMessageBatch", ARN));
+        assert!(!allows(
+            &p,
+            BETA,
+            "SendMessage",
+            "arn:aws:sqs:us-east-1:000000000000:other"
+        ));
+    }
+
+    #[test]
+    fn iams_wildcards_match_as_globs() {
+        use super::glob;
+        assert!(glob("Delete*", "DeleteMessageBatch", false));
+        assert!(glob("*Message", "SendMessage", false));
+        assert!(glob("S?nd*", "SendMessage", false));
+        assert!(!glob("Delete*", "PurgeQueue", false));
+        assert!(glob("delete*", "DeleteQueue", true));
+        assert!(!glob("delete*", "DeleteQueue", false));
+        assert!(glob("*", "", false));
+        assert!(!glob("a*b", "ac", false));
     }
 }

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_sqs::types::QueueAttributeName;
 use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
 
-use crate::auth::{alice, alices_params, create, presign, signed_server, ALICE};
-use crate::harness::TestServer;
+use crate::auth::{alice, alices_params, create, presign, signed_server, ALICE, BOB};
+use crate::harness::{code, TestServer};
 
 /// Alice's queue holding one message, and a URL she presigned for GetQueueAttributes on it.
 async fn a_queue_and_a_narrow_link(server: &TestServer) -> (String, String) {
@@ -139,5 +139,188 @@ async fn in_open_mode_dummy_signature_parameters_do_not_let_a_get_change_state()
     assert_eq!(response.status(), 403);
     let listed = server.sqs.list_queues().send().await.unwrap();
     assert!(listed.queue_urls().is_empty(), "no queue was made");
+    server.stop().await;
+}
+
+/// Whether `result` was refused, and with which code.
+fn refused<T, E: aws_sdk_sqs::error::ProvideErrorMetadata + std::fmt::Debug>(
+    result: Result<T, aws_sdk_sqs::error::SdkError<E, aws_smithy_runtime_api::http::Response>>,
+) -> String {
+    match result {
+        Ok(_) => "allowed".into(),
+        Err(error) => code(&error).to_string(),
+    }
+}
+
+#[tokio::test]
+async fn a_grant_of_everything_never_hands_over_the_owners_actions() {
+    let server = signed_server().await;
+    let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
+    let bob = server.client_as(BOB.0, BOB.1, "us-east-1");
+    let url = create(&alice, "shared").await;
+    alice
+        .add_permission()
+        .queue_url(&url)
+        .label("bob-everything")
+        .aws_account_ids(BOB.2)
+        .actions("*")
+        .send()
+        .await
+        .unwrap();
+    bob.send_message()
+        .queue_url(&url)
+        .message_body("granted")
+        .send()
+        .await
+        .unwrap();
+    let gone = "AWS.SimpleQueueService.NonExistentQueue";
+    let set = bob
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::VisibilityTimeout, "1")
+        .send()
+        .await;
+    assert_eq!(refused(set), gone);
+    let grant = bob
+        .add_permission()
+        .queue_url(&url)
+        .label("more")
+        .aws_account_ids("333333333333")
+        .actions("*")
+        .send()
+        .await;
+    assert_eq!(refused(grant), gone);
+    let tag = bob.tag_queue().queue_url(&url).tags("k", "v").send().await;
+    assert_eq!(refused(tag), gone);
+    assert_eq!(
+        refused(bob.list_queue_tags().queue_url(&url).send().await),
+        gone
+    );
+    assert_eq!(
+        refused(bob.delete_queue().queue_url(&url).send().await),
+        gone
+    );
+    // The queue is still alice's, as it was.
+    let attributes = alice
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::VisibilityTimeout)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        attributes.attributes().unwrap()[&QueueAttributeName::VisibilityTimeout],
+        "30"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_deny_in_a_queue_policy_denies() {
+    let server = signed_server().await;
+    let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
+    let bob = server.client_as(BOB.0, BOB.1, "us-east-1");
+    let url = create(&alice, "guarded").await;
+    let arn = "arn:aws:sqs:us-east-1:111111111111:guarded";
+    let policy = format!(
+        r#"{{"Version":"2012-10-17","Statement":[
+            {{"Effect":"Allow","Principal":{{"AWS":"{bob}"}},"Action":"sqs:*","Resource":"{arn}"}},
+            {{"Effect":"Deny","Principal":"*","Action":["sqs:Delete*","sqs:Purge*"],"Resource":"{arn}"}}]}}"#,
+        bob = BOB.2
+    );
+    alice
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::Policy, policy)
+        .send()
+        .await
+        .unwrap();
+    bob.send_message()
+        .queue_url(&url)
+        .message_body("kept")
+        .send()
+        .await
+        .unwrap();
+    let gone = "AWS.SimpleQueueService.NonExistentQueue";
+    assert_eq!(
+        refused(bob.purge_queue().queue_url(&url).send().await),
+        gone
+    );
+    let received = bob.receive_message().queue_url(&url).send().await.unwrap();
+    let handle = received.messages()[0].receipt_handle().unwrap();
+    let delete = bob
+        .delete_message()
+        .queue_url(&url)
+        .receipt_handle(handle)
+        .send()
+        .await;
+    assert_eq!(refused(delete), gone);
+    assert_eq!(
+        refused(bob.delete_queue().queue_url(&url).send().await),
+        gone
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_move_task_cannot_write_into_another_accounts_queue_nor_tell_it_exists() {
+    let server = signed_server().await;
+    let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
+    let bob = server.client_as(BOB.0, BOB.1, "us-east-1");
+    let target = create(&alice, "target").await;
+    // Bob's own dead-letter queue, holding a forged message.
+    let bob_dlq = create(&bob, "bob-dlq").await;
+    let bob_dlq_arn = format!("arn:aws:sqs:us-east-1:{}:bob-dlq", BOB.2);
+    let redrive = format!(r#"{{"deadLetterTargetArn":"{bob_dlq_arn}","maxReceiveCount":1}}"#);
+    bob.create_queue()
+        .queue_name("bob-source")
+        .attributes(QueueAttributeName::RedrivePolicy, redrive)
+        .send()
+        .await
+        .unwrap();
+    bob.send_message()
+        .queue_url(&bob_dlq)
+        .message_body("forged")
+        .send()
+        .await
+        .unwrap();
+    let into = |name: &str| format!("arn:aws:sqs:us-east-1:{}:{name}", ALICE.2);
+    let existing = bob
+        .start_message_move_task()
+        .source_arn(&bob_dlq_arn)
+        .destination_arn(into("target"))
+        .send()
+        .await;
+    let missing = bob
+        .start_message_move_task()
+        .source_arn(&bob_dlq_arn)
+        .destination_arn(into("no-such-queue"))
+        .send()
+        .await;
+    let (existing, missing) = (existing.unwrap_err(), missing.unwrap_err());
+    assert_eq!(code(&existing), "ResourceNotFoundException");
+    assert_eq!(
+        format!(
+            "{:?}",
+            existing.as_service_error().map(|e| e.meta().message())
+        ),
+        format!(
+            "{:?}",
+            missing.as_service_error().map(|e| e.meta().message())
+        ),
+        "the same answer whether alice's queue exists or not"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = alice
+        .receive_message()
+        .queue_url(&target)
+        .wait_time_seconds(0)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        got.messages().is_empty(),
+        "nothing was moved into alice's queue"
+    );
     server.stop().await;
 }
