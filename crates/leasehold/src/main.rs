@@ -196,11 +196,12 @@ struct ServeArgs {
     /// With credentials, the bearer token that opens /metrics and /_leasehold/* on --bind.
     #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// Also serve /metrics, /_leasehold/*, /health and /ready, without a token, here (keep it
-    /// on a private address).
+    /// Also serve /metrics, /_leasehold/*, /health and /ready, without a token, here: a
+    /// loopback address, or any other with --allow-anonymous.
     #[arg(long, env = "LEASEHOLD_ADMIN_BIND", value_parser = parse_bind)]
     admin_bind: Option<SocketAddr>,
-    /// Serve anyone who can reach a non-loopback --bind, without credentials.
+    /// Serve anyone who can reach a non-loopback --bind without credentials, or a non-loopback
+    /// --admin-bind (which never asks for a token).
     #[arg(long, env = "LEASEHOLD_ALLOW_ANONYMOUS")]
     allow_anonymous: bool,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
@@ -393,8 +394,21 @@ fn auth_of(args: &ServeArgs) -> anyhow::Result<Option<leasehold_server::auth::Au
     }))
 }
 
-/// An open server on an address others can reach is refused unless asked for by name.
+/// An open listener on an address others can reach is refused unless asked for by name: the
+/// SQS listener without credentials, and the admin listener (which takes no token, peeks at
+/// bodies and redrives) always.
 fn check_exposure(args: &ServeArgs, signed: bool) -> anyhow::Result<()> {
+    if let Some(admin) = args.admin_bind.filter(|a| !a.ip().is_loopback()) {
+        if !args.allow_anonymous {
+            return Err(consume::usage(format!(
+                "refusing to serve the admin routes on {admin} without a token: anyone who can reach it could read message bodies and redrive; keep --admin-bind on loopback, or give --allow-anonymous to serve it open"
+            )));
+        }
+        tracing::warn!(
+            admin_bind = %admin,
+            "serving the admin routes without a token on a non-loopback address (--allow-anonymous): anyone who can reach it can read message bodies and redrive"
+        );
+    }
     if signed || args.bind.ip().is_loopback() {
         return Ok(());
     }

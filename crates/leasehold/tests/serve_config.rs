@@ -212,6 +212,48 @@ fn an_open_server_refuses_a_non_loopback_bind_unless_allowed_by_name() {
 }
 
 #[test]
+fn a_non_loopback_admin_listener_is_refused_unless_allowed_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        "[tests]\naws_access_key_id = test\naws_secret_access_key = test\n",
+    )
+    .unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let serve = |extra: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .args(["serve", "--in-memory", "--credentials"])
+            .arg(&credentials)
+            .args(["--bind", &format!("127.0.0.1:{port}")])
+            .args(["--admin-bind", &format!("0.0.0.0:{admin_port}")])
+            .args(extra)
+            .stdout(Stdio::null());
+        command
+    };
+    let out = serve(&[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("admin routes") && stderr.contains("--allow-anonymous"),
+        "{stderr}"
+    );
+    let open = Running::new(
+        serve(&["--allow-anonymous"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_listening(admin_port);
+    let logs = open.terminate();
+    assert!(
+        logs.contains("WARN") && logs.contains("admin routes"),
+        "{logs}"
+    );
+}
+
+#[test]
 fn a_wrong_credentials_file_is_a_usage_error_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("credentials");
