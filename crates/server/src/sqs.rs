@@ -92,7 +92,7 @@ async fn answer(
     seen: &mut Seen,
 ) -> Result<(&'static str, Answer), ProtocolError> {
     refuse_browsers_of_other_sites(headers)?;
-    refuse_the_unsigned_early(state, headers, uri)?;
+    check_the_head_early(state, method, uri, headers)?;
     let slot = state.request_slot().ok_or_else(|| {
         ProtocolError::ServiceUnavailable("The server is busy; try again.".into())
     })?;
@@ -139,25 +139,25 @@ fn refuse_new_messages_when_short(state: &AppState, action: &str) -> Result<(), 
     }
 }
 
-/// With credentials configured, a request that carries no signature at all is refused before
-/// it takes a work slot or has its body read; one that carries a signature is checked after,
-/// since the signature covers the body.
-fn refuse_the_unsigned_early(
+/// With credentials configured, what the request's head can prove is checked before it takes
+/// a work slot or has its body read: a signature by a known key, dated in time. The signature
+/// itself covers the body, so it is checked after.
+fn check_the_head_early(
     state: &AppState,
-    headers: &HeaderMap,
+    method: &Method,
     uri: &Uri,
+    headers: &HeaderMap,
 ) -> Result<(), ProtocolError> {
-    if state.config.auth.is_none() || headers.contains_key(header::AUTHORIZATION) {
+    let Some(auth) = &state.config.auth else {
         return Ok(());
-    }
-    let presigned = uri
-        .query()
-        .is_some_and(|q| q.contains("X-Amz-Signature=") || q.contains("X-Amz-Credential="));
-    if presigned {
-        Ok(())
-    } else {
-        Err(ProtocolError::MissingAuthenticationToken)
-    }
+    };
+    let head = crate::auth::Arrived {
+        method: method.as_str(),
+        path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
+        headers,
+        body: &[],
+    };
+    auth.check_head(&head, std::time::SystemTime::now())
 }
 
 /// With credentials configured, the account of the request's valid signature (else AWS's

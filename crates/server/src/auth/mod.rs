@@ -34,6 +34,22 @@ impl Auth {
         arrived: &Arrived<'_>,
         now: SystemTime,
     ) -> Result<String, ProtocolError> {
+        let (claim, credential) = self.claimed(arrived)?;
+        sigv4::verify(arrived, &claim, &credential.secret_access_key, SERVICE, now)?;
+        sigv4::check_bound(arrived, &claim)?;
+        Ok(credential.account_id.clone())
+    }
+
+    /// What can be checked from the request's head alone, before it takes a work slot or has
+    /// its body read: a signature is there, by a known key, dated within the allowed skew
+    /// (or an unexpired presigned URL). A stranger's request costs no slot and no read.
+    pub fn check_head(&self, arrived: &Arrived<'_>, now: SystemTime) -> Result<(), ProtocolError> {
+        let (claim, _) = self.claimed(arrived)?;
+        sigv4::check_time(&claim, now)
+    }
+
+    /// The request's claim and the known credential it names.
+    fn claimed(&self, arrived: &Arrived<'_>) -> Result<(sigv4::Claim, &Credential), ProtocolError> {
         let claim = sigv4::claim(arrived)?;
         let credential = self
             .credentials
@@ -45,8 +61,7 @@ impl Auth {
         {
             return Err(ProtocolError::InvalidClientTokenId);
         }
-        sigv4::verify(arrived, &claim, &credential.secret_access_key, SERVICE, now)?;
-        Ok(credential.account_id.clone())
+        Ok((claim, credential))
     }
 
     /// Whether the request carries the admin token as `Authorization: Bearer TOKEN`.

@@ -45,6 +45,11 @@ pub(crate) async fn create(client: &aws_sdk_sqs::Client, name: &str) -> String {
 }
 
 pub(crate) async fn signed_server() -> TestServer {
+    signed_server_with(leasehold_server::Limits::default()).await
+}
+
+/// A server that checks Alice's and Bob's signatures, within `limits`.
+pub(crate) async fn signed_server_with(limits: leasehold_server::Limits) -> TestServer {
     let credentials = Credentials::new(
         [ALICE, BOB]
             .iter()
@@ -61,6 +66,7 @@ pub(crate) async fn signed_server() -> TestServer {
             credentials,
             admin_token: Some(ADMIN_TOKEN.into()),
         }),
+        limits,
         ..ServerConfig::default()
     })
     .await

@@ -6,7 +6,9 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_sqs::types::QueueAttributeName;
 use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
 
-use crate::auth::{alice, alices_params, create, presign, signed_server, ALICE, BOB};
+use crate::auth::{
+    alice, alices_params, create, presign, signed_server, signed_server_with, ALICE, BOB,
+};
 use crate::harness::{code, TestServer};
 
 /// Alice's queue holding one message, and a URL she presigned for GetQueueAttributes on it.
@@ -56,9 +58,10 @@ async fn a_presigned_url_cannot_be_replayed_as_another_action() {
     let ok = http.get(&link).send().await.unwrap();
     assert_eq!(ok.status(), 200, "the link does what it was signed for");
 
-    // The same link with the action in a header and the parameters in a JSON body.
+    // The same link, its method kept, with the action in a header and the parameters in a
+    // JSON body.
     let json = http
-        .post(&link)
+        .get(&link)
         .header("x-amz-target", "AmazonSQS.ReceiveMessage")
         .header("content-type", "application/x-amz-json-1.0")
         .body(format!(r#"{{"QueueUrl":"{url}"}}"#))
@@ -70,7 +73,7 @@ async fn a_presigned_url_cannot_be_replayed_as_another_action() {
     assert!(text.contains("AccessDenied"), "{text}");
     // The same link with the action in a form body.
     let form = http
-        .post(&link)
+        .get(&link)
         .header("content-type", "application/x-www-form-urlencoded")
         .body(format!(
             "Action=ReceiveMessage&QueueUrl={}",
@@ -322,5 +325,41 @@ async fn a_move_task_cannot_write_into_another_accounts_queue_nor_tell_it_exists
         got.messages().is_empty(),
         "nothing was moved into alice's queue"
     );
+    server.stop().await;
+}
+
+/// Sends a request head that promises a body and never sends it; the answer, if one comes
+/// within two seconds.
+async fn head_only(base: &str, authorization: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: {address}\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+         Content-Type: application/x-amz-json-1.0\r\nX-Amz-Date: 20261206T000000Z\r\n\
+         Authorization: {authorization}\r\nContent-Length: 1000\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut answer)).await;
+    read.ok()
+        .map(|n| String::from_utf8_lossy(&answer[..n.unwrap_or(0)]).to_string())
+}
+
+#[tokio::test]
+async fn a_stranger_takes_no_work_slot_and_has_no_body_read() {
+    // No work slot free at all: anything that took one would be shed with a 503.
+    let server = signed_server_with(leasehold_server::Limits {
+        requests_in_progress: 0,
+        ..leasehold_server::Limits::default()
+    })
+    .await;
+    let stranger = "AWS4-HMAC-SHA256 Credential=AKIDNOBODY/20261206/us-east-1/sqs/aws4_request, \
+                    SignedHeaders=host;x-amz-date, Signature=00";
+    let answer = head_only(&server.base, stranger)
+        .await
+        .expect("answered at once, without waiting for the body");
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("InvalidClientTokenId"), "{answer}");
     server.stop().await;
 }
