@@ -40,6 +40,10 @@ pub enum EngineError {
     BatchRequestTooLong(usize, usize),
     #[error("{0}")]
     ResourceNotFound(String),
+    /// A quota reached: AddPermission past the policy's size, CreateQueue past an account's
+    /// queues.
+    #[error("{0}")]
+    OverLimit(String),
 }
 
 impl EngineError {

@@ -3,6 +3,9 @@
 use crate::error::{EngineError, Result};
 use crate::redrive::{RedriveAllowPolicy, RedrivePolicy};
 
+/// The largest queue policy AWS takes, in bytes.
+pub const MAX_POLICY_BYTES: usize = 8_192;
+
 /// The longest a single receive's lease may run, in total, from that receive.
 pub const MAX_VISIBILITY_TIMEOUT_S: u32 = 43_200;
 pub const MAX_DELAY_S: u32 = 900;
@@ -190,6 +193,13 @@ impl QueueSettings {
                 self.policy = if value.is_empty() {
                     None
                 } else {
+                    // AWS's quota for a queue policy: 8,192 bytes.
+                    if value.len() > MAX_POLICY_BYTES {
+                        return Err(EngineError::InvalidAttributeValueReason(format!(
+                            "Invalid value for the parameter Policy. Reason: A queue policy can be at most {MAX_POLICY_BYTES} bytes; this one is {}.",
+                            value.len()
+                        )));
+                    }
                     serde_json::from_str::<serde_json::Value>(value)
                         .map_err(|_| EngineError::InvalidAttributeValue(name.to_string()))?;
                     Some(value.to_string())

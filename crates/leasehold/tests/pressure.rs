@@ -383,6 +383,17 @@ async fn on_a_full_disk_sends_wait_while_consumers_drain_and_resume_without_a_re
         .await
         .unwrap();
     assert_eq!(ready["sends"], "refused", "{ready}");
+    // What would grow the server's state otherwise is refused the same way.
+    let created = sqs.create_queue().queue_name("grows").send().await;
+    assert_eq!(
+        created.map_err(|e| code(&e)).err().as_deref(),
+        Some("RequestThrottled")
+    );
+    let tagged = sqs.tag_queue().queue_url(&url).tags("k", "v").send().await;
+    assert_eq!(
+        tagged.map_err(|e| code(&e)).err().as_deref(),
+        Some("RequestThrottled")
+    );
 
     // Consumers drain while sends are refused.
     let mut deleted = HashSet::new();

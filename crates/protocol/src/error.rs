@@ -139,6 +139,7 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
                 "com.amazonaws.sqs#ResourceNotFoundException",
                 "ResourceNotFoundException",
             ),
+            E::OverLimit(_) => sender(403, "com.amazonaws.sqs#OverLimit", "OverLimit"),
             E::MissingParameter(_) => sender(
                 400,
                 "com.amazonaws.sqs#MissingRequiredParameterException",

@@ -98,7 +98,7 @@ async fn answer(
     })?;
     // A JSON request names its action in a header: a send refused anyway is not read.
     if let Some(action) = http.target.and_then(|t| t.strip_prefix("AmazonSQS.")) {
-        refuse_new_messages_when_short(state, action)?;
+        refuse_growth_when_short(state, action)?;
     }
     let body = read_body(body, http).await?;
     let account = authenticate(state, method, uri, headers, &body)?;
@@ -122,15 +122,24 @@ async fn answer(
     let action = request.action();
     if http.target.is_none() {
         // A query request names its action in its body: checked now that it is read.
-        refuse_new_messages_when_short(state, action)?;
+        refuse_growth_when_short(state, action)?;
     }
     Ok((action, run(state, &ctx, request, slot).await?))
 }
 
-/// Short of memory or disk, new messages are refused with `RequestThrottled`, which the AWS
-/// SDKs retry with backoff; every other action goes on, so the backlog can drain.
-fn refuse_new_messages_when_short(state: &AppState, action: &str) -> Result<(), ProtocolError> {
-    if !matches!(action, "SendMessage" | "SendMessageBatch") {
+/// Short of memory or disk, what would grow the server's state (new messages, new queues,
+/// tags, attributes, permissions) is refused with `RequestThrottled`, which the AWS SDKs retry
+/// with backoff; every other action goes on, so the backlog can drain.
+fn refuse_growth_when_short(state: &AppState, action: &str) -> Result<(), ProtocolError> {
+    const GROWTH: [&str; 6] = [
+        "SendMessage",
+        "SendMessageBatch",
+        "CreateQueue",
+        "TagQueue",
+        "SetQueueAttributes",
+        "AddPermission",
+    ];
+    if !GROWTH.contains(&action) {
         return Ok(());
     }
     match state.refusing_sends() {

@@ -16,6 +16,8 @@ const QUEUE_NAME_COOLDOWN_MS: u64 = 60_000;
 /// PurgeQueue may run once per this period per queue.
 const PURGE_COOLDOWN_MS: u64 = 60_000;
 const MAX_TAGS: usize = 50;
+const MAX_TAG_KEY_CHARS: usize = 128;
+const MAX_TAG_VALUE_CHARS: usize = 256;
 
 /// Queue names: 1..80 of `[A-Za-z0-9_-]`, and a FIFO queue's ends in `.fifo`.
 pub fn validate_queue_name(name: &str) -> Result<()> {
@@ -35,11 +37,27 @@ pub fn validate_queue_name(name: &str) -> Result<()> {
     }
 }
 
-fn check_tags(name: &str, count: usize) -> Result<()> {
+/// AWS's quotas for a queue's tags: at most 50, keys of 1 to 128 characters, values of at
+/// most 256.
+fn check_tags(name: &str, tags: &[(String, String)], count: usize) -> Result<()> {
     if count > MAX_TAGS {
         return Err(EngineError::InvalidParameterValue(format!(
             "Too many tags added for queue {name}."
         )));
+    }
+    for (key, value) in tags {
+        let key_chars = key.chars().count();
+        if key_chars == 0 || key_chars > MAX_TAG_KEY_CHARS {
+            return Err(EngineError::InvalidParameterValue(format!(
+                "Tag keys must be 1 to {MAX_TAG_KEY_CHARS} characters long; one is {key_chars}."
+            )));
+        }
+        let value_chars = value.chars().count();
+        if value_chars > MAX_TAG_VALUE_CHARS {
+            return Err(EngineError::InvalidParameterValue(format!(
+                "Tag values can be at most {MAX_TAG_VALUE_CHARS} characters long; the one of {key} is {value_chars}."
+            )));
+        }
     }
     Ok(())
 }
@@ -123,7 +141,7 @@ impl Engine {
         if self.deleted_at.contains_key(name) {
             return Err(EngineError::QueueDeletedRecently);
         }
-        check_tags(name_of(name), tags.len())?;
+        check_tags(name_of(name), tags, tags.len())?;
         self.check_redrive(name, &settings)?;
         let mut queue = Queue::new(self.next_queue_id, settings, now, self.sealer.clone());
         self.next_queue_id += 1;
@@ -250,7 +268,7 @@ impl Engine {
         let (queue, _) = self.queue_mut(name)?;
         let mut next = queue.meta.tags.clone();
         next.extend(tags.iter().cloned());
-        check_tags(name_of(name), next.len())?;
+        check_tags(name_of(name), tags, next.len())?;
         queue.meta.tags = next;
         Ok(())
     }
@@ -330,7 +348,14 @@ impl Engine {
             "Action": one_or_many(actions.iter().map(|a| format!("SQS:{a}")).collect()),
             "Resource": arn,
         }));
-        queue.meta.settings.policy = Some(policy.to_string());
+        let policy = policy.to_string();
+        if policy.len() > crate::settings::MAX_POLICY_BYTES {
+            return Err(EngineError::OverLimit(format!(
+                "The queue's policy would grow past {} bytes.",
+                crate::settings::MAX_POLICY_BYTES
+            )));
+        }
+        queue.meta.settings.policy = Some(policy);
         Ok(())
     }
 

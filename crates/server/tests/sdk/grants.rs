@@ -363,3 +363,59 @@ async fn a_stranger_takes_no_work_slot_and_has_no_body_read() {
     assert!(answer.contains("InvalidClientTokenId"), "{answer}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn tags_and_policies_are_held_to_awss_sizes() {
+    let server = signed_server().await;
+    let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
+    let url = create(&alice, "sized").await;
+    let huge = "v".repeat(100_000);
+    let tagged = alice
+        .tag_queue()
+        .queue_url(&url)
+        .tags("k", &huge)
+        .send()
+        .await;
+    assert_eq!(refused(tagged), "InvalidParameterValue");
+    let long_key = alice
+        .tag_queue()
+        .queue_url(&url)
+        .tags("k".repeat(129), "v")
+        .send()
+        .await;
+    assert_eq!(refused(long_key), "InvalidParameterValue");
+    let fits = alice
+        .tag_queue()
+        .queue_url(&url)
+        .tags("k".repeat(128), "v".repeat(256))
+        .send()
+        .await;
+    assert_eq!(refused(fits), "allowed");
+    let padding = "x".repeat(9_000);
+    let policy = format!(r#"{{"Version":"2012-10-17","Id":"{padding}","Statement":[]}}"#);
+    let set = alice
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::Policy, policy)
+        .send()
+        .await;
+    assert_eq!(refused(set), "InvalidAttributeValue");
+    // AddPermission, one label after another, stops where the policy would outgrow its size.
+    let mut last = String::new();
+    for n in 0..200 {
+        let added = alice
+            .add_permission()
+            .queue_url(&url)
+            .label(format!("label-{n:03}-{}", "l".repeat(60)))
+            .aws_account_ids(BOB.2)
+            .actions("SendMessage")
+            .send()
+            .await;
+        last = refused(added);
+        if last != "allowed" {
+            break;
+        }
+    }
+    assert_eq!(last, "OverLimit");
+    server.stop().await;
+}
