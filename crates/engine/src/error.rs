@@ -40,8 +40,7 @@ pub enum EngineError {
     BatchRequestTooLong(usize, usize),
     #[error("{0}")]
     ResourceNotFound(String),
-    /// A quota reached: AddPermission past the policy's size, CreateQueue past an account's
-    /// queues.
+    /// A quota reached: AddPermission past the policy's size.
     #[error("{0}")]
     OverLimit(String),
 }

@@ -101,12 +101,12 @@ async fn answer(
         refuse_growth_when_short(state, action)?;
     }
     let body = read_body(body, http).await?;
-    let account = authenticate(state, method, uri, headers, &body)?;
-    // Only a presigned URL whose signature was checked may change state by GET: in open mode
-    // dummy `X-Amz-*` parameters prove nothing.
-    let signed_link = account.is_some() && http.is_presigned();
+    let verified = authenticate(state, method, uri, headers, &body)?;
+    // Only a presigned URL whose signature was checked may change state by GET: in open mode,
+    // or beside a signed header, `X-Amz-*` parameters prove nothing.
+    let signed_link = verified.as_ref().is_some_and(|v| v.presigned);
     let (mut ctx, request) = http.parse(&body)?;
-    ctx.account = account;
+    ctx.account = verified.map(|v| v.account);
     seen.action = Some(request.action());
     if tracing::enabled!(tracing::Level::DEBUG) {
         seen.queue = request
@@ -169,15 +169,15 @@ fn check_the_head_early(
     auth.check_head(&head, std::time::SystemTime::now())
 }
 
-/// With credentials configured, the account of the request's valid signature (else AWS's
-/// error); without, None: the server's own account.
+/// With credentials configured, who signed the request and how (else AWS's error); without,
+/// None: the server's own account.
 fn authenticate(
     state: &AppState,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<Option<String>, ProtocolError> {
+) -> Result<Option<crate::auth::Verified>, ProtocolError> {
     let Some(auth) = &state.config.auth else {
         return Ok(None);
     };

@@ -193,25 +193,47 @@ pub fn allows(policy: &str, account: &str, action: &str, arn: &str) -> bool {
                 glob(p, arn, false)
             }))
     };
-    let effect = |s: &Value| s["Effect"].as_str().unwrap_or_default().to_string();
+    // Only `"Effect": "Allow"` exactly allows; any other effect (a `"deny"`, a typo) is read
+    // as a Deny, so a statement the server cannot read never opens anything.
+    let allow = |s: &Value| s["Effect"].as_str() == Some("Allow");
     let denied = statements
         .iter()
-        .any(|s| effect(s) == "Deny" && applies(s) != Applies::No);
+        .any(|s| !allow(s) && applies(s) != Applies::No);
     !denied
         && statements
             .iter()
-            .any(|s| effect(s) == "Allow" && applies(s) == Applies::Yes)
+            .any(|s| allow(s) && applies(s) == Applies::Yes)
 }
 
 /// `Action`/`NotAction` (or `Resource`/`NotResource`) of a statement against `matches`; a
-/// statement with neither applies to nothing.
+/// statement with neither, or with a member that is not text, perhaps applies (it denies,
+/// never allows).
 fn element_applies(statement: &Value, name: &str, matches: impl Fn(&str) -> bool) -> Applies {
     if let Some(value) = statement.get(name) {
-        Applies::of(any_matches(value, &matches))
+        member_applies(value, &matches)
     } else if let Some(value) = statement.get(format!("Not{name}")) {
-        Applies::of(any_matches(value, &matches)).not()
+        member_applies(value, &matches).not()
     } else {
-        Applies::No
+        Applies::Perhaps
+    }
+}
+
+/// A member that is one string or a list of strings; anything else perhaps applies.
+fn member_applies(value: &Value, matches: impl Fn(&str) -> bool) -> Applies {
+    match value {
+        Value::String(_) | Value::Array(_) if readable(value) => {
+            Applies::of(any_matches(value, matches))
+        }
+        _ => Applies::Perhaps,
+    }
+}
+
+/// Whether a member is one string or a list of nothing but strings.
+fn readable(value: &Value) -> bool {
+    match value {
+        Value::String(_) => true,
+        Value::Array(all) => all.iter().all(Value::is_string),
+        _ => false,
     }
 }
 
@@ -221,19 +243,22 @@ fn principal_applies(statement: &Value, account: &str) -> Applies {
     } else if let Some(principal) = statement.get("NotPrincipal") {
         names_principal(principal, account).not()
     } else {
-        Applies::No
+        Applies::Perhaps
     }
 }
 
-/// Whether a principal names the account: `*`, the account id, its root ARN; an IAM user or
-/// role of the account is perhaps the caller (a key here is its account's, no narrower).
+/// Whether a principal names the account: `*`, the account id, its root ARN. Anything of the
+/// account's narrower than the account (an IAM user or role, an STS session, another
+/// partition's ARN) is perhaps the caller (a key here is its account's, no narrower), and so
+/// is a principal of a form this server does not read (`CanonicalUser`, a number); a
+/// `Service` principal is never an account's key.
 fn names_principal(principal: &Value, account: &str) -> Applies {
     let root = format!("arn:aws:iam::{account}:root");
-    let inside = format!("arn:aws:iam::{account}:");
+    let inside = format!("::{account}:");
     let one = |p: &str| {
         if p == "*" || p == account || p == root {
             Applies::Yes
-        } else if p.starts_with(&inside) {
+        } else if p.starts_with("arn:") && p.contains(&inside) {
             Applies::Perhaps
         } else {
             Applies::No
@@ -248,16 +273,37 @@ fn names_principal(principal: &Value, account: &str) -> Applies {
             Applies::No
         }
     };
+    // A form AWS would not take (an account as a number, or as the whole Principal) is read
+    // only far enough to deny.
+    let at_most_perhaps = |applies: Applies| {
+        if applies == Applies::No {
+            Applies::No
+        } else {
+            Applies::Perhaps
+        }
+    };
+    let text = |value: &Value| match value {
+        Value::String(p) => one(p),
+        Value::Number(n) => at_most_perhaps(one(&n.to_string())),
+        _ => Applies::Perhaps,
+    };
+    let member = |value: &Value| match value {
+        Value::Array(all) => best(all.iter().map(text).collect()),
+        one_value => text(one_value),
+    };
     match principal {
-        Value::String(p) => Applies::of(p == "*"),
-        Value::Object(map) => match map.get("AWS") {
-            Some(Value::String(p)) => one(p),
-            Some(Value::Array(all)) => {
-                best(all.iter().filter_map(Value::as_str).map(one).collect())
-            }
-            _ => Applies::No,
-        },
-        _ => Applies::No,
+        Value::String(p) if p == "*" => Applies::Yes,
+        Value::String(p) => at_most_perhaps(one(p)),
+        Value::Object(map) => best(
+            map.iter()
+                .map(|(kind, value)| match kind.as_str() {
+                    "AWS" => member(value),
+                    "Service" => Applies::No,
+                    _ => Applies::Perhaps,
+                })
+                .collect(),
+        ),
+        _ => Applies::Perhaps,
     }
 }
 
@@ -287,13 +333,13 @@ fn glob(pattern: &str, text: &str, ignore_case: bool) -> bool {
     // Classic two-pointer matching with backtracking to the last star.
     let (mut p, mut t, mut star, mut mark) = (0, 0, None, 0);
     while t < text.len() {
-        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
-            p += 1;
-            t += 1;
-        } else if p < pattern.len() && pattern[p] == '*' {
+        if p < pattern.len() && pattern[p] == '*' {
             star = Some(p);
             mark = t;
             p += 1;
+        } else if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
         } else if let Some(s) = star {
             p = s + 1;
             mark += 1;
@@ -437,5 +483,35 @@ mod tests {
         assert!(!glob("delete*", "DeleteQueue", false));
         assert!(glob("*", "", false));
         assert!(!glob("a*b", "ac", false));
+        assert!(glob("a*", "a*b", false), "a star in the text is only text");
+    }
+
+    #[test]
+    fn a_deny_the_server_cannot_read_still_denies() {
+        let allow_all = r#"{"Effect":"Allow","Principal":{"AWS":"222222222222"},"Action":"sqs:*","Resource":"*"}"#;
+        let with = |deny: &str| policy(&format!("{allow_all},{deny}"));
+        for deny in [
+            r#"{"Effect":"deny","Principal":"*","Action":"sqs:*","Resource":"*"}"#,
+            r#"{"Effect":"Deny","Principal":"*","Action":"sqs:*"}"#,
+            r#"{"Effect":"Deny","Action":"sqs:*","Resource":"*"}"#,
+            r#"{"Effect":"Deny","Principal":{"AWS":222222222222},"Action":"sqs:*","Resource":"*"}"#,
+            r#"{"Effect":"Deny","Principal":"222222222222","Action":"sqs:*","Resource":"*"}"#,
+            r#"{"Effect":"Deny","Principal":{"AWS":"arn:aws:sts::222222222222:assumed-role/r/s"},"Action":"sqs:*","Resource":"*"}"#,
+            r#"{"Effect":"Deny","Principal":{"CanonicalUser":"abc"},"Action":"sqs:*","Resource":"*"}"#,
+            r#"{"Effect":"Deny","Principal":"*","Action":7,"Resource":"*"}"#,
+        ] {
+            assert!(!allows(&with(deny), BETA, "SendMessage", ARN), "{deny}");
+        }
+        // The same forms never allow.
+        let p = policy(
+            r#"{"Effect":"Allow","Principal":{"CanonicalUser":"abc"},"Action":"sqs:*","Resource":"*"}"#,
+        );
+        assert!(!allows(&p, BETA, "SendMessage", ARN));
+        let p = policy(r#"{"Effect":"allow","Principal":"*","Action":"sqs:*","Resource":"*"}"#);
+        assert!(!allows(&p, BETA, "SendMessage", ARN));
+        let p = policy(
+            r#"{"Effect":"Allow","Principal":{"Service":"sns.amazonaws.com"},"Action":"sqs:*","Resource":"*"}"#,
+        );
+        assert!(!allows(&p, BETA, "SendMessage", ARN));
     }
 }

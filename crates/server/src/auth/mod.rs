@@ -18,6 +18,14 @@ pub use sigv4::Arrived;
 /// The service name SQS requests are signed for.
 const SERVICE: &str = "sqs";
 
+/// A request whose signature was checked: its account, and whether it was a presigned URL
+/// (its signature in the query) rather than a signed header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    pub account: String,
+    pub presigned: bool,
+}
+
 /// How requests are authenticated; `None` in `ServerConfig` is an open server.
 #[derive(Clone, Debug, Default)]
 pub struct Auth {
@@ -28,16 +36,19 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// The account of the credential that signed the request, or AWS's error for why not.
+    /// Who signed the request, and how, or AWS's error for why not.
     pub fn authenticate(
         &self,
         arrived: &Arrived<'_>,
         now: SystemTime,
-    ) -> Result<String, ProtocolError> {
+    ) -> Result<Verified, ProtocolError> {
         let (claim, credential) = self.claimed(arrived)?;
         sigv4::verify(arrived, &claim, &credential.secret_access_key, SERVICE, now)?;
         sigv4::check_bound(arrived, &claim)?;
-        Ok(credential.account_id.clone())
+        Ok(Verified {
+            account: credential.account_id.clone(),
+            presigned: claim.expires.is_some(),
+        })
     }
 
     /// What can be checked from the request's head alone, before it takes a work slot or has
@@ -45,7 +56,8 @@ impl Auth {
     /// (or an unexpired presigned URL). A stranger's request costs no slot and no read.
     pub fn check_head(&self, arrived: &Arrived<'_>, now: SystemTime) -> Result<(), ProtocolError> {
         let (claim, _) = self.claimed(arrived)?;
-        sigv4::check_time(&claim, now)
+        sigv4::check_time(&claim, now)?;
+        sigv4::check_bound_head(arrived, &claim)
     }
 
     /// The request's claim and the known credential it names.

@@ -295,12 +295,46 @@ const UNSIGNED_ALLOWED: [&str; 2] = ["x-amz-user-agent", "x-amz-checksum-mode"];
 /// `X-Amz-Target` above all) is among the signed ones, and a presigned URL carries its whole
 /// request in its signed query, so no body is taken with it (its signature does not cover one).
 pub fn check_bound(arrived: &Arrived<'_>, claim: &Claim) -> Result<()> {
+    check_bound_head(arrived, claim)?;
+    if claim.expires.is_some() && !arrived.body.is_empty() {
+        return Err(presigned_with_a_body());
+    }
+    Ok(())
+}
+
+fn presigned_with_a_body() -> ProtocolError {
+    ProtocolError::AccessDenied(
+        "A presigned URL carries its whole request in its signed query; a request body is not accepted with it.".into(),
+    )
+}
+
+/// The part of `check_bound` the head alone can tell: one way of signing, not two; every
+/// `x-amz-*` header signed; and a presigned URL that announces no body.
+pub fn check_bound_head(arrived: &Arrived<'_>, claim: &Claim) -> Result<()> {
+    let header = |name: &str| arrived.headers.contains_key(name);
+    let query = arrived
+        .path_and_query
+        .split_once('?')
+        .map_or("", |(_, q)| q);
+    let presign_params = form_urlencoded::parse(query.as_bytes())
+        .any(|(name, _)| name == "X-Amz-Signature" || name == "X-Amz-Credential");
+    if header("authorization") && presign_params {
+        return Err(ProtocolError::InvalidParameterValue(
+            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter or the Authorization header should be specified".into(),
+        ));
+    }
+    let signed = |name: &str| {
+        claim
+            .signed_headers
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
+    };
     let mut unsigned: Vec<&str> = arrived
         .headers
         .keys()
         .map(|name| name.as_str())
         .filter(|name| name.starts_with("x-amz-") && !UNSIGNED_ALLOWED.contains(name))
-        .filter(|name| !claim.signed_headers.iter().any(|h| h == name))
+        .filter(|name| !signed(name))
         .collect();
     unsigned.dedup();
     if !unsigned.is_empty() {
@@ -309,10 +343,14 @@ pub fn check_bound(arrived: &Arrived<'_>, claim: &Claim) -> Result<()> {
             unsigned.join(", ")
         )));
     }
-    if claim.expires.is_some() && !arrived.body.is_empty() {
-        return Err(ProtocolError::AccessDenied(
-            "A presigned URL carries its whole request in its signed query; a request body is not accepted with it.".into(),
-        ));
+    let announces_a_body = header("transfer-encoding")
+        || arrived
+            .headers
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|n| n.trim() != "0");
+    if claim.expires.is_some() && announces_a_body {
+        return Err(presigned_with_a_body());
     }
     Ok(())
 }

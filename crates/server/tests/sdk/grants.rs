@@ -419,3 +419,38 @@ async fn tags_and_policies_are_held_to_awss_sizes() {
     assert_eq!(last, "OverLimit");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_signed_header_beside_presigned_parameters_is_refused() {
+    let server = signed_server().await;
+    // A GET signed in its header, carrying presigned-looking parameters that would let it
+    // change state by GET if they counted.
+    let url = format!(
+        "{}/?Action=CreateQueue&QueueName=twice&Version=2012-11-05\
+         &X-Amz-Signature=x&X-Amz-Credential=x&X-Amz-Algorithm=AWS4-HMAC-SHA256",
+        server.base
+    );
+    let host = server.base.trim_start_matches("http://").to_string();
+    let identity = alice();
+    let params = alices_params(&identity, SystemTime::now(), SigningSettings::default());
+    let signable = SignableRequest::new(
+        "GET",
+        url.as_str(),
+        [("host", host.as_str())].into_iter(),
+        SignableBody::Bytes(b""),
+    )
+    .unwrap();
+    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
+    let mut request = reqwest::Client::new().get(&url);
+    for (name, value) in instructions.headers() {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 400);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("Only one auth mechanism allowed"), "{text}");
+    let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
+    let listed = alice.list_queues().send().await.unwrap();
+    assert!(listed.queue_urls().is_empty(), "no queue was made");
+    server.stop().await;
+}
