@@ -176,39 +176,38 @@ fn a_wrong_file_is_one_line_naming_the_key_and_its_line() {
     );
 }
 
-#[test]
-fn an_open_server_refuses_a_non_loopback_bind_unless_allowed_by_name() {
-    let port = free_port();
-    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["serve", "--in-memory", "--bind", &format!("0.0.0.0:{port}")])
-        .output()
-        .unwrap();
+/// `serve` (with `extra` flags) is refused at start, exit 2, in one line that says `says`
+/// and names --allow-anonymous; with --allow-anonymous it serves on `port`, and warns.
+fn refused_unless_allowed_by_name(serve: impl Fn(&[&str]) -> Command, port: u16, says: &str) {
+    let out = serve(&[]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("without credentials") && stderr.contains("--allow-anonymous"),
+        stderr.contains(says) && stderr.contains("--allow-anonymous"),
         "{stderr}"
     );
-
     let open = Running::new(
-        Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args([
-                "serve",
-                "--in-memory",
-                "--allow-anonymous",
-                "--bind",
-                &format!("0.0.0.0:{port}"),
-            ])
+        serve(&["--allow-anonymous"])
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
     wait_until_listening(port);
     let logs = open.terminate();
-    assert!(
-        logs.contains("WARN") && logs.contains("without credentials"),
-        "{logs}"
-    );
+    assert!(logs.contains("WARN") && logs.contains(says), "{logs}");
+}
+
+#[test]
+fn an_open_server_refuses_a_non_loopback_bind_unless_allowed_by_name() {
+    let port = free_port();
+    let serve = |extra: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .args(["serve", "--in-memory", "--bind", &format!("0.0.0.0:{port}")])
+            .args(extra);
+        command
+    };
+    refused_unless_allowed_by_name(serve, port, "without credentials");
 }
 
 #[test]
@@ -232,25 +231,7 @@ fn a_non_loopback_admin_listener_is_refused_unless_allowed_by_name() {
             .stdout(Stdio::null());
         command
     };
-    let out = serve(&[]).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("admin routes") && stderr.contains("--allow-anonymous"),
-        "{stderr}"
-    );
-    let open = Running::new(
-        serve(&["--allow-anonymous"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until_listening(admin_port);
-    let logs = open.terminate();
-    assert!(
-        logs.contains("WARN") && logs.contains("admin routes"),
-        "{logs}"
-    );
+    refused_unless_allowed_by_name(serve, admin_port, "admin routes");
 }
 
 #[test]

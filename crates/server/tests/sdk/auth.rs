@@ -285,6 +285,37 @@ pub(crate) fn alice() -> Identity {
     AwsCredentials::new(ALICE.0, ALICE.1, None, None, "t").into()
 }
 
+/// A request Alice signs in its header at `time` with `settings`: `method` to `url` with
+/// `headers` (`host` among them, signed but left to the client to send), over `signed_body`;
+/// the caller sets the body it actually sends.
+pub(crate) fn signed_by_alice(
+    (method, url): (&str, &str),
+    headers: &[(&str, &str)],
+    signed_body: &[u8],
+    time: SystemTime,
+    settings: SigningSettings,
+) -> reqwest::RequestBuilder {
+    let identity = alice();
+    let params = alices_params(&identity, time, settings);
+    let signable = SignableRequest::new(
+        method,
+        url,
+        headers.iter().copied(),
+        SignableBody::Bytes(signed_body),
+    )
+    .unwrap();
+    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = reqwest::Client::new().request(method, url);
+    for (name, value) in headers.iter().filter(|(n, _)| *n != "host") {
+        request = request.header(*name, *value);
+    }
+    for (name, value) in instructions.headers() {
+        request = request.header(name, value);
+    }
+    request
+}
+
 /// Signs a JSON 1.0 request to `base` as the SDK would, at `time`, over `signed_body`, and
 /// sends `sent_body`.
 async fn send_signed(
@@ -300,27 +331,15 @@ async fn send_signed(
         ("host", host.as_str()),
         ("x-amz-target", target),
     ];
-    let identity = alice();
-    let params = alices_params(&identity, time, SigningSettings::default());
     let url = format!("{base}/");
-    let signable = SignableRequest::new(
-        "POST",
-        url.as_str(),
-        headers.iter().copied(),
-        SignableBody::Bytes(signed_body.as_bytes()),
-    )
-    .unwrap();
-    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
-    let mut request = reqwest::Client::new()
-        .post(&url)
-        .body(sent_body.to_string());
-    for (name, value) in headers.iter().filter(|(n, _)| *n != "host") {
-        request = request.header(*name, *value);
-    }
-    for (name, value) in instructions.headers() {
-        request = request.header(name, value);
-    }
-    let response = request.send().await.unwrap();
+    let request = signed_by_alice(
+        ("POST", &url),
+        &headers,
+        signed_body.as_bytes(),
+        time,
+        SigningSettings::default(),
+    );
+    let response = request.body(sent_body.to_string()).send().await.unwrap();
     let status = response.status().as_u16();
     let code = response
         .headers()

@@ -4,10 +4,10 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+use aws_sigv4::http_request::SigningSettings;
 
 use crate::auth::{
-    alice, alices_params, create, presign, signed_server, signed_server_with, ALICE, BOB,
+    create, presign, signed_by_alice, signed_server, signed_server_with, ALICE, BOB,
 };
 use crate::harness::{code, TestServer};
 
@@ -99,29 +99,20 @@ async fn a_header_signature_must_cover_the_action_it_names() {
     let mut excluded = settings.excluded_headers.take().unwrap_or_default();
     excluded.push("x-amz-target".into());
     settings.excluded_headers = Some(excluded);
-    let identity = alice();
-    let params = alices_params(&identity, SystemTime::now(), settings);
     let endpoint = format!("{}/", server.base);
     let headers = [
         ("content-type", "application/x-amz-json-1.0"),
         ("host", host.as_str()),
         ("x-amz-target", "AmazonSQS.PurgeQueue"),
     ];
-    let signable = SignableRequest::new(
-        "POST",
-        endpoint.as_str(),
-        headers.iter().copied(),
-        SignableBody::Bytes(body.as_bytes()),
+    let request = signed_by_alice(
+        ("POST", &endpoint),
+        &headers,
+        body.as_bytes(),
+        SystemTime::now(),
+        settings,
     )
-    .unwrap();
-    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
-    let mut request = reqwest::Client::new().post(&endpoint).body(body.clone());
-    for (name, value) in headers.iter().filter(|(n, _)| *n != "host") {
-        request = request.header(*name, *value);
-    }
-    for (name, value) in instructions.headers() {
-        request = request.header(name, value);
-    }
+    .body(body.clone());
     let response = request.send().await.unwrap();
     assert_eq!(response.status(), 403);
     let text = response.text().await.unwrap();
@@ -431,20 +422,13 @@ async fn a_signed_header_beside_presigned_parameters_is_refused() {
         server.base
     );
     let host = server.base.trim_start_matches("http://").to_string();
-    let identity = alice();
-    let params = alices_params(&identity, SystemTime::now(), SigningSettings::default());
-    let signable = SignableRequest::new(
-        "GET",
-        url.as_str(),
-        [("host", host.as_str())].into_iter(),
-        SignableBody::Bytes(b""),
-    )
-    .unwrap();
-    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
-    let mut request = reqwest::Client::new().get(&url);
-    for (name, value) in instructions.headers() {
-        request = request.header(name, value);
-    }
+    let request = signed_by_alice(
+        ("GET", &url),
+        &[("host", host.as_str())],
+        b"",
+        SystemTime::now(),
+        SigningSettings::default(),
+    );
     let response = request.send().await.unwrap();
     assert_eq!(response.status(), 400);
     let text = response.text().await.unwrap();
