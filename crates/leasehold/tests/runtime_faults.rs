@@ -495,7 +495,10 @@ async fn a_delete_that_lands_after_the_lease_is_reported_late() {
     let finished = Arc::new(tokio::sync::Notify::new());
     let worker = {
         let (proxy, finished) = (proxy.clone(), finished.clone());
+        // One message at a time: the worker cannot receive the message again while its
+        // first delete is still on its way.
         builder(&common::client(proxy.port), &url, 3, &stop)
+            .concurrency(1)
             .handler(move |_| {
                 let (proxy, finished) = (proxy.clone(), finished.clone());
                 async move {

@@ -12,8 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::idempotency::IdempotencyStore;
+use crate::inner::Inner;
 use crate::lease::{slack, Timing};
-use crate::runtime::{Handler, Inner, KeyFn, Message, Worker, IDEMPOTENCY_KEY_ATTRIBUTE};
+use crate::message::{Handler, KeyFn, Message, IDEMPOTENCY_KEY_ATTRIBUTE};
+use crate::runtime::Worker;
 use crate::stats::Counters;
 
 /// Settings that cannot keep the promise that a run stops before its lease can end.
@@ -66,8 +68,14 @@ pub fn default_stop_grace(lease: Duration, cap: Duration) -> Duration {
     (lease / 6).min(cap)
 }
 
+impl Worker {
+    pub fn builder(client: Client, queue_url: impl Into<String>) -> WorkerBuilder {
+        WorkerBuilder::new(client, queue_url.into())
+    }
+}
+
 impl WorkerBuilder {
-    pub(crate) fn new(client: Client, queue_url: String) -> WorkerBuilder {
+    fn new(client: Client, queue_url: String) -> WorkerBuilder {
         WorkerBuilder {
             client,
             queue_url,

@@ -20,8 +20,9 @@ use tokio::time::Instant;
 use crate::deleter::Deleter;
 use crate::fifo::Turn;
 use crate::idempotency::{Begin, IdempotencyStore};
+use crate::inner::{whole_seconds, Inner};
 use crate::lease::{ClaimRenewal, LeaseKeeper, Loss, SqsLease};
-use crate::runtime::{whole_seconds, Inner, Message};
+use crate::message::{BoxFuture, Message};
 use crate::{HandlerError, MAX_TOTAL_LEASE};
 
 /// A message as received, with the handle its fate is decided through.
@@ -233,7 +234,7 @@ async fn run(inner: &Inner, keeper: &LeaseKeeper, message: Message) -> Ran {
     let started = Instant::now();
     // A handler that panics making its future, or polling it, has failed.
     let made = std::panic::catch_unwind(AssertUnwindSafe(|| (inner.handler)(message)));
-    let work: crate::runtime::BoxFuture = match made {
+    let work: BoxFuture = match made {
         Ok(work) => work,
         Err(panic) => Box::pin(async move { std::panic::resume_unwind(panic) }),
     };

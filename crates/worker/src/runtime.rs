@@ -1,98 +1,31 @@
 //! The worker: receive within free capacity and the rate limit, hand each message to its own
 //! task (`process.rs`), drain on shutdown.
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::num::NonZeroU32;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
-use aws_sdk_sqs::Client;
-use governor::DefaultDirectRateLimiter;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
-use crate::builder::WorkerBuilder;
 use crate::deleter::Deleter;
 use crate::fifo::Groups;
-use crate::idempotency::IdempotencyStore;
-use crate::lease::Timing;
+use crate::inner::{whole_seconds, Inner};
 use crate::process::{process, release, Received};
-use crate::stats::{Counters, WorkerStats};
+use crate::stats::WorkerStats;
 
-/// A message attribute naming the unit of work, set by `leasehold redrive` so a redriven
-/// message (which gets a new MessageId) keeps its idempotency key.
-pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "leasehold-idempotency-key";
-
-pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
-pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
-pub(crate) type Handler = Arc<dyn Fn(Message) -> BoxFuture + Send + Sync>;
-pub(crate) type KeyFn = Arc<dyn Fn(&Message) -> String + Send + Sync>;
-
-/// One message as a handler sees it.
-#[derive(Clone, Debug)]
-pub struct Message {
-    pub message_id: String,
-    pub body: String,
-    pub receive_count: u32,
-    /// System attributes (SentTimestamp, ApproximateReceiveCount, ...).
-    pub attributes: HashMap<String, String>,
-    pub message_attributes: HashMap<String, MessageAttributeValue>,
-    /// When the receive returned: the lease has been running since.
-    pub received_at: Instant,
-    /// Cancelled when the run must stop: its lease or claim could end before it would (it is
-    /// then dropped after the stop grace), or the worker shuts down past its grace.
-    pub cancel: CancellationToken,
-    /// Cancelled when the lease can be extended no further (12 hours from the receive); the
-    /// run is stopped before that lease ends.
-    pub lease_ceiling: CancellationToken,
-}
-
-pub(crate) struct Inner {
-    pub client: Client,
-    pub queue_url: String,
-    pub handler: Handler,
-    pub concurrency: usize,
-    pub limiter: Option<Arc<DefaultDirectRateLimiter>>,
-    pub rate: Option<NonZeroU32>,
-    pub timing: Timing,
-    /// How long a cancelled handler has to return before it is dropped.
-    pub stop_grace: Duration,
-    pub idempotency: Option<Arc<dyn IdempotencyStore>>,
-    pub completed_retention: Duration,
-    pub key: KeyFn,
-    pub backoff: Backoff,
-    pub fail_fast: bool,
-    pub grace: Duration,
-    pub wait_time_s: i32,
-    pub counters: Arc<Counters>,
-    /// Cancelled when the grace period is over: handlers still running are stopped.
-    pub hard_stop: CancellationToken,
-    /// A FIFO queue (its name ends in `.fifo`): groups run in turn (`fifo.rs`).
-    pub fifo: bool,
-}
-
+/// A consumer of one queue: built by `Worker::builder` (`builder.rs`), run by `run`.
 pub struct Worker {
     inner: Arc<Inner>,
     shutdown: CancellationToken,
 }
 
-pub(crate) fn whole_seconds(d: Duration) -> i32 {
-    d.as_secs().clamp(0, i32::MAX as u64) as i32
-}
-
 impl Worker {
-    pub fn builder(client: Client, queue_url: impl Into<String>) -> WorkerBuilder {
-        WorkerBuilder::new(client, queue_url.into())
-    }
-
     pub(crate) fn from_inner(inner: Inner, shutdown: CancellationToken) -> Worker {
         Worker {
             inner: Arc::new(inner),
