@@ -176,6 +176,17 @@ fn a_wrong_file_is_one_line_naming_the_key_and_its_line() {
     );
 }
 
+/// A credentials file in `dir` with the key the tests' SDK client signs with.
+fn test_credentials(dir: &Path) -> std::path::PathBuf {
+    let credentials = dir.join("credentials");
+    std::fs::write(
+        &credentials,
+        "[tests]\naws_access_key_id = test\naws_secret_access_key = test\n",
+    )
+    .unwrap();
+    credentials
+}
+
 /// `serve` (with `extra` flags) is refused at start, exit 2, in one line that says `says`
 /// and names --allow-anonymous; with --allow-anonymous it serves on `port`, and warns.
 fn refused_unless_allowed_by_name(serve: impl Fn(&[&str]) -> Command, port: u16, says: &str) {
@@ -213,12 +224,7 @@ fn an_open_server_refuses_a_non_loopback_bind_unless_allowed_by_name() {
 #[test]
 fn a_non_loopback_admin_listener_is_refused_unless_allowed_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let credentials = dir.path().join("credentials");
-    std::fs::write(
-        &credentials,
-        "[tests]\naws_access_key_id = test\naws_secret_access_key = test\n",
-    )
-    .unwrap();
+    let credentials = test_credentials(dir.path());
     let (port, admin_port) = (free_port(), free_port());
     let serve = |extra: &[&str]| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
@@ -255,13 +261,7 @@ fn a_wrong_credentials_file_is_a_usage_error_at_start() {
 #[tokio::test]
 async fn with_credentials_the_admin_routes_want_the_token_or_the_admin_listener() {
     let dir = tempfile::tempdir().unwrap();
-    let credentials = dir.path().join("credentials");
-    // The key the tests' SDK client signs with.
-    std::fs::write(
-        &credentials,
-        "[tests]\naws_access_key_id = test\naws_secret_access_key = test\n",
-    )
-    .unwrap();
+    let credentials = test_credentials(dir.path());
     let (port, admin_port) = (free_port(), free_port());
     let server = Running::new(
         Command::new(env!("CARGO_BIN_EXE_leasehold"))
