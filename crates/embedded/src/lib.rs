@@ -102,6 +102,7 @@ impl EngineSetup {
                 seed: rand::random(),
                 track_changes: false,
                 defer_drops: true,
+                ..EngineConfig::default()
             },
         }
     }

@@ -40,7 +40,8 @@ pub enum EngineError {
     BatchRequestTooLong(usize, usize),
     #[error("{0}")]
     ResourceNotFound(String),
-    /// A quota reached: AddPermission past the policy's size.
+    /// A quota reached: AddPermission past the policy's size, CreateQueue past the
+    /// account's queues.
     #[error("{0}")]
     OverLimit(String),
 }

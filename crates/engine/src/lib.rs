@@ -23,8 +23,8 @@ mod table;
 
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
-    check_batch, is_account_id, is_region, list_queue_keys, validate_queue_name, Engine,
-    EngineConfig, LeaseReport, Locked, MoveTask, MoveTaskInfo, MoveTaskStatus, Naming,
+    check_batch, check_queue_room, is_account_id, is_region, list_queue_keys, validate_queue_name,
+    Engine, EngineConfig, LeaseReport, Locked, MoveTask, MoveTaskInfo, MoveTaskStatus, Naming,
     QueueListing, QueuePage, ReceiveRequest, MAX_LIST_RESULTS, MOVE_TASK_QUEUE_GONE,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
@@ -45,5 +45,6 @@ pub use receipt::{Receipt, ReceiptSealer};
 pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
 pub use rules::LeaseMode;
 pub use settings::{
-    QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S, MAX_WAIT_TIME_S,
+    QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_QUEUES_PER_ACCOUNT, MAX_VISIBILITY_TIMEOUT_S,
+    MAX_WAIT_TIME_S,
 };

@@ -6,6 +6,9 @@ use crate::redrive::{RedriveAllowPolicy, RedrivePolicy};
 /// The largest queue policy AWS takes, in bytes.
 pub const MAX_POLICY_BYTES: usize = 8_192;
 
+/// AWS's default quota of queues in one account, and the most a server may be set to hold.
+pub const MAX_QUEUES_PER_ACCOUNT: usize = 1_000_000;
+
 /// The longest a single receive's lease may run, in total, from that receive.
 pub const MAX_VISIBILITY_TIMEOUT_S: u32 = 43_200;
 pub const MAX_DELAY_S: u32 = 900;

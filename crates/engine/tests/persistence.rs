@@ -300,3 +300,27 @@ fn a_message_keeps_its_id_through_the_dead_letter_queue_back_and_across_restarts
     engine = restart(&mut engine, &mut store);
     assert_eq!(ids(&mut engine, "src"), [sent.as_str()]);
 }
+
+/// The per-account queue quota counts the queues a restart brings back, and a deleted one
+/// gives its place back; another account has a quota of its own.
+#[test]
+fn the_queue_quota_counts_restored_queues_per_account() {
+    let clock = ManualClock::new(5_000_000);
+    let config = EngineConfig {
+        track_changes: true,
+        max_queues_per_account: 2,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(Arc::new(clock.clone()), config.clone());
+    let mut store = MapStore::default();
+    engine.create_queue("a", &[], &[]).unwrap();
+    engine.create_queue("b", &[], &[]).unwrap();
+    store.apply(engine.take_changes());
+    let mut engine = Engine::restore(Arc::new(clock.clone()), config, store.snapshot());
+    let over = engine.create_queue("c", &[], &[]).unwrap_err();
+    assert!(matches!(over, EngineError::OverLimit(_)), "{over:?}");
+    engine.create_queue("a", &[], &[]).unwrap();
+    engine.create_queue("222222222222:c", &[], &[]).unwrap();
+    engine.delete_queue("a").unwrap();
+    engine.create_queue("c", &[], &[]).unwrap();
+}

@@ -229,6 +229,10 @@ struct ServeArgs {
     /// by themselves when space returns. Default: 64, or a tenth of a smaller file system.
     #[arg(long, env = "LEASEHOLD_DISK_RESERVE_MB", conflicts_with_all = ["in_memory", "postgres"])]
     disk_reserve_mb: Option<u64>,
+    /// The most queues one account may hold (AWS's default quota, 1000000, is the most it
+    /// may be set to): a CreateQueue past it is refused with OverLimit.
+    #[arg(long, env = "LEASEHOLD_MAX_QUEUES_PER_ACCOUNT", default_value = "1000000", value_parser = clap::value_parser!(u64).range(1..=leasehold_engine::MAX_QUEUES_PER_ACCOUNT as u64))]
+    max_queues_per_account: u64,
 }
 
 fn parse_memory_limit(text: &str) -> Result<u64, String> {
@@ -465,6 +469,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ..Limits::default()
         },
         memory_limit: args.memory_limit,
+        max_queues_per_account: args.max_queues_per_account as usize,
     };
     let clock = Arc::new(WallClock::default());
     let backend = build_backend(&args, &config, &clock).await?;
@@ -515,6 +520,7 @@ async fn build_backend(
     if let Some(url) = &args.postgres {
         let options = leasehold_postgres::Options {
             lease_mode: config.lease_mode,
+            max_queues_per_account: config.max_queues_per_account,
             ..leasehold_postgres::Options::default()
         };
         let backend = match leasehold_postgres::Postgres::connect(url, naming, options).await {
@@ -529,7 +535,8 @@ async fn build_backend(
         );
         return Ok(Arc::new(backend));
     }
-    let setup = EngineSetup::serving(clock.clone(), config.lease_mode, naming);
+    let mut setup = EngineSetup::serving(clock.clone(), config.lease_mode, naming);
+    setup.config.max_queues_per_account = config.max_queues_per_account;
     if args.in_memory {
         tracing::warn!("serving from memory: nothing survives a restart");
         return Ok(Arc::new(Embedded::in_memory(setup)));

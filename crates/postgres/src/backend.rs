@@ -96,8 +96,10 @@ impl Backend for Postgres {
 impl QueueAdmin for Postgres {
     async fn create_queue(&self, queue: &str, attributes: Pairs, tags: Pairs) -> Result<()> {
         let keys = self.with_target(queue, &attributes);
-        self.on_queues(&keys, |e| e.create_queue(queue, &attributes, &tags))
-            .await
+        self.on_queues_making(&keys, Some(queue), |e| {
+            e.create_queue(queue, &attributes, &tags)
+        })
+        .await
     }
 
     async fn queue_exists(&self, queue: &str) -> Result<()> {

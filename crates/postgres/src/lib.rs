@@ -59,6 +59,8 @@ pub struct Options {
     pub schema: Option<String>,
     /// What a handle whose lease is over may still do (the engine's `LeaseMode`).
     pub lease_mode: LeaseMode,
+    /// CreateQueue refuses a new queue once its account holds this many.
+    pub max_queues_per_account: usize,
 }
 
 impl Default for Options {
@@ -68,6 +70,7 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(5),
             schema: None,
             lease_mode: LeaseMode::default(),
+            max_queues_per_account: leasehold_engine::MAX_QUEUES_PER_ACCOUNT,
         }
     }
 }
@@ -78,6 +81,7 @@ pub struct Postgres {
     receipt_key: [u8; 16],
     sealer: ReceiptSealer,
     lease_mode: LeaseMode,
+    max_queues_per_account: usize,
     waiters: Arc<Waiters>,
     /// This server's id in its notifications, so it skips its own.
     server_id: u64,
@@ -136,6 +140,7 @@ impl Postgres {
             receipt_key: key,
             sealer: ReceiptSealer::new(key),
             lease_mode: options.lease_mode,
+            max_queues_per_account: options.max_queues_per_account,
             waiters,
             server_id,
             sweep_clock: sweep::SweepClock::default(),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::{
-    Change, Engine, EngineConfig, EngineError, EngineRecord, ManualClock, QueueRecord, Snapshot,
+    check_queue_room, Change, Engine, EngineConfig, EngineError, EngineRecord, ManualClock,
+    QueueRecord, Snapshot,
 };
 use leasehold_store::codec;
 
@@ -34,9 +35,32 @@ impl Postgres {
         keys: &[String],
         command: impl FnOnce(&mut Engine) -> std::result::Result<T, EngineError>,
     ) -> Result<T> {
+        self.on_queues_making(keys, None, command).await
+    }
+
+    /// `on_queues` for a command that may make the queue `made`: then, under a lock on its
+    /// account taken before any queue's (so two servers' creations in one account take turns
+    /// and nothing waits in the other order), the account's queues are counted in the
+    /// database and a new one past the quota is refused.
+    pub(crate) async fn on_queues_making<T>(
+        &self,
+        keys: &[String],
+        made: Option<&str>,
+        command: impl FnOnce(&mut Engine) -> std::result::Result<T, EngineError>,
+    ) -> Result<T> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let db = |e: tokio_postgres::Error| unavailable(&e);
+        let account = made.map(|key| self.naming.key_account(key));
+        if let Some(account) = account {
+            // A space is in no queue key: this lock is the account's alone.
+            tx.execute(
+                &cached(&tx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))").await?,
+                &[&format!("quota {account}")],
+            )
+            .await
+            .map_err(db)?;
+        }
         // A name PostgreSQL cannot hold names no queue: the engine's rules answer for it.
         let mut sorted: Vec<String> = keys.iter().filter(|k| storable(k)).cloned().collect();
         sorted.sort();
@@ -90,6 +114,11 @@ impl Postgres {
         } else {
             0
         };
+        if let (Some(made), Some(account)) = (made, account) {
+            if !records.iter().any(|r| r.name == made) {
+                self.check_queue_room(&tx, account).await?;
+            }
+        }
         let names: Vec<(u64, String)> = records
             .iter()
             .map(|r| (r.meta.id, r.name.clone()))
@@ -109,6 +138,26 @@ impl Postgres {
             }
         }
         Ok(value)
+    }
+
+    /// Refuses a new queue in `account` once the database holds its quota of them. A key
+    /// without an account part is the server's own account's.
+    async fn check_queue_room(&self, tx: &Transaction<'_>, account: &str) -> Result<()> {
+        let sql = "SELECT count(*) FROM leasehold_queues
+                   WHERE CASE WHEN strpos(key, ':') = 0 THEN $2 ELSE split_part(key, ':', 1) END = $1";
+        let row = tx
+            .query_one(
+                &cached(tx, sql).await?,
+                &[&account, &self.naming.account_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let held = usize::try_from(row.get::<_, i64>(0)).unwrap_or(usize::MAX);
+        Ok(check_queue_room(
+            account,
+            held,
+            self.max_queues_per_account,
+        )?)
     }
 
     fn transient_engine(

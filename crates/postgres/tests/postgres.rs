@@ -21,6 +21,46 @@ fn receive(max: u32, visibility_s: Option<u32>) -> ReceiveRequest {
     }
 }
 
+/// Two servers creating queues in one account at once: the quota is counted under the
+/// account's lock, so exactly the quota is made, never one more, and the refused are
+/// OverLimit; another account's quota is its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_concurrent_creations_on_two_servers_stop_at_the_account_quota() {
+    let schema = Schema::new().await;
+    let quota = |_| Options {
+        schema: Some(schema.0.clone()),
+        max_queues_per_account: 5,
+        ..Options::default()
+    };
+    let servers = Arc::new([
+        Postgres::connect(URL, naming(), quota(0)).await.unwrap(),
+        Postgres::connect(URL, naming(), quota(1)).await.unwrap(),
+    ]);
+    let mut creators = JoinSet::new();
+    for n in 0..24 {
+        let servers = servers.clone();
+        creators.spawn(async move {
+            let key = format!("q{n}");
+            servers[n % 2].create_queue(&key, vec![], vec![]).await
+        });
+    }
+    let results = creators.join_all().await;
+    let made = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(made, 5, "{results:?}");
+    for refused in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(
+            matches!(refused, BackendError::Engine(EngineError::OverLimit(_))),
+            "{refused:?}"
+        );
+    }
+    servers[1]
+        .create_queue("222222222222:other", vec![], vec![])
+        .await
+        .unwrap();
+    let servers = Arc::into_inner(servers).expect("the creators are done");
+    schema.drop_all(servers).await;
+}
+
 #[tokio::test]
 async fn postgres_a_message_sent_on_one_server_is_received_and_deleted_on_another() {
     let schema = Schema::new().await;

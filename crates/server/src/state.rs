@@ -31,6 +31,9 @@ pub struct ServerConfig {
     /// The memory to keep under (`--memory-limit`); None: the cgroup's limit, else a share of
     /// the machine's RAM (`pressure::memory_limit`).
     pub memory_limit: Option<u64>,
+    /// The backend's quota of queues per account (`--max-queues-per-account`), given to
+    /// whichever backend the binary builds, as `lease_mode` is.
+    pub max_queues_per_account: usize,
 }
 
 /// What bounds the server's work, so no client can stall the others.
@@ -68,6 +71,7 @@ impl Default for ServerConfig {
             auth: None,
             public_url: None,
             tls: false,
+            max_queues_per_account: leasehold_engine::MAX_QUEUES_PER_ACCOUNT,
             memory_limit: None,
         }
     }

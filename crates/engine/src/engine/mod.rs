@@ -39,7 +39,7 @@ pub use leases::LeaseReport;
 pub use locked::Locked;
 pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
-pub use queues::{list_queue_keys, validate_queue_name, QueueListing};
+pub use queues::{check_queue_room, list_queue_keys, validate_queue_name, QueueListing};
 pub use regions::{is_account_id, is_region, Naming};
 
 pub const MAX_LIST_RESULTS: usize = 1000;
@@ -59,6 +59,8 @@ pub struct EngineConfig {
     /// Keep what a purge or a queue deletion removes for the caller to free later
     /// (`take_removed`), so a server frees a million messages outside its lock.
     pub defer_drops: bool,
+    /// CreateQueue refuses a new queue with OverLimit once its account holds this many.
+    pub max_queues_per_account: usize,
 }
 
 impl Default for EngineConfig {
@@ -71,6 +73,7 @@ impl Default for EngineConfig {
             seed: 0,
             track_changes: false,
             defer_drops: false,
+            max_queues_per_account: crate::settings::MAX_QUEUES_PER_ACCOUNT,
         }
     }
 }
@@ -82,6 +85,9 @@ pub struct Engine {
     sealer: ReceiptSealer,
     rng: StdRng,
     queues: HashMap<String, QueueCell>,
+    /// How many of `queues` each account holds, kept beside them so that CreateQueue's quota
+    /// is one lookup, not a walk over a million keys.
+    queues_per_account: HashMap<String, usize>,
     deleted_at: HashMap<String, u64>,
     next_queue_id: u64,
     tasks: Vec<MoveTask>,
@@ -195,6 +201,7 @@ impl Engine {
             },
             config,
             queues: HashMap::new(),
+            queues_per_account: HashMap::new(),
             deleted_at: HashMap::new(),
             next_queue_id: 1,
             tasks: Vec::new(),

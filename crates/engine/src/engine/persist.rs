@@ -240,7 +240,7 @@ impl Engine {
             engine.next_queue_id = engine.next_queue_id.max(record.meta.id + 1);
             let name = record.name.clone();
             let queue = Queue::from_record(record, engine.sealer.clone());
-            engine.queues.insert(name, QueueCell::new(queue));
+            engine.insert_queue(name, QueueCell::new(queue));
         }
         for (queue_id, record) in &head.metrics {
             if let Some(cell) = by_id.get(queue_id).and_then(|n| engine.queues.get_mut(n)) {

@@ -37,6 +37,19 @@ pub fn validate_queue_name(name: &str) -> Result<()> {
     }
 }
 
+/// The per-account queue quota: a new queue is refused once its account holds `limit`.
+/// The PostgreSQL backend, whose engines hold only the queues a command touches, counts in
+/// the database and asks the same question.
+pub fn check_queue_room(account: &str, held: usize, limit: usize) -> Result<()> {
+    if held < limit {
+        Ok(())
+    } else {
+        Err(EngineError::OverLimit(format!(
+            "Account {account} already has {held} queues, the most this server allows ({limit})."
+        )))
+    }
+}
+
 /// AWS's quotas for a queue's tags: at most 50, keys of 1 to 128 characters, values of at
 /// most 256.
 fn check_tags(name: &str, tags: &[(String, String)], count: usize) -> Result<()> {
@@ -143,15 +156,25 @@ impl Engine {
         }
         check_tags(name_of(name), tags, tags.len())?;
         self.check_redrive(name, &settings)?;
+        let account = self.naming.key_account(name);
+        let held = self.queues_per_account.get(account).copied().unwrap_or(0);
+        check_queue_room(account, held, self.config.max_queues_per_account)?;
         let mut queue = Queue::new(self.next_queue_id, settings, now, self.sealer.clone());
         self.next_queue_id += 1;
         queue.meta.tags = tags.iter().cloned().collect();
         queue.changes.enabled = self.config.track_changes;
         queue.touch();
-        self.queues.insert(name.to_string(), QueueCell::new(queue));
+        self.insert_queue(name.to_string(), QueueCell::new(queue));
         self.note(name);
         self.engine_changed();
         Ok(())
+    }
+
+    /// Adds a queue to the table and to its account's count.
+    pub(super) fn insert_queue(&mut self, name: String, cell: QueueCell) {
+        let account = self.naming.key_account(&name).to_string();
+        *self.queues_per_account.entry(account).or_default() += 1;
+        self.queues.insert(name, cell);
     }
 
     pub fn delete_queue(&mut self, name: &str) -> Result<()> {
@@ -159,6 +182,13 @@ impl Engine {
             .queues
             .remove(name)
             .ok_or(EngineError::QueueDoesNotExist)?;
+        let account = self.naming.key_account(name);
+        if let Some(held) = self.queues_per_account.get_mut(account) {
+            *held -= 1;
+            if *held == 0 {
+                self.queues_per_account.remove(account);
+            }
+        }
         self.deleted_at
             .insert(name.to_string(), self.clock.now_ms());
         if self.config.track_changes {

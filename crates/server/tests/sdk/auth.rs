@@ -50,6 +50,15 @@ pub(crate) async fn signed_server() -> TestServer {
 
 /// A server that checks Alice's and Bob's signatures, within `limits`.
 pub(crate) async fn signed_server_with(limits: leasehold_server::Limits) -> TestServer {
+    signed_server_config(ServerConfig {
+        limits,
+        ..ServerConfig::default()
+    })
+    .await
+}
+
+/// A server of `config` that checks Alice's and Bob's signatures.
+pub(crate) async fn signed_server_config(config: ServerConfig) -> TestServer {
     let credentials = Credentials::new(
         [ALICE, BOB]
             .iter()
@@ -66,8 +75,7 @@ pub(crate) async fn signed_server_with(limits: leasehold_server::Limits) -> Test
             credentials,
             admin_token: Some(ADMIN_TOKEN.into()),
         }),
-        limits,
-        ..ServerConfig::default()
+        ..config
     })
     .await
 }

@@ -7,7 +7,8 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use aws_sigv4::http_request::SigningSettings;
 
 use crate::auth::{
-    create, presign, signed_by_alice, signed_server, signed_server_with, ALICE, BOB,
+    create, presign, signed_by_alice, signed_server, signed_server_config, signed_server_with,
+    ALICE, BOB,
 };
 use crate::harness::{code, TestServer};
 
@@ -408,6 +409,42 @@ async fn tags_and_policies_are_held_to_awss_sizes() {
         }
     }
     assert_eq!(last, "OverLimit");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_account_past_its_queue_quota_is_refused_and_no_other_account_is() {
+    let server = signed_server_config(leasehold_server::ServerConfig {
+        max_queues_per_account: 2,
+        ..leasehold_server::ServerConfig::default()
+    })
+    .await;
+    let alice = server.client_as(ALICE.0, ALICE.1, "us-east-1");
+    let bob = server.client_as(BOB.0, BOB.1, "us-east-1");
+    let first = create(&alice, "first").await;
+    create(&alice, "second").await;
+    let third = alice.create_queue().queue_name("third").send().await;
+    assert_eq!(refused(third), "OverLimit");
+    // The same queue asked for again is no new queue; another account has its own quota.
+    let again = alice.create_queue().queue_name("first").send().await;
+    assert_eq!(refused(again), "allowed");
+    create(&bob, "first").await;
+    let listed = alice
+        .list_queues()
+        .send()
+        .await
+        .unwrap()
+        .queue_urls
+        .unwrap();
+    assert_eq!(
+        listed.len(),
+        2,
+        "the refused queue was not made: {listed:?}"
+    );
+    // A deleted queue gives its place back.
+    alice.delete_queue().queue_url(&first).send().await.unwrap();
+    let third = alice.create_queue().queue_name("third").send().await;
+    assert_eq!(refused(third), "allowed");
     server.stop().await;
 }
 

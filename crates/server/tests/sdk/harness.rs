@@ -18,7 +18,9 @@ fn setup(config: &ServerConfig, clock: &Arc<WallClock>) -> EngineSetup {
         region: config.region.clone(),
         account_id: config.account_id.clone(),
     };
-    EngineSetup::serving(clock.clone(), config.lease_mode, naming)
+    let mut setup = EngineSetup::serving(clock.clone(), config.lease_mode, naming);
+    setup.config.max_queues_per_account = config.max_queues_per_account;
+    setup
 }
 
 /// A server that keeps everything in memory, as `leasehold serve --in-memory` builds it.
@@ -135,6 +137,7 @@ impl TestServer {
         let options = leasehold_postgres::Options {
             schema: Some(schema.clone()),
             lease_mode: config.lease_mode,
+            max_queues_per_account: config.max_queues_per_account,
             ..leasehold_postgres::Options::default()
         };
         let naming = leasehold_engine::Naming {
