@@ -1,6 +1,13 @@
 //! A minimal SQS client: AWS JSON 1.0 over a pooled hyper HTTP/1 connection.
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    sign, SignableBody, SignableRequest, SigningParams, SigningSettings,
+};
+use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -11,22 +18,99 @@ use serde_json::Value;
 
 use crate::BenchError;
 
+/// Signs each request with SigV4 over its body, as the AWS SDKs do, for a server that checks
+/// signatures (`leasehold serve --credentials`).
+#[derive(Clone)]
+pub struct Signer {
+    identity: Identity,
+    region: String,
+}
+
+impl Signer {
+    pub fn new(access_key_id: &str, secret_access_key: &str, region: &str) -> Signer {
+        let credentials = Credentials::new(access_key_id, secret_access_key, None, None, "bench");
+        Signer {
+            identity: credentials.into(),
+            region: region.to_string(),
+        }
+    }
+
+    /// The headers that sign a JSON 1.0 POST of `body` to `uri` (`host` is signed, and sent
+    /// by the HTTP client from the URI's authority).
+    fn headers(
+        &self,
+        uri: &str,
+        host: &str,
+        target: &str,
+        body: &[u8],
+    ) -> Result<Vec<(String, String)>, BenchError> {
+        let params: SigningParams<'_> = v4::SigningParams::builder()
+            .identity(&self.identity)
+            .region(&self.region)
+            .name("sqs")
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| BenchError::Signing(e.to_string()))?
+            .into();
+        let headers = [
+            ("host", host),
+            ("content-type", JSON_1_0),
+            ("x-amz-target", target),
+        ];
+        let signable =
+            SignableRequest::new("POST", uri, headers.into_iter(), SignableBody::Bytes(body))
+                .map_err(|e| BenchError::Signing(e.to_string()))?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| BenchError::Signing(e.to_string()))?
+            .into_parts();
+        Ok(instructions
+            .headers()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect())
+    }
+}
+
+/// The region only: the key stays out of logs.
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer")
+            .field("region", &self.region)
+            .finish()
+    }
+}
+
+const JSON_1_0: &str = "application/x-amz-json-1.0";
+
 #[derive(Clone)]
 pub struct SqsClient {
     http: Client<HttpConnector, Full<Bytes>>,
     endpoint: String,
+    /// The endpoint's authority, the `host` a signature covers.
+    host: String,
+    signer: Option<Signer>,
 }
 
 impl SqsClient {
-    pub fn new(endpoint: &str) -> SqsClient {
+    pub fn new(endpoint: &str, signer: Option<Signer>) -> SqsClient {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let http = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(1024)
             .build(connector);
+        let endpoint = endpoint.trim_end_matches('/').to_string();
+        let host = endpoint
+            .split_once("://")
+            .map_or(endpoint.as_str(), |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
         SqsClient {
             http,
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            endpoint,
+            host,
+            signer,
         }
     }
 
@@ -42,15 +126,27 @@ impl SqsClient {
         body: Bytes,
     ) -> Result<(T, u64), BenchError> {
         let started = Instant::now();
-        let request = hyper::Request::post(format!("{}/", self.endpoint))
-            .header("content-type", "application/x-amz-json-1.0")
-                        .header("x-amz-target", format!("AmazonSQS.{action}"))
+        let uri = format!("{}/", self.endpoint);
+        let target = format!("AmazonSQS.{action}");
+        let mut request = hyper::Request::post(&uri)
+            .header("content-type", JSON_1_0)
+            .header("x-amz-target", &target);
+        match &self.signer {
+            Some(signer) => {
+                for (name, value) in signer.headers(&uri, &self.host, &target, &body)? {
+                    request = request.header(name, value);
+                }
+            }
             // Unsigned, but shaped like SigV4: emulators such as moto route on the service
             // named in the credential scope. Servers that verify signatures will refuse it.
-            .header(
-                "authorization",
-                "AWS4-HMAC-SHA256 Credential=bench/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0",
-            )
+            None => {
+                request = request.header(
+                    "authorization",
+                    "AWS4-HMAC-SHA256 Credential=bench/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0",
+                );
+            }
+        }
+        let request = request
             .body(Full::new(body))
             .expect("a well-formed request");
         let http_err = |e: &dyn std::fmt::Display| BenchError::Http {

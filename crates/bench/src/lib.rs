@@ -13,7 +13,7 @@ mod scenario;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use client::SqsClient;
+pub use client::{Signer, SqsClient};
 pub use scenario::{cpu_ticks, peak_rss_mib, Scenario, Tally};
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +28,8 @@ pub enum BenchError {
     },
     #[error("unexpected answer to {action}: {reason}")]
     Answer { action: String, reason: String },
+    #[error("cannot sign a request: {0}")]
+    Signing(String),
 }
 
 /// How a run is set up.
@@ -41,6 +43,8 @@ pub struct BenchConfig {
     pub body_bytes: usize,
     /// A server process to sample CPU and memory of, on Linux.
     pub server_pid: Option<u32>,
+    /// Signs every request, for a server that checks signatures; None sends them unsigned.
+    pub signer: Option<Signer>,
 }
 
 /// Latency of one action, in microseconds.

@@ -383,7 +383,7 @@ pub(crate) fn summarize_latency(t: &Tally) -> BTreeMap<&'static str, Latency> {
 }
 
 pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
-    let sqs = SqsClient::new(&config.endpoint);
+    let sqs = SqsClient::new(&config.endpoint, config.signer.clone());
     let body = "x".repeat(config.body_bytes);
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -122,6 +122,13 @@ struct BenchArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Sign every request with SigV4, as the SDKs do, by the key in AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY: for a server that checks signatures (serve --credentials).
+    #[arg(long)]
+    sign: bool,
+    /// The region signatures are scoped to (else AWS_REGION; us-east-1 if none).
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    region: String,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -601,7 +608,23 @@ impl std::str::FromStr for BenchScenario {
     }
 }
 
+/// `bench --sign`'s key, from the environment as the SDKs take it: checked at start.
+fn bench_signer(region: &str) -> anyhow::Result<leasehold_bench::Signer> {
+    let var = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| consume::usage(format!("--sign needs {name} in the environment")))
+    };
+    Ok(leasehold_bench::Signer::new(
+        &var("AWS_ACCESS_KEY_ID")?,
+        &var("AWS_SECRET_ACCESS_KEY")?,
+        region,
+    ))
+}
+
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let signer = args.sign.then(|| bench_signer(&args.region)).transpose()?;
     let scenario = match args.scenario {
         BenchScenario::Wire(scenario) => scenario,
         BenchScenario::InProcess => {
@@ -638,6 +661,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         clients: args.clients.max(1),
         body_bytes: args.body_bytes.max(1),
         server_pid: args.server_pid,
+        signer,
     })
     .await?;
     print_report(&report, args.json);
