@@ -204,3 +204,177 @@ fn a_tiny_constant_lease_is_floored() {
         said(&advice)
     );
 }
+
+/// Issue 50: work of 600 s every time against a 300 s crash budget. Heartbeating was advised
+/// for the budget's sake, so the base lease stays inside it.
+#[test]
+fn a_heartbeat_lease_stays_inside_the_crash_budget() {
+    let durations = vec![600.0; 1_000];
+    let d = Distribution::from_durations(&durations).unwrap();
+    let advice = advise(&d, &Inputs::default());
+    assert!(advice.heartbeat_interval_s.is_some());
+    assert!(advice.visibility_timeout_s <= 300.0, "{advice:?}");
+    assert!(!said(&advice).contains("frozen"), "{}", said(&advice));
+}
+
+/// Work of 50,000 s: a heartbeat that renews by the 12-hour ceiling extends nothing; the base
+/// lease stays short enough for each beat to extend it, and the job record is named.
+#[test]
+fn a_heartbeat_always_extends_and_work_past_twelve_hours_gets_a_job_record() {
+    let d = Distribution::from_quantiles(50_000.0, 50_000.0, 50_000.0, 50_000.0, 50_000.0);
+    for budget in [300.0, 86_400.0] {
+        let inputs = Inputs {
+            max_crash_recovery_s: budget,
+            max_outage_s: 300.0,
+            ..Inputs::default()
+        };
+        let advice = advise(&d, &inputs);
+        let beat = advice.heartbeat_interval_s.unwrap();
+        assert!(advice.visibility_timeout_s <= MAX_HEARTBEAT_LEASE_S);
+        assert!(beat < advice.visibility_timeout_s);
+        assert!(
+            !said(&advice).contains("extends nothing"),
+            "{}",
+            said(&advice)
+        );
+        assert!(
+            advice.warnings.iter().any(|w| w.contains("job")),
+            "{:?}",
+            advice.warnings
+        );
+    }
+    let lone = evaluate(&d, TWELVE_HOURS_S, Some(14_400.0), 3, &Inputs::default());
+    assert!(lone.verdict.contains("extends nothing"), "{}", lone.verdict);
+}
+
+/// A 30 s lease for a Lambda function of 30 s is below AWS's 6 x: never "fits".
+#[test]
+fn a_lease_below_six_lambda_timeouts_never_fits() {
+    let d = Distribution::from_quantiles(2.0, 5.0, 8.0, 9.0, 10.0);
+    let inputs = Inputs {
+        lambda_timeout_s: Some(30.0),
+        current_visibility_s: Some(30.0),
+        ..Inputs::default()
+    };
+    let advice = advise(&d, &inputs);
+    let current = &advice.evaluations[0];
+    assert_eq!(current.visibility_timeout_s, 30.0);
+    assert!(
+        current.verdict.contains("6 x the Lambda"),
+        "{}",
+        current.verdict
+    );
+    for alternative in &advice.alternatives {
+        let e = &alternative.evaluation;
+        if e.visibility_timeout_s < 180.0 {
+            assert!(e.verdict.starts_with("fails"), "{e:?}");
+        }
+    }
+}
+
+/// 9,991 jobs of 5-10 s and 9 of 600 s: p99.9 shows no tail, but the slowest would outlive
+/// a 20 s lease and land in the DLQ while still running (seed 004's mirage).
+#[test]
+fn a_few_jobs_past_the_constant_get_a_heartbeat_and_the_constant_names_the_mirage() {
+    let mut durations: Vec<f64> = (0..9_991).map(|i| 5.0 + (i % 6) as f64).collect();
+    durations.extend([600.0; 9]);
+    let d = Distribution::from_durations(&durations).unwrap();
+    let advice = advise(&d, &Inputs::default());
+    assert!(advice.heartbeat_interval_s.is_some(), "{}", said(&advice));
+    let constant = &advice.alternatives[0].evaluation;
+    assert!(
+        constant.verdict.contains("DLQ mirage"),
+        "{}",
+        constant.verdict
+    );
+}
+
+/// Near-zero work: a 10 s lease x 3 dead-letters healthy messages 30 s into an outage; the
+/// advice raises maxReceiveCount to outlast the outage budget, and the seeds' 3 fails.
+#[test]
+fn lease_times_receive_count_outlasts_the_outage_budget() {
+    let d = Distribution::from_quantiles(0.01, 0.02, 0.05, 0.06, 0.08);
+    let advice = advise(&d, &Inputs::default());
+    assert_eq!(advice.visibility_timeout_s, MIN_LEASE_S);
+    assert!(advice.time_to_dlq_s >= 300.0, "{advice:?}");
+    assert_eq!(advice.max_receive_count, 30);
+    let three = evaluate(&d, 10.0, None, 3, &Inputs::default());
+    assert!(three.verdict.contains("outage"), "{}", three.verdict);
+}
+
+/// A safety factor below 1 is refused as input; asked anyway, the advice holds it to 1.
+#[test]
+fn a_safety_factor_below_one_is_refused_and_never_used() {
+    let inputs = Inputs {
+        safety_factor: 0.5,
+        ..Inputs::default()
+    };
+    assert!(inputs.check().unwrap_err().contains("safety factor"));
+    let d = Distribution::from_quantiles(1.0, 2.0, 4.0, 4.5, 5.0);
+    let advice = advise(&d, &inputs);
+    assert!(advice.visibility_timeout_s >= d.max, "{advice:?}");
+    assert!(
+        advice.warnings[0].contains("safety factor"),
+        "{:?}",
+        advice.warnings
+    );
+}
+
+/// The queue's own maxReceiveCount x lease past its retention is flagged.
+#[test]
+fn the_queues_own_time_to_dlq_past_retention_is_flagged() {
+    let inputs = Inputs {
+        current_visibility_s: Some(43_200.0),
+        max_receive_count: Some(10),
+        retention_s: Some(345_600.0),
+        ..Inputs::default()
+    };
+    let advice = advise(&transcoding(), &inputs);
+    assert!(
+        advice
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("The queue as it is set now")),
+        "{:?}",
+        advice.warnings
+    );
+}
+
+/// Whatever the inputs, the advice keeps its own budgets or says which it cannot keep: the
+/// lease within the crash budget (or a warning naming it), a heartbeat below the lease and
+/// short of the ceiling, the time to DLQ past the outage budget (or a warning naming it).
+#[test]
+fn the_advice_keeps_its_budgets_or_names_the_one_it_cannot() {
+    use proptest::prelude::*;
+    let quantiles = (
+        0.01f64..50_000.0,
+        1.0f64..4.0,
+        1.0f64..4.0,
+        1.0f64..5.0,
+        1.0f64..3.0,
+    );
+    let budgets = (
+        5.0f64..100_000.0,
+        5.0f64..100_000.0,
+        proptest::option::of(1.0f64..900.0),
+    );
+    proptest!(|((p50, a, b, c, e) in quantiles, (crash, outage, lambda) in budgets)| {
+        let d = Distribution::from_quantiles(p50, p50 * a, p50 * a * b, p50 * a * b * c, p50 * a * b * c * e);
+        let inputs = Inputs {
+            max_crash_recovery_s: crash,
+            max_outage_s: outage,
+            lambda_timeout_s: lambda,
+            ..Inputs::default()
+        };
+        let advice = advise(&d, &inputs);
+        let warned = |word: &str| advice.warnings.iter().any(|w| w.contains(word));
+        prop_assert!(advice.visibility_timeout_s <= crash.max(1.0) || warned("crash budget"), "{advice:?}");
+        prop_assert!(advice.time_to_dlq_s >= outage || warned("outage budget"), "{advice:?}");
+        if let Some(beat) = advice.heartbeat_interval_s {
+            prop_assert!(beat < advice.visibility_timeout_s && advice.visibility_timeout_s < TWELVE_HOURS_S);
+        }
+        let own = evaluate(&d, advice.visibility_timeout_s, advice.heartbeat_interval_s, advice.max_receive_count, &inputs);
+        let warned_of_problems = problems(&d, &Setting { visibility_s: own.visibility_timeout_s, heartbeat_s: own.heartbeat_interval_s, max_receive_count: own.max_receive_count }, &inputs).len();
+        prop_assert_eq!(own.verdict == "fits", warned_of_problems == 0);
+    });
+}

@@ -57,6 +57,10 @@ pub struct AdviseArgs {
     /// Longest acceptable wait, in seconds, before a crashed consumer's messages come back.
     #[arg(long, default_value = "300")]
     max_crash_recovery: f64,
+    /// Longest downstream outage, in seconds, to ride out without healthy messages reaching
+    /// the DLQ: maxReceiveCount x the lease must outlast it.
+    #[arg(long, default_value = "300")]
+    max_outage: f64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -223,7 +227,9 @@ pub async fn run(args: AdviseArgs) -> anyhow::Result<()> {
         shutdown_grace_s: args.shutdown_grace,
         safety_factor: args.safety_factor,
         max_crash_recovery_s: args.max_crash_recovery,
+        max_outage_s: args.max_outage,
     };
+    inputs.check().map_err(usage)?;
     let mut queue_url = None;
     // Whether the queue has a dead-letter queue, when a live queue says.
     let mut has_dlq = None;

@@ -219,3 +219,28 @@ fn printing_to_a_closed_pipe_ends_quietly_not_with_a_panic() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Inputs that make no sense to advise from are refused at start, in one line, exit 2.
+#[test]
+fn a_safety_factor_below_one_or_a_budget_of_nothing_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("durations.txt");
+    std::fs::write(&file, "1\n2\n3\n").unwrap();
+    for (flag, value, expected) in [
+        ("--safety-factor", "0.5", "safety factor"),
+        ("--max-outage", "0", "outage budget"),
+        ("--max-crash-recovery=-5", "", "crash budget"),
+    ] {
+        let mut args = vec!["advise", "--durations", file.to_str().unwrap(), flag];
+        args.extend((!value.is_empty()).then_some(value));
+        let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(&args)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(out.stdout.is_empty());
+    }
+}
