@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use leasehold_sim::{run, sweep, sweep_triggers, write_outputs, Scenario};
+use leasehold_sim::{run, run_seeds, seeds_line, sweep, sweep_triggers, write_outputs, Scenario};
 
 #[derive(clap::Args)]
 pub struct SimulateArgs {
@@ -13,8 +13,13 @@ pub struct SimulateArgs {
     #[arg(long)]
     out: PathBuf,
     /// Override the scenario's seed.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "seeds")]
     seed: Option<u64>,
+    /// Run seeds 1..=N and write what held across them (summary.json: recovered_share, the
+    /// spread of the peak load multiple and of recovery times), each seed's outputs in
+    /// seed-K/.
+    #[arg(long, conflicts_with_all = ["sweep", "sweep_triggers"], value_parser = clap::value_parser!(u64).range(1..=1000))]
+    seeds: Option<u64>,
     /// Run the scenario over a grid of visibility timeouts and loads and map where it stays
     /// in the spiral after the trigger (sweep.json, sweep.svg, sweep.png).
     #[arg(long)]
@@ -105,17 +110,27 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if let Some(count) = args.seeds {
+        let summary = run_seeds(&scenario, count, &args.out, &mut progress)?;
+        bar.finish_and_clear();
+        println!("{}", seeds_line(&summary));
+        println!("outputs in {}", args.out.display());
+        return Ok(());
+    }
     let outcome = run(&scenario, &mut progress)?;
     bar.finish_and_clear();
     write_outputs(&scenario, &outcome, &args.out)?;
     let s = &outcome.summary;
     println!(
-        "{}: {} messages, {} executions ({} duplicates), peak amplification {:.2}x, {}; DLQ {} ({} already succeeded); {:.1} s of wall clock for {:.0} s simulated",
+        "{}: {} messages, {} executions ({} duplicates), peak load on the database {} the arrivals (60 s), at most {:.2} executions per message ({:.0} s), {}; DLQ {} ({} already succeeded); {:.1} s of wall clock for {:.0} s simulated",
         s.scenario,
         s.unique_messages,
         s.executions,
         s.duplicate_executions,
+        s.peak_load_multiple
+            .map_or("none".to_string(), |m| format!("{m:.2}x")),
         s.peak_amplification,
+        scenario.amplification_window_s,
         leasehold_sim::outcome_line(s),
         s.dlq_messages,
         s.dlq_messages_already_succeeded,

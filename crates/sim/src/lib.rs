@@ -12,13 +12,17 @@ mod model;
 mod plot;
 mod report;
 mod scenario;
+mod seeds;
 mod sim;
 mod sweep;
 
 pub use model::{contention, load_factor, WorkModel};
 pub use plot::draw_comparison;
-pub use report::{outcome_line, rows_csv, summarize, write_outputs, Row, Summary};
+pub use report::{
+    load_multiples, outcome_line, rows_csv, summarize, write_outputs, Row, Summary, LOAD_WINDOW_S,
+};
 pub use scenario::Scenario;
+pub use seeds::{over_seeds, run_seeds, seeds_line, SeedsSummary, Spread};
 pub use sim::Tally;
 pub use sweep::{sweep, sweep_triggers, SweepCell, TriggerCell};
 

@@ -34,15 +34,8 @@ impl WorkModel {
 
 /// Inverse of the piecewise-linear distribution through the given quantiles.
 fn quantile(w: &Work, u: f64) -> f64 {
-    let max = w.max_s.max(w.p999_s);
-    let points = [
-        (0.0, 0.0),
-        (0.5, w.p50_s),
-        (0.9, w.p90_s),
-        (0.99, w.p99_s),
-        (0.999, w.p999_s),
-        (1.0, max),
-    ];
+    let points = w.quantile_points();
+    let max = points[5].1;
     for pair in points.windows(2) {
         let ((q0, v0), (q1, v1)) = (pair[0], pair[1]);
         if u <= q1 {
@@ -90,6 +83,31 @@ mod tests {
         assert!((at(0.5) - 22.0).abs() < 1.0, "{}", at(0.5));
         assert!((at(0.9) - 95.0).abs() < 8.0, "{}", at(0.9));
         assert!((at(0.99) - 310.0).abs() < 20.0, "{}", at(0.99));
+    }
+
+    /// The sweep's load is arrivals against workers / the mean: for quantile work, the mean
+    /// of the piecewise-linear distribution, not its p50.
+    #[test]
+    fn the_mean_of_quantile_work_is_the_mean_of_its_draws() {
+        let w = Work {
+            kind: "quantiles".into(),
+            p50_s: 22.0,
+            p90_s: 95.0,
+            p99_s: 310.0,
+            p999_s: 540.0,
+            max_s: 600.0,
+            ..Work::default()
+        };
+        let model = WorkModel::new(&w);
+        let mut rng = StdRng::seed_from_u64(2);
+        let n = 200_000;
+        let drawn = (0..n).map(|_| model.draw(&mut rng)).sum::<f64>() / n as f64;
+        assert!(
+            (drawn - w.mean_s()).abs() / w.mean_s() < 0.02,
+            "{drawn} against {}",
+            w.mean_s()
+        );
+        assert!(w.mean_s() > 1.5 * w.p50_s);
     }
 
     #[test]

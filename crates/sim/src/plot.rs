@@ -31,8 +31,10 @@ where
     root.fill(&WHITE).map_err(err)?;
     let s = &outcome.summary;
     let title = format!(
-        "{}: peak amplification {:.1}x, {}",
+        "{}: peak load {} the arrivals (60 s), {:.1} executions per message, {}",
         scenario.name,
+        s.peak_load_multiple
+            .map_or("none".to_string(), |m| format!("{m:.1}x")),
         s.peak_amplification,
         crate::report::outcome_line(s)
     );
@@ -78,8 +80,12 @@ where
     }
     let series: [(&str, Vec<Line>); 3] = [
         (
-            "executions per message (amplification)",
-            vec![("amplification", RED, Box::new(|r| r.amplification))],
+            "executions per distinct message",
+            vec![(
+                "executions per distinct message (amplification window)",
+                RED,
+                Box::new(|r| r.amplification),
+            )],
         ),
         ("messages", messages),
         (

@@ -15,7 +15,8 @@ pub struct Row {
     pub arrivals: u64,
     pub executions: u64,
     pub duplicate_executions: u64,
-    /// Executions per distinct message over the amplification window.
+    /// Executions per distinct message over the amplification window: how many times each
+    /// message ran, not the load on the database (see `load_multiples`).
     pub amplification: f64,
     pub late_deletes: u64,
     pub visible: u64,
@@ -38,6 +39,15 @@ pub struct Summary {
     pub duplicate_executions: u64,
     /// Share of executed messages that were executed more than once.
     pub duplicate_fraction: f64,
+    /// The seeds' "5-8x the load": the largest, over every 60 s of the time series, of the
+    /// executions started on the database divided by the messages that arrived (the
+    /// `load_multiple_60s` column of timeseries.csv); null when no 60 s saw an arrival.
+    pub peak_load_multiple: Option<f64>,
+    /// When that 60 s ended, in seconds into the run.
+    pub peak_load_multiple_at_s: Option<f64>,
+    /// The largest executions per distinct message over `amplification_window_s`: how many
+    /// times the messages of a stretch ran, which a collapse of throughput onto a few messages
+    /// inflates; not a load.
     pub peak_amplification: f64,
     pub completed: u64,
     pub skipped_duplicates: u64,
@@ -45,6 +55,8 @@ pub struct Summary {
     pub retries_refused: u64,
     pub late_deletes: u64,
     pub lost_leases: u64,
+    /// Executions a Lambda function's timeout killed.
+    pub function_timeouts: u64,
     pub dlq_messages: u64,
     pub dlq_messages_already_succeeded: u64,
     /// Whether the scenario has a trigger (a blip, a slow database, a crash) to recover from.
@@ -73,6 +85,39 @@ pub struct Summary {
     pub mean_latency_s: f64,
     pub peak_backlog: u64,
     pub wall_clock_s: f64,
+}
+
+/// The window of the load multiple, the seeds' measure.
+pub const LOAD_WINDOW_S: f64 = 60.0;
+
+/// For each row, the executions started in the 60 s that end with it divided by the messages
+/// that arrived in them (a row covers the step that ends at its `t_s`): None for a row less
+/// than 60 s into the run, or whose 60 s saw no arrival.
+pub fn load_multiples(rows: &[Row]) -> Vec<Option<f64>> {
+    let (mut executions, mut arrivals) = (0u64, 0u64);
+    let mut first = 0;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        executions += row.executions;
+        arrivals += row.arrivals;
+        while rows[first].t_s <= row.t_s - LOAD_WINDOW_S + 1e-9 {
+            executions -= rows[first].executions;
+            arrivals -= rows[first].arrivals;
+            first += 1;
+        }
+        let full = row.t_s >= LOAD_WINDOW_S - 1e-9;
+        out.push((full && arrivals > 0).then(|| executions as f64 / arrivals as f64));
+    }
+    out
+}
+
+/// The largest load multiple and when its window ended.
+fn peak_load_multiple(rows: &[Row]) -> Option<(f64, f64)> {
+    load_multiples(rows)
+        .into_iter()
+        .zip(rows)
+        .filter_map(|(m, r)| m.map(|m| (m, r.t_s)))
+        .reduce(|best, next| if next.0 > best.0 { next } else { best })
 }
 
 /// Healthy: no duplicate executions and no late deletes in a step, and the backlog no longer
@@ -166,12 +211,15 @@ pub fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
         } else {
             t.messages_executed_more_than_once as f64 / t.executed_messages as f64
         },
+        peak_load_multiple: peak_load_multiple(&t.rows).map(|(m, _)| m),
+        peak_load_multiple_at_s: peak_load_multiple(&t.rows).map(|(_, at)| at),
         peak_amplification: t.rows.iter().map(|r| r.amplification).fold(1.0, f64::max),
         completed: t.completed,
         skipped_duplicates: t.skipped_duplicates,
         retries_refused: t.retries_refused,
         late_deletes: t.rows.iter().map(|r| r.late_deletes).sum(),
         lost_leases: t.lost_leases,
+        function_timeouts: t.function_timeouts,
         dlq_messages: t.dlq_messages,
         dlq_messages_already_succeeded: t.dlq_messages_already_succeeded,
         had_trigger,
@@ -207,10 +255,10 @@ fn io(e: impl std::fmt::Display) -> SimError {
 
 /// The rows as CSV, one line per step, with a header.
 pub fn rows_csv(rows: &[Row]) -> String {
-    let mut csv = String::from("t_s,arrivals,executions,duplicate_executions,amplification,late_deletes,visible,in_flight,db_running,db_latency_s,workers,dlq_messages\n");
-    for r in rows {
+    let mut csv = String::from("t_s,arrivals,executions,duplicate_executions,amplification,late_deletes,visible,in_flight,db_running,db_latency_s,workers,dlq_messages,load_multiple_60s\n");
+    for (r, load) in rows.iter().zip(load_multiples(rows)) {
         csv.push_str(&format!(
-            "{},{},{},{},{:.4},{},{},{},{},{:.3},{},{}\n",
+            "{},{},{},{},{:.4},{},{},{},{},{:.3},{},{},{}\n",
             r.t_s,
             r.arrivals,
             r.executions,
@@ -222,7 +270,8 @@ pub fn rows_csv(rows: &[Row]) -> String {
             r.db_running,
             r.db_latency_s,
             r.workers,
-            r.dlq_messages
+            r.dlq_messages,
+            load.map(|m| format!("{m:.4}")).unwrap_or_default()
         ));
     }
     csv

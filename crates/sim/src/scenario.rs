@@ -151,6 +151,41 @@ pub struct Work {
     pub p99_s: f64,
     pub p999_s: f64,
     pub max_s: f64,
+    /// Whether a message's unloaded time is drawn once and kept for every execution of it (a
+    /// slow document is slow every time, as the seeds' are), rather than drawn afresh.
+    pub per_message: bool,
+}
+
+impl Work {
+    /// The mean unloaded time: of the lognormal, of the piecewise-linear quantiles, or the
+    /// mean itself.
+    pub fn mean_s(&self) -> f64 {
+        let mean = match self.kind.as_str() {
+            "lognormal" => self.median_s * (self.sigma * self.sigma / 2.0).exp(),
+            "quantiles" => {
+                let points = self.quantile_points();
+                points
+                    .windows(2)
+                    .map(|p| (p[1].0 - p[0].0) * (p[0].1 + p[1].1) / 2.0)
+                    .sum()
+            }
+            _ => self.mean_s,
+        };
+        mean.max(0.001)
+    }
+
+    /// The quantiles as (share, seconds), from 0 to the maximum.
+    pub(crate) fn quantile_points(&self) -> [(f64, f64); 6] {
+        let max = self.max_s.max(self.p999_s);
+        [
+            (0.0, 0.0),
+            (0.5, self.p50_s),
+            (0.9, self.p90_s),
+            (0.99, self.p99_s),
+            (0.999, self.p999_s),
+            (1.0, max),
+        ]
+    }
 }
 
 impl Default for Work {
@@ -165,6 +200,7 @@ impl Default for Work {
             p99_s: 0.0,
             p999_s: 0.0,
             max_s: 0.0,
+            per_message: false,
         }
     }
 }
@@ -247,6 +283,9 @@ pub struct Scaling {
     pub max_concurrency: u32,
     pub ramp_per_minute: u32,
     pub interval_s: f64,
+    /// With `lambda`: the function timeout. An execution still running then is killed (no
+    /// delete; its message comes back when its lease ends), as Lambda does at most at 900 s.
+    pub function_timeout_s: f64,
 }
 
 impl Default for Scaling {
@@ -257,6 +296,7 @@ impl Default for Scaling {
             max_concurrency: 1000,
             ramp_per_minute: 60,
             interval_s: 10.0,
+            function_timeout_s: 900.0,
         }
     }
 }
@@ -354,6 +394,9 @@ impl Scenario {
                 "unknown consumers.on_failure {:?}",
                 self.consumers.on_failure
             ));
+        }
+        if !(self.scaling.function_timeout_s > 0.0 && self.scaling.function_timeout_s <= 900.0) {
+            return bad("scaling.function_timeout_s must be in (0, 900], Lambda's range".into());
         }
         if !matches!(self.scaling.kind.as_str(), "fixed" | "lambda") || self.scaling.workers == 0 {
             return bad("scaling.kind is fixed or lambda, with workers >= 1".into());

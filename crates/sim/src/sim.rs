@@ -33,6 +33,8 @@ enum Ev {
     Complete(u64, u32),
     Heartbeat(u64),
     Dispatch,
+    /// A Lambda function's timeout: the execution is killed if it still runs.
+    FunctionTimeout(u64),
     Step,
     TriggerStart(usize),
     TriggerEnd(usize),
@@ -69,6 +71,8 @@ struct MsgState {
     executions: u32,
     succeeded: bool,
     crashed_at: Option<u64>,
+    /// Its unloaded processing time, kept for every execution when `work.per_message`.
+    unloaded_s: Option<f64>,
 }
 
 /// What the run measured, row by row and in all.
@@ -89,6 +93,8 @@ pub struct Tally {
     pub crash_recoveries_ms: Vec<u64>,
     pub times_to_dlq_ms: Vec<u64>,
     pub lost_leases: u64,
+    /// Executions a Lambda function's timeout killed.
+    pub function_timeouts: u64,
     pub peak_db_running: u32,
     pub peak_workers: u32,
     pub latency_sum_s: f64,
@@ -312,6 +318,7 @@ impl<'a> Simulation<'a> {
             }
             Ev::Complete(exec, gen) => self.complete(exec, gen)?,
             Ev::Heartbeat(exec) => self.heartbeat(exec),
+            Ev::FunctionTimeout(exec) => self.time_out(exec),
             Ev::Dispatch => {
                 if self.dispatch_at.is_some_and(|t| t <= self.now) {
                     self.dispatch_at = None;
@@ -625,15 +632,37 @@ impl<'a> Simulation<'a> {
         }
     }
 
+    /// The message's unloaded processing time: drawn for this execution, or, when the
+    /// scenario says slowness stays with a message, drawn at its first and kept.
+    fn unloaded_s(&mut self, msg: u64) -> f64 {
+        if !self.sc.work.per_message {
+            return self.work.draw(&mut self.rng);
+        }
+        if let Some(kept) = self.msgs.get(&msg).and_then(|m| m.unloaded_s) {
+            return kept;
+        }
+        let drawn = self.work.draw(&mut self.rng);
+        self.msgs.entry(msg).or_default().unloaded_s = Some(drawn);
+        drawn
+    }
+
+    /// A Lambda function's timeout ran out: the execution is killed, nothing deleted; its
+    /// message comes back when its lease ends.
+    fn time_out(&mut self, exec: u64) {
+        if let Some(e) = self.remove_exec(exec) {
+            self.tally.function_timeouts += 1;
+            self.in_progress.remove(&e.msg);
+            self.free_worker(e.worker);
+        }
+    }
+
     fn start(&mut self, w: usize, msg: u64, handle: String, receive_count: u32) {
+        let unloaded = self.unloaded_s(msg);
         let db = &self.sc.database;
         let running = self.running() + 1;
         let others = self.running_by_msg.get(&msg).cloned().unwrap_or_default();
         let copies = others.len() as f64 + 1.0;
-        let seconds = self.work.draw(&mut self.rng)
-            * self.blip
-            * load_factor(db, running)
-            * contention(db, copies);
+        let seconds = unloaded * self.blip * load_factor(db, running) * contention(db, copies);
         // The copies already running now fight this one for the same rows.
         self.rescale(
             &others,
@@ -642,7 +671,13 @@ impl<'a> Simulation<'a> {
         let exec = self.next_exec;
         self.next_exec += 1;
         let end = self.locked_end(self.now, self.now + ms(seconds).max(1));
-        let seconds = (end - self.now) as f64 / 1000.0;
+        let mut seconds = (end - self.now) as f64 / 1000.0;
+        if self.sc.scaling.kind == "lambda" {
+            // Whatever contention later does to its length, Lambda ends it at the timeout.
+            let timeout = self.sc.scaling.function_timeout_s;
+            self.at(self.now + ms(timeout), Ev::FunctionTimeout(self.next_exec));
+            seconds = seconds.min(timeout);
+        }
         let state = self.msgs.entry(msg).or_default();
         state.executions += 1;
         let fails = state.poison;

@@ -28,12 +28,7 @@ pub fn sweep(
     dir: &Path,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Vec<SweepCell>, SimError> {
-    let mean_work = match base.work.kind.as_str() {
-        "lognormal" => base.work.median_s * (base.work.sigma * base.work.sigma / 2.0).exp(),
-        "quantiles" => base.work.p50_s.max(0.001),
-        _ => base.work.mean_s.max(0.001),
-    };
-    let capacity = base.scaling.workers as f64 / mean_work;
+    let capacity = base.scaling.workers as f64 / base.work.mean_s();
     let cells = grid(
         base,
         leases,

@@ -1,6 +1,6 @@
 //! What the lab must show, on the scenarios that ship in `scenarios/`, with their fixed seeds.
 
-use leasehold_sim::{run, Scenario, Summary};
+use leasehold_sim::{over_seeds, run, Scenario, SeedsSummary, Summary};
 
 fn scenario(name: &str) -> Scenario {
     let path = format!("{}/../../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
@@ -12,12 +12,40 @@ fn summary(s: &Scenario) -> Summary {
     run(s, &mut |_| {}).unwrap().summary
 }
 
+/// The scenario over seeds 1..=6: a claim here holds in each of them, not in one seed's run.
+fn across_seeds(s: &Scenario) -> SeedsSummary {
+    let runs = (1..=6)
+        .map(|seed| {
+            let mut one = s.clone();
+            one.seed = seed;
+            summary(&one)
+        })
+        .collect();
+    over_seeds(s, runs)
+}
+
+/// Seed 004's naive fleet, in every one of six seeds: the load on the database (executions
+/// over arrivals, 60 s) at least doubles, each message runs five to seven times at the peak,
+/// late deletes do nothing, and the fleet takes at least 20 minutes after the blip to be
+/// healthy again, if it is within the hour at all. What the model shows is a slowly draining
+/// backlog, not a spiral that never ends: five of the six seeds recover within the hour.
+/// The playbook's fleet recovers within five minutes in every seed.
 #[test]
-fn seed_004_naive_consumers_spiral_at_least_fivefold_and_stay_there() {
-    let s = summary(&scenario("seed-004-death-spiral-naive"));
-    assert!(s.peak_amplification >= 5.0, "{s:#?}");
-    assert_eq!(s.recovered, Some(false), "{s:#?}");
-    assert!(s.late_deletes > 0);
+fn seed_004_naive_consumers_double_the_load_and_drain_for_twenty_minutes_in_every_seed() {
+    let naive = across_seeds(&scenario("seed-004-death-spiral-naive"));
+    assert!(naive.peak_load_multiple.min.unwrap() >= 2.0, "{naive:#?}");
+    assert!(naive.peak_amplification.min.unwrap() >= 5.0, "{naive:#?}");
+    for run in &naive.runs {
+        assert!(
+            run.late_deletes > 0 && run.duplicate_executions > 0,
+            "{run:#?}"
+        );
+        assert!(run.recovery_s.is_none_or(|r| r >= 1200.0), "{run:#?}");
+    }
+    let resilient = across_seeds(&scenario("seed-004-death-spiral-resilient"));
+    assert_eq!(resilient.recovered_share, Some(1.0), "{resilient:#?}");
+    assert!(resilient.recovery_s.max.unwrap() <= 300.0, "{resilient:#?}");
+    assert!(resilient.runs.iter().all(|r| r.duplicate_executions == 0));
 }
 
 #[test]
@@ -29,42 +57,54 @@ fn seed_004_with_heartbeat_idempotency_and_a_ceiling_stays_flat_and_recovers_in_
     assert!(s.peak_db_running <= 6);
 }
 
+/// Seed 000's three attempts, each claim in every one of six seeds.
 #[test]
 fn seed_000_at_30_seconds_processes_about_half_the_messages_at_least_twice() {
-    let s = summary(&scenario("seed-000-transcoding-30s"));
-    assert!((0.35..0.60).contains(&s.duplicate_fraction), "{s:#?}");
+    let seeds = across_seeds(&scenario("seed-000-transcoding-30s"));
+    for s in &seeds.runs {
+        assert!((0.35..0.60).contains(&s.duplicate_fraction), "{s:#?}");
+    }
 }
 
+/// A crashed worker's message waits up to the 10-minute lease (a crash mid-lease waits the
+/// rest of it: 7 to 10 minutes across the seeds); a poison message takes 50 minutes.
 #[test]
 fn seed_000_at_10_minutes_recovers_crashes_slowly_and_takes_50_minutes_to_the_dlq() {
-    let s = summary(&scenario("seed-000-transcoding-10min"));
-    assert!(s.duplicate_fraction < 0.01, "{s:#?}");
-    let crash = s.crash_recovery_s.unwrap();
-    assert!(
-        (450.0..=600.0).contains(&crash),
-        "crash recovery near 10 minutes: {crash}"
-    );
-    let dlq = s.time_to_dlq_s.unwrap();
-    assert!(
-        (2700.0..=3300.0).contains(&dlq),
-        "time to DLQ near 50 minutes: {dlq}"
-    );
+    let seeds = across_seeds(&scenario("seed-000-transcoding-10min"));
+    for s in &seeds.runs {
+        assert!(s.duplicate_fraction < 0.01, "{s:#?}");
+        let crash = s.crash_recovery_s.unwrap();
+        assert!(
+            (400.0..=600.0).contains(&crash),
+            "crash recovery up to 10 minutes: {crash}"
+        );
+        let dlq = s.time_to_dlq_s.unwrap();
+        assert!(
+            (2700.0..=3300.0).contains(&dlq),
+            "time to DLQ near 50 minutes: {dlq}"
+        );
+    }
 }
 
+/// With the heartbeat: no duplicates, a crash recovered within about two minutes, a poison
+/// message in the DLQ after three 2-minute leases plus its waits behind busy workers (6 to 11
+/// minutes across the seeds), against 50 minutes at a 10-minute lease.
 #[test]
 fn seed_000_with_the_heartbeat_has_no_duplicates_two_minute_recovery_and_six_minutes_to_the_dlq() {
-    let s = summary(&scenario("seed-000-transcoding-heartbeat"));
-    assert!(s.duplicate_fraction < 0.01, "{s:#?}");
-    let crash = s.crash_recovery_s.unwrap();
-    assert!(
-        (60.0..=130.0).contains(&crash),
-        "crash recovery near 2 minutes: {crash}"
-    );
-    let dlq = s.time_to_dlq_s.unwrap();
-    assert!(
-        (300.0..=480.0).contains(&dlq),
-        "time to DLQ near 6 minutes: {dlq}"
-    );
+    let seeds = across_seeds(&scenario("seed-000-transcoding-heartbeat"));
+    for s in &seeds.runs {
+        assert!(s.duplicate_fraction < 0.01, "{s:#?}");
+        let crash = s.crash_recovery_s.unwrap();
+        assert!(
+            (60.0..=130.0).contains(&crash),
+            "crash recovery near 2 minutes: {crash}"
+        );
+        let dlq = s.time_to_dlq_s.unwrap();
+        assert!(
+            (360.0..=660.0).contains(&dlq),
+            "time to DLQ 6 to 11 minutes: {dlq}"
+        );
+    }
 }
 
 #[test]
@@ -81,14 +121,17 @@ fn the_dlq_mirage_fills_the_dlq_with_work_that_succeeded() {
     assert!(line.starts_with("no trigger, and not stable"), "{line}");
 }
 
+/// In every seed: Lambda scales to 10 x its start on the inflated depth, runs 20 x the
+/// database's capacity at once, and does not recover within the hour.
 #[test]
 fn lambda_scales_into_the_database_and_does_not_recover() {
     let sc = scenario("lambda-concurrency-runaway");
-    let s = summary(&sc);
-    assert!(s.peak_workers >= 10 * sc.scaling.workers, "{s:#?}");
-    assert!(s.peak_db_running > 5 * sc.database.capacity, "{s:#?}");
-    assert_ne!(s.recovered, Some(true), "{s:#?}");
-    assert_ne!(s.stable, Some(true), "{s:#?}");
+    let seeds = across_seeds(&sc);
+    assert_eq!(seeds.recovered_share, Some(0.0), "{seeds:#?}");
+    for s in &seeds.runs {
+        assert!(s.peak_workers >= 10 * sc.scaling.workers, "{s:#?}");
+        assert!(s.peak_db_running >= 20 * sc.database.capacity, "{s:#?}");
+    }
 }
 
 #[test]
@@ -184,39 +227,41 @@ fn arrivals_can_come_from_a_file_and_a_token_bucket_caps_starts() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// The trigger sweep over six seeds: a blip making work 1.2 times longer is shaken off in
+/// every seed whatever its length; one making it 2.6 times longer is shaken off when it
+/// lasts a minute, and lasting five minutes it takes longer to recover from, or is not
+/// recovered from within the hour (in four of the six seeds).
 #[test]
 fn the_trigger_sweep_draws_the_boundary_between_blips_shaken_off_and_blips_that_tip_it() {
     let dir = std::env::temp_dir().join(format!("leasehold-trigger-sweep-{}", std::process::id()));
-    let cells = leasehold_sim::sweep_triggers(
-        &scenario("seed-004-death-spiral-naive"),
-        &[1.2, 2.6],
-        &[60.0, 300.0],
-        &dir,
-        &mut |_| {},
-    )
-    .unwrap();
-    let recovered = |factor: f64, duration: f64| {
-        cells
-            .iter()
-            .find(|c| c.factor == factor && c.duration_s == duration)
-            .unwrap()
-            .recovered
-    };
+    let mut tipped = 0;
+    for seed in 1..=6 {
+        let mut base = scenario("seed-004-death-spiral-naive");
+        base.seed = seed;
+        let cells =
+            leasehold_sim::sweep_triggers(&base, &[1.2, 2.6], &[60.0, 300.0], &dir, &mut |_| {})
+                .unwrap();
+        let cell = |factor: f64, duration: f64| {
+            cells
+                .iter()
+                .find(|c| c.factor == factor && c.duration_s == duration)
+                .unwrap()
+                .clone()
+        };
+        assert!(
+            cell(1.2, 60.0).recovered && cell(1.2, 300.0).recovered,
+            "{cells:?}"
+        );
+        let (short, long) = (cell(2.6, 60.0), cell(2.6, 300.0));
+        assert!(short.recovered, "{cells:?}");
+        match long.recovery_s {
+            Some(r) => assert!(r > short.recovery_s.unwrap(), "{cells:?}"),
+            None => tipped += 1,
+        }
+    }
     assert!(
-        recovered(1.2, 60.0),
-        "a small short blip is shaken off: {cells:?}"
-    );
-    assert!(
-        recovered(1.2, 300.0),
-        "a small blip is shaken off however long: {cells:?}"
-    );
-    assert!(
-        recovered(2.6, 60.0),
-        "a large blip shorter than the backlog it needs: {cells:?}"
-    );
-    assert!(
-        !recovered(2.6, 300.0),
-        "a large long blip tips it for good: {cells:?}"
+        tipped >= 3,
+        "a long large blip tips most seeds: {tipped} of 6"
     );
     for file in [
         "trigger-sweep.json",
@@ -249,32 +294,33 @@ fn a_retry_budget_caps_the_naive_spirals_amplification() {
     );
 }
 
+/// At 0.3/s the fleet ran healthy for ten minutes before the blip; after it, at the same
+/// 0.3/s, it is still in the spiral when the load is first lowered, 15 minutes later, in
+/// every seed. Lowering the load does not clearly shorten the spiral in this model: at the
+/// constant load five of six seeds recover within the hour too (the test above).
 #[test]
-fn the_spiral_outlives_its_load_and_ends_only_when_arrivals_fall_below_it() {
-    // Hysteresis: at 0.3/s the naive fleet is healthy before the blip and still spiralling
-    // long after it; the ramp-down scenario recovers only once arrivals are lower.
-    let naive = summary(&scenario("seed-004-death-spiral-naive"));
-    assert_eq!(naive.recovered, Some(false), "{naive:?}");
+fn the_spiral_outlives_its_trigger_at_the_load_it_ran_healthy_at_in_every_seed() {
     let ramp = scenario("hysteresis-seed-004");
-    let s = summary(&ramp);
-    assert_eq!(s.recovered, Some(true), "{s:?}");
-    let rate = s.arrival_rate_at_recovery.expect("the load changes");
-    assert!(rate < ramp.arrivals.rate_per_s, "{s:?}");
-    // The spiral did not end while the load was what tipped it.
+    let seeds = across_seeds(&ramp);
     let end = ramp.triggers_end_s().expect("a trigger");
     let first_change = ramp.arrivals.rate_changes[0].at_s;
-    assert!(
-        end + s.recovery_s.expect("recovered") > first_change,
-        "{s:?}"
-    );
+    for s in &seeds.runs {
+        let recovered_at = end + s.recovery_s.expect("the ramp ends it");
+        assert!(recovered_at > first_change, "{s:?}");
+        assert!(s.arrival_rate_at_recovery.unwrap() < ramp.arrivals.rate_per_s);
+    }
 }
 
+/// A 10 s table lock leaves the fleet still duplicating when the 100 s run ends, in every
+/// seed; a 4 s one is shaken off.
 #[test]
-fn a_table_lock_stalls_writes_and_a_long_one_leaves_a_spiral_behind() {
+fn a_table_lock_stalls_writes_and_a_long_one_is_not_shaken_off_within_the_run() {
     let long = scenario("lab-seed-004-table-lock");
-    let s = summary(&long);
-    assert_eq!(s.recovered, Some(false), "{s:#?}");
-    assert!(s.duplicate_executions > 0 && s.late_deletes > 0, "{s:#?}");
+    let seeds = across_seeds(&long);
+    assert_eq!(seeds.recovered_share, Some(0.0), "{seeds:#?}");
+    for s in &seeds.runs {
+        assert!(s.duplicate_executions > 0 && s.late_deletes > 0, "{s:#?}");
+    }
     // A 4 s lock is shaken off.
     let mut short = long.clone();
     short.triggers[0].end_s = short.triggers[0].start_s + 4.0;
