@@ -45,7 +45,9 @@ pub fn problems(d: &Distribution, setting: &Setting, inputs: &Inputs) -> Vec<Str
         ));
     }
     let to_dlq = setting.time_to_dlq_s();
-    if to_dlq > 4.0 * inputs.max_crash_recovery_s {
+    // A poison message may take as long as the outage the user means to ride out: a longer
+    // outage budget is a choice of a slower DLQ, not a problem with it.
+    if to_dlq > (4.0 * inputs.max_crash_recovery_s).max(inputs.max_outage_s) {
         found.push(format!(
             "a poison message takes {} to reach the DLQ ({mrc} x {lease}), holding a worker on every attempt",
             minutes(to_dlq)

@@ -51,6 +51,11 @@ impl Inputs {
                 self.safety_factor
             ));
         }
+        if let Some(lambda) = self.lambda_timeout_s.filter(|l| *l > 900.0) {
+            return Err(format!(
+                "a Lambda function timeout of {lambda} s is past Lambda's most, 900 s"
+            ));
+        }
         let positive = [
             ("crash budget", Some(self.max_crash_recovery_s)),
             ("outage budget", Some(self.max_outage_s)),
@@ -196,13 +201,18 @@ fn heartbeat_lease(
 ) -> (f64, Option<f64>) {
     let covering = nice_ceil(d.p90 * 1.25);
     let budget = nice_floor(inputs.max_crash_recovery_s).min(MAX_HEARTBEAT_LEASE_S);
-    let lease = covering.max(MIN_HEARTBEAT_LEASE_S).min(budget);
-    let beat = (lease / 3.0).floor().max(1.0);
+    // At least 3 s, so that a beat at a third of it leaves two to miss.
+    let lease = covering.max(MIN_HEARTBEAT_LEASE_S).min(budget).max(3.0);
+    let beat = (lease / 3.0).floor();
     if why.long_tail {
+        let multiple = if d.p99 > 0.0 {
+            format!("{:.1} x", d.p999 / d.p99)
+        } else {
+            "far above".into()
+        };
         reasons.push(format!(
-            "p99.9 ({}) is {:.1} x p99 ({}): a long tail. A bigger constant would make crash recovery as slow as the tail, so heartbeat instead.",
+            "p99.9 ({}) is {multiple} p99 ({}): a long tail. A bigger constant would make crash recovery as slow as the tail, so heartbeat instead.",
             minutes(d.p999),
-            d.p999 / d.p99.max(f64::MIN_POSITIVE),
             minutes(d.p99)
         ));
     }
@@ -265,9 +275,7 @@ pub fn advise(d: &Distribution, inputs: &Inputs) -> Advice {
     let mut reasons = Vec::new();
     let mut warnings = Vec::new();
     if let Err(why) = inputs.check() {
-        warnings.push(format!(
-            "Inputs: {why}; the advice below holds the safety factor to at least 1."
-        ));
+        warnings.push(format!("Inputs: {why}."));
     }
     let safety = inputs.safety_factor.max(1.0);
     let constant = nice_ceil(d.p99 * safety).max(MIN_LEASE_S);
@@ -369,7 +377,14 @@ fn receive_count(visibility: f64, inputs: &Inputs, reasons: &mut Vec<String>) ->
         BASE_MAX_RECEIVE_COUNT
     };
     let to_dlq = f64::from(count) * visibility;
-    reasons.push(if count == BASE_MAX_RECEIVE_COUNT {
+    reasons.push(if to_dlq < inputs.max_outage_s {
+        format!(
+            "maxReceiveCount {count}, AWS's most: {count} x the {} lease = {} still falls short of the {} outage budget (see the warnings).",
+            minutes(visibility),
+            minutes(to_dlq),
+            minutes(inputs.max_outage_s)
+        )
+    } else if count == BASE_MAX_RECEIVE_COUNT {
         format!(
             "maxReceiveCount {count}: with the lease sized to the work, extra receives come from failures, not overruns; two retries, then the DLQ after about {} ({count} x {}), which outlasts the {} outage budget.",
             minutes(to_dlq),

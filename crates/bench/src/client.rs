@@ -128,7 +128,9 @@ impl SqsClient {
         let started = Instant::now();
         let uri = format!("{}/", self.endpoint);
         let target = format!("AmazonSQS.{action}");
+        // The host the signature covers is the one sent: hyper keeps a Host set here.
         let mut request = hyper::Request::post(&uri)
+            .header("host", &self.host)
             .header("content-type", JSON_1_0)
             .header("x-amz-target", &target);
         match &self.signer {

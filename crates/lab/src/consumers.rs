@@ -3,6 +3,7 @@
 //! cancellation, the idempotency gate on the downstream's PostgreSQL, a ceiling on executions
 //! at once). Both work against the downstream for real; neither's word is used for measures.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,11 +24,13 @@ pub fn uses_runtime(scenario: &Scenario) -> bool {
     scenario.consumers.heartbeat
 }
 
-/// Draws processing times as the simulator does, for every consumer of the fleet.
+/// Draws processing times as the simulator does, for every consumer of the fleet: afresh for
+/// each execution, or, with `work.per_message`, once per message and kept.
 #[derive(Clone)]
 pub struct WorkDraw {
     model: Arc<WorkModel>,
     rng: Arc<Mutex<StdRng>>,
+    kept: Option<Arc<Mutex<HashMap<String, f64>>>>,
 }
 
 impl WorkDraw {
@@ -35,12 +38,23 @@ impl WorkDraw {
         WorkDraw {
             model: Arc::new(WorkModel::new(&scenario.work)),
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(scenario.seed))),
+            kept: scenario.work.per_message.then(Default::default),
         }
     }
 
-    fn draw(&self) -> f64 {
-        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-        self.model.draw(&mut rng)
+    fn draw(&self, key: &str) -> f64 {
+        let draw = || {
+            let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+            self.model.draw(&mut rng)
+        };
+        match &self.kept {
+            None => draw(),
+            Some(kept) => *kept
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key.to_string())
+                .or_insert_with(draw),
+        }
     }
 }
 
@@ -185,9 +199,10 @@ async fn naive(
                 continue;
             };
             let key = crate::load::key_of(m.message_attributes.as_ref(), id);
-            let work_s = draw.draw();
+            let work_s = draw.draw(&key);
+            // Stopped, the execution's future is dropped: its query is cancelled.
             let done = tokio::select! {
-                _ = stop.cancelled() => { executor.cancel().await; return; }
+                _ = stop.cancelled() => return,
                 r = executor.execute(&key, work_s) => r,
             };
             if let Err(e) = &done {
@@ -237,8 +252,8 @@ async fn runtime(
         .handler(move |m| {
             let pool = pool.clone();
             let failures = failures.clone();
-            let work_s = draw.draw();
             let key = crate::load::key_of(Some(&m.message_attributes), &m.message_id);
+            let work_s = draw.draw(&key);
             async move {
                 let executor = pool
                     .lock()
@@ -250,10 +265,8 @@ async fn runtime(
                         failures.execution(&e);
                         e.to_string().into()
                     }),
-                    _ = m.cancel.cancelled() => {
-                        executor.cancel().await;
-                        Err("lease lost: execution cancelled".into())
-                    }
+                    // Dropping the execution's future cancels its query.
+                    _ = m.cancel.cancelled() => Err("lease lost: execution cancelled".into()),
                 };
                 pool.lock()
                     .unwrap_or_else(|p| p.into_inner())

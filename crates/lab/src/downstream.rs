@@ -1,10 +1,15 @@
-//! The downstream: a real PostgreSQL database that every execution writes to. Its latency
-//! grows with the transactions running at once (counted from `pg_stat_activity`, past the
-//! scenario's capacity) and with row contention (copies of one message upsert the same row
-//! and hold its lock for the last `contention` share of their work), and a trigger can make
-//! it slow. Each run lives in a schema of its own, dropped at the end.
+//! The downstream: a real PostgreSQL database that every execution writes to, through a
+//! pool of `database.capacity` connections shared by the whole fleet, as an application's
+//! pool is. Nothing here computes the simulator's formulas: an execution past capacity waits
+//! for a connection for real, copies of one message upsert the same row and wait on its lock
+//! for real (held for the last `contention` share of their work), and a slow-query trigger
+//! stretches the work. Each run lives in a schema of its own, dropped at the end.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 use leasehold_sim::Scenario;
 use tokio_postgres::{Client, Config, NoTls};
@@ -27,52 +32,46 @@ pub struct Downstream {
     config: Config,
     url: String,
     schema: String,
-    /// The application name of the consumers' connections: what the load is counted by.
+    /// The application name of the consumers' connections.
     app: String,
+    /// The fleet's connections to the database: `database.capacity` of them.
+    pool: Pool,
+    /// Executions started and not yet ended (waiting for a connection, or running): the
+    /// lab's own count, sampled each step as the simulator's `db_running`.
+    in_progress: Arc<AtomicU32>,
 }
 
 /// The tables and functions of one run. `work(unloaded)` sleeps in slices, each stretched by
-/// the load factor the scenario's database model names, measured live: running transactions
-/// past `capacity` slow every one of them by `load_slope` per capacity's worth, and a slow
-/// query trigger multiplies it by `slow_factor`.
+/// the slow-query trigger's `slow_factor` (1 outside it); the database's load shows as the
+/// wait for a pool connection and for a row lock, never as a formula.
 const SCHEMA_SQL: &str = r#"
-CREATE TABLE settings (capacity int NOT NULL, load_slope float8 NOT NULL,
-                       contention float8 NOT NULL, slow_factor float8 NOT NULL);
+CREATE TABLE settings (contention float8 NOT NULL, slow_factor float8 NOT NULL);
 CREATE TABLE executions (id bigserial PRIMARY KEY, message_id text NOT NULL,
                          unloaded_s float8 NOT NULL,
                          started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
                          finished_at timestamptz);
 CREATE INDEX executions_by_message ON executions (message_id);
 CREATE TABLE records (key text PRIMARY KEY, executions int NOT NULL);
-CREATE FUNCTION work(unloaded float8, app text) RETURNS void LANGUAGE plpgsql AS $$
+CREATE FUNCTION work(unloaded float8) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-  done float8 := 0; running int; s record; factor float8; slice float8;
+  done float8 := 0; factor float8; slice float8;
 BEGIN
   WHILE done < unloaded LOOP
-    SELECT * INTO s FROM settings;
-    running := 0;
-    IF s.load_slope > 0 THEN
-      PERFORM pg_stat_clear_snapshot();
-      SELECT count(*) INTO running FROM pg_stat_activity
-        WHERE application_name = app AND state = 'active';
-    END IF;
-    factor := (1 + s.load_slope * greatest(running - s.capacity, 0)::float8
-                   / greatest(s.capacity, 1)) * s.slow_factor;
+    SELECT slow_factor INTO factor FROM settings;
     slice := least(0.025, (unloaded - done) * factor);
     PERFORM pg_sleep(slice);
     done := done + slice / factor;
   END LOOP;
 END $$;
-CREATE FUNCTION execute(execution bigint, work_key text, unloaded float8, app text)
+CREATE FUNCTION execute(work_key text, unloaded float8)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE c float8;
 BEGIN
   SELECT contention INTO c FROM settings;
-  PERFORM work(unloaded * (1 - c), app);
+  PERFORM work(unloaded * (1 - c));
   INSERT INTO records VALUES (work_key, 1)
     ON CONFLICT (key) DO UPDATE SET executions = records.executions + 1;
-  PERFORM work(unloaded * c, app);
-  UPDATE executions SET finished_at = clock_timestamp() WHERE id = execution;
+  PERFORM work(unloaded * c);
 END $$;
 "#;
 
@@ -110,17 +109,26 @@ impl Downstream {
         let db = &scenario.database;
         admin
             .execute(
-                "INSERT INTO settings VALUES ($1, $2, $3, 1.0)",
-                &[
-                    &(db.capacity.max(1) as i32),
-                    &db.load_slope,
-                    &db.contention.clamp(0.0, 1.0),
-                ],
+                "INSERT INTO settings VALUES ($1, 1.0)",
+                &[&db.contention.clamp(0.0, 1.0)],
             )
             .await
             .map_err(LabError::postgres)?;
         let mut config = base.clone();
         config.options(format!("-c search_path={schema}"));
+        let mut pooled = config.clone();
+        pooled.application_name(&app);
+        let manager = Manager::from_config(
+            pooled,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(db.capacity.max(1) as usize)
+            .build()
+            .map_err(|e| LabError::Setup(format!("the downstream's pool: {e}")))?;
         let url = format!(
             "{url}{}options=-c%20search_path%3D{schema}",
             if url.contains('?') { "&" } else { "?" }
@@ -131,6 +139,8 @@ impl Downstream {
             url,
             schema,
             app,
+            pool,
+            in_progress: Arc::new(AtomicU32::new(0)),
         })
     }
 
@@ -139,14 +149,16 @@ impl Downstream {
         &self.url
     }
 
-    /// A connection for one consumer's executions.
+    /// One consumer's way to the database: its own connection to record its executions
+    /// (the lab's ledger, outside the pool), and the fleet's pool to work through.
     pub async fn executor(&self) -> Result<Executor, LabError> {
         let mut config = self.config.clone();
-        config.application_name(&self.app);
-        let client = connect(&config).await?;
+        config.application_name(format!("{}_ledger", self.app));
+        let ledger = connect(&config).await?;
         Ok(Executor {
-            client,
-            app: self.app.clone(),
+            ledger,
+            pool: self.pool.clone(),
+            in_progress: self.in_progress.clone(),
         })
     }
 
@@ -181,17 +193,9 @@ impl Downstream {
         Ok(())
     }
 
-    /// Transactions of the consumers running on the database now.
-    pub async fn running(&self) -> Result<u32, LabError> {
-        let row = self
-            .admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'",
-                &[&self.app],
-            )
-            .await
-            .map_err(LabError::postgres)?;
-        Ok(row.get::<_, i64>(0) as u32)
+    /// Executions in progress now: waiting for a pool connection, or running.
+    pub fn running(&self) -> u32 {
+        self.in_progress.load(Ordering::Relaxed)
     }
 
     /// The database's clock, as the origin of the run's time.
@@ -230,11 +234,12 @@ impl Downstream {
             .collect())
     }
 
-    /// Ends every consumer transaction still running (at the end of a run).
+    /// Ends every consumer transaction still running (at the end of a fleet's run), and the
+    /// ledgers' sessions; the pool stays open for the next fleet (the mirage's redrive).
     pub async fn terminate_executions(&self) -> Result<(), LabError> {
         self.admin
             .execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1 || '%'",
                 &[&self.app],
             )
             .await
@@ -244,6 +249,7 @@ impl Downstream {
 
     /// Drops the run's schema (its tables, functions and the idempotency store's table).
     pub async fn drop_schema(&self) -> Result<(), LabError> {
+        self.pool.close();
         self.terminate_executions().await?;
         tokio::time::sleep(Duration::from_millis(100)).await;
         self.admin
@@ -253,19 +259,66 @@ impl Downstream {
     }
 }
 
-/// One consumer's connection to the downstream.
+/// One consumer's way to the downstream. Its execution is stopped by dropping the future
+/// of `execute` (a lost lease, the run's end): the query is cancelled on the database and
+/// its connection leaves the pool, so no other execution ever queues behind it or has its
+/// own query cancelled in its place.
 pub struct Executor {
-    client: Client,
-    app: String,
+    ledger: Client,
+    pool: Pool,
+    in_progress: Arc<AtomicU32>,
+}
+
+/// Counts an execution in progress for as long as it lives, however it ends.
+struct InProgress(Arc<AtomicU32>);
+
+impl InProgress {
+    fn start(count: &Arc<AtomicU32>) -> InProgress {
+        count.fetch_add(1, Ordering::Relaxed);
+        InProgress(count.clone())
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A pooled connection whose statement is on its way. Dropped before `finished`, the
+/// statement is cancelled and the connection taken out of the pool (closed), never handed
+/// to the next execution with an abandoned query still running on it.
+struct Checkout {
+    connection: Option<deadpool_postgres::Object>,
+    token: tokio_postgres::CancelToken,
+}
+
+impl Checkout {
+    fn finished(mut self) -> deadpool_postgres::Object {
+        self.connection.take().expect("held until finished")
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            drop(deadpool_postgres::Object::take(connection));
+            let token = self.token.clone();
+            tokio::spawn(async move {
+                let _ = token.cancel_query(NoTls).await;
+            });
+        }
+    }
 }
 
 impl Executor {
-    /// One execution of a message: a row in `executions` first (committed at once, so an
-    /// execution cut short is still counted), then the work in one transaction that upserts
-    /// the message's record row and marks the execution finished.
+    /// One execution of a message: a row in `executions` first (on the ledger, committed at
+    /// once, so an execution cut short is still counted), then a connection from the pool
+    /// (waiting, when the fleet holds them all), and the work in one statement that upserts
+    /// the message's record row; then the execution is marked finished.
     pub async fn execute(&self, message_id: &str, unloaded_s: f64) -> Result<(), LabError> {
         let row = self
-            .client
+            .ledger
             .query_one(
                 "INSERT INTO executions (message_id, unloaded_s) VALUES ($1, $2) RETURNING id",
                 &[&message_id, &unloaded_s],
@@ -273,18 +326,31 @@ impl Executor {
             .await
             .map_err(LabError::postgres)?;
         let id: i64 = row.get(0);
-        self.client
+        let _counted = InProgress::start(&self.in_progress);
+        let connection = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| LabError::Postgres(format!("no connection from the pool: {e}")))?;
+        let checkout = Checkout {
+            token: connection.cancel_token(),
+            connection: Some(connection),
+        };
+        let worked = checkout
+            .connection
+            .as_ref()
+            .expect("held until finished")
+            .execute("SELECT execute($1, $2)", &[&message_id, &unloaded_s])
+            .await;
+        drop(checkout.finished());
+        worked.map_err(LabError::postgres)?;
+        self.ledger
             .execute(
-                "SELECT execute($1, $2, $3, $4)",
-                &[&id, &message_id, &unloaded_s, &self.app],
+                "UPDATE executions SET finished_at = clock_timestamp() WHERE id = $1",
+                &[&id],
             )
             .await
             .map_err(LabError::postgres)?;
         Ok(())
-    }
-
-    /// Cancels whatever this connection is running (a handler whose lease was lost stops).
-    pub async fn cancel(&self) {
-        let _ = self.client.cancel_token().cancel_query(NoTls).await;
     }
 }

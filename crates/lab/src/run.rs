@@ -144,7 +144,7 @@ async fn sample_steps(
             Some((name, _)) => Some(measure::lease_report(&http, endpoint, name).await?),
             None => None,
         };
-        let running = downstream.running().await?;
+        let running = downstream.running();
         samples.push(measure::sample(t, &source, dlq.as_ref(), running));
         progress(f64::from(k) / f64::from(steps));
     }

@@ -122,13 +122,14 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     write_outputs(&scenario, &outcome, &args.out)?;
     let s = &outcome.summary;
     println!(
-        "{}: {} messages, {} executions ({} duplicates), peak load on the database {} the arrivals (60 s), at most {:.2} executions per message ({:.0} s), {}; DLQ {} ({} already succeeded); {:.1} s of wall clock for {:.0} s simulated",
+        "{}: {} messages, {} executions ({} duplicates), peak load on the database {} the arrivals ({:.0} s), at most {:.2} executions per message ({:.0} s), {}; DLQ {} ({} already succeeded); {:.1} s of wall clock for {:.0} s simulated",
         s.scenario,
         s.unique_messages,
         s.executions,
         s.duplicate_executions,
         s.peak_load_multiple
             .map_or("none".to_string(), |m| format!("{m:.2}x")),
+        scenario.load_window_s,
         s.peak_amplification,
         scenario.amplification_window_s,
         leasehold_sim::outcome_line(s),

@@ -114,17 +114,18 @@ impl Postgres {
         } else {
             0
         };
-        if let (Some(made), Some(account)) = (made, account) {
-            if !records.iter().any(|r| r.name == made) {
-                self.check_queue_room(&tx, account).await?;
-            }
-        }
+        let new_queue = made.filter(|made| !records.iter().any(|r| r.name == *made));
         let names: Vec<(u64, String)> = records
             .iter()
             .map(|r| (r.meta.id, r.name.clone()))
             .collect();
         let mut engine = self.transient_engine(now, next_queue_id, deleted_at, records);
         let value = command(&mut engine)?;
+        // After the engine's own checks (a bad name, a name deleted recently), as the
+        // embedded engine orders them: the quota is the last word on a new queue.
+        if let (Some(_), Some(account)) = (new_queue, account) {
+            self.check_queue_room(&tx, account).await?;
+        }
         let mut purged = Vec::new();
         for change in engine.take_changes() {
             purged.extend(write_change(&tx, change, now).await?);

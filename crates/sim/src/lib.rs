@@ -18,9 +18,7 @@ mod sweep;
 
 pub use model::{contention, load_factor, WorkModel};
 pub use plot::draw_comparison;
-pub use report::{
-    load_multiples, outcome_line, rows_csv, summarize, write_outputs, Row, Summary, LOAD_WINDOW_S,
-};
+pub use report::{load_multiples, outcome_line, rows_csv, summarize, write_outputs, Row, Summary};
 pub use scenario::Scenario;
 pub use seeds::{over_seeds, run_seeds, seeds_line, SeedsSummary, Spread};
 pub use sim::Tally;

@@ -31,10 +31,11 @@ where
     root.fill(&WHITE).map_err(err)?;
     let s = &outcome.summary;
     let title = format!(
-        "{}: peak load {} the arrivals (60 s), {:.1} executions per message, {}",
+        "{}: peak load {} the arrivals ({:.0} s), {:.1} executions per message, {}",
         scenario.name,
         s.peak_load_multiple
             .map_or("none".to_string(), |m| format!("{m:.1}x")),
+        scenario.load_window_s,
         s.peak_amplification,
         crate::report::outcome_line(s)
     );

@@ -39,11 +39,12 @@ pub struct Summary {
     pub duplicate_executions: u64,
     /// Share of executed messages that were executed more than once.
     pub duplicate_fraction: f64,
-    /// The seeds' "5-8x the load": the largest, over every 60 s of the time series, of the
-    /// executions started on the database divided by the messages that arrived (the
-    /// `load_multiple_60s` column of timeseries.csv); null when no 60 s saw an arrival.
+    /// The seeds' "5-8x the load": the largest, over every `load_window_s` (60 s) of the
+    /// time series, of the executions started on the database divided by the messages that
+    /// arrived (the `load_multiple` column of timeseries.csv); null when no window saw an
+    /// arrival.
     pub peak_load_multiple: Option<f64>,
-    /// When that 60 s ended, in seconds into the run.
+    /// When that window ended, in seconds into the run.
     pub peak_load_multiple_at_s: Option<f64>,
     /// The largest executions per distinct message over `amplification_window_s`: how many
     /// times the messages of a stretch ran, which a collapse of throughput onto a few messages
@@ -87,33 +88,30 @@ pub struct Summary {
     pub wall_clock_s: f64,
 }
 
-/// The window of the load multiple, the seeds' measure.
-pub const LOAD_WINDOW_S: f64 = 60.0;
-
-/// For each row, the executions started in the 60 s that end with it divided by the messages
-/// that arrived in them (a row covers the step that ends at its `t_s`): None for a row less
-/// than 60 s into the run, or whose 60 s saw no arrival.
-pub fn load_multiples(rows: &[Row]) -> Vec<Option<f64>> {
+/// For each row, the executions started in the `window_s` that end with it divided by the
+/// messages that arrived in them (a row covers the step that ends at its `t_s`): None for a
+/// row less than a window into the run, or whose window saw no arrival.
+pub fn load_multiples(rows: &[Row], window_s: f64) -> Vec<Option<f64>> {
     let (mut executions, mut arrivals) = (0u64, 0u64);
     let mut first = 0;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         executions += row.executions;
         arrivals += row.arrivals;
-        while rows[first].t_s <= row.t_s - LOAD_WINDOW_S + 1e-9 {
+        while rows[first].t_s <= row.t_s - window_s + 1e-9 {
             executions -= rows[first].executions;
             arrivals -= rows[first].arrivals;
             first += 1;
         }
-        let full = row.t_s >= LOAD_WINDOW_S - 1e-9;
+        let full = row.t_s >= window_s - 1e-9;
         out.push((full && arrivals > 0).then(|| executions as f64 / arrivals as f64));
     }
     out
 }
 
 /// The largest load multiple and when its window ended.
-fn peak_load_multiple(rows: &[Row]) -> Option<(f64, f64)> {
-    load_multiples(rows)
+fn peak_load_multiple(rows: &[Row], window_s: f64) -> Option<(f64, f64)> {
+    load_multiples(rows, window_s)
         .into_iter()
         .zip(rows)
         .filter_map(|(m, r)| m.map(|m| (m, r.t_s)))
@@ -197,6 +195,7 @@ pub fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
     let had_trigger = scenario.triggers_end_s().is_some();
     let (recovered, recovery_s) = recovery(scenario, &t.rows);
     let (steady_amplification, healthy) = settled(&t.rows);
+    let peak_load = peak_load_multiple(&t.rows, scenario.load_window_s);
     let mean =
         |v: &[u64]| (!v.is_empty()).then(|| v.iter().sum::<u64>() as f64 / v.len() as f64 / 1000.0);
     Summary {
@@ -211,8 +210,8 @@ pub fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
         } else {
             t.messages_executed_more_than_once as f64 / t.executed_messages as f64
         },
-        peak_load_multiple: peak_load_multiple(&t.rows).map(|(m, _)| m),
-        peak_load_multiple_at_s: peak_load_multiple(&t.rows).map(|(_, at)| at),
+        peak_load_multiple: peak_load.map(|(m, _)| m),
+        peak_load_multiple_at_s: peak_load.map(|(_, at)| at),
         peak_amplification: t.rows.iter().map(|r| r.amplification).fold(1.0, f64::max),
         completed: t.completed,
         skipped_duplicates: t.skipped_duplicates,
@@ -253,10 +252,10 @@ fn io(e: impl std::fmt::Display) -> SimError {
     SimError::Output(e.to_string())
 }
 
-/// The rows as CSV, one line per step, with a header.
-pub fn rows_csv(rows: &[Row]) -> String {
-    let mut csv = String::from("t_s,arrivals,executions,duplicate_executions,amplification,late_deletes,visible,in_flight,db_running,db_latency_s,workers,dlq_messages,load_multiple_60s\n");
-    for (r, load) in rows.iter().zip(load_multiples(rows)) {
+/// The rows as CSV, one line per step, with a header; `load_multiple` over `window_s`.
+pub fn rows_csv(rows: &[Row], window_s: f64) -> String {
+    let mut csv = String::from("t_s,arrivals,executions,duplicate_executions,amplification,late_deletes,visible,in_flight,db_running,db_latency_s,workers,dlq_messages,load_multiple\n");
+    for (r, load) in rows.iter().zip(load_multiples(rows, window_s)) {
         csv.push_str(&format!(
             "{},{},{},{},{:.4},{},{},{},{},{:.3},{},{},{}\n",
             r.t_s,
@@ -287,6 +286,10 @@ pub fn write_outputs(scenario: &Scenario, outcome: &Outcome, dir: &Path) -> Resu
         serde_json::to_string(&outcome.rows).map_err(io)?,
     )
     .map_err(io)?;
-    std::fs::write(dir.join("timeseries.csv"), rows_csv(&outcome.rows)).map_err(io)?;
+    std::fs::write(
+        dir.join("timeseries.csv"),
+        rows_csv(&outcome.rows, scenario.load_window_s),
+    )
+    .map_err(io)?;
     crate::plot::draw(scenario, outcome, dir)
 }

@@ -16,6 +16,9 @@ pub struct Scenario {
     pub step_s: f64,
     /// Window over which amplification (executions per distinct message) is measured.
     pub amplification_window_s: f64,
+    /// Window of the load multiple (executions over arrivals), the seeds' "Nx the load": a
+    /// minute of the story (a lab scenario at 15x says 4).
+    pub load_window_s: f64,
     /// How long the system must stay healthy after the last trigger to count as recovered
     /// (the rest of the run will do, if it is at least two fifths of this).
     pub recovery_hold_s: f64,
@@ -40,6 +43,7 @@ impl Default for Scenario {
             duration_s: 3600.0,
             step_s: 10.0,
             amplification_window_s: 300.0,
+            load_window_s: 60.0,
             recovery_hold_s: 300.0,
             queue: QueueSpec::default(),
             arrivals: Arrivals::default(),
@@ -350,12 +354,16 @@ impl Scenario {
         if !(self.duration_s > 0.0
             && self.step_s > 0.0
             && self.amplification_window_s > 0.0
+            && self.load_window_s > 0.0
             && self.recovery_hold_s > 0.0)
         {
             return bad(
-                "duration_s, step_s, amplification_window_s and recovery_hold_s must be positive"
+                "duration_s, step_s, amplification_window_s, load_window_s and recovery_hold_s must be positive"
                     .into(),
             );
+        }
+        if self.load_window_s < self.step_s {
+            return bad("load_window_s must be at least step_s".into());
         }
         if self
             .arrivals

@@ -675,7 +675,7 @@ impl<'a> Simulation<'a> {
         if self.sc.scaling.kind == "lambda" {
             // Whatever contention later does to its length, Lambda ends it at the timeout.
             let timeout = self.sc.scaling.function_timeout_s;
-            self.at(self.now + ms(timeout), Ev::FunctionTimeout(self.next_exec));
+            self.at(self.now + ms(timeout), Ev::FunctionTimeout(exec));
             seconds = seconds.min(timeout);
         }
         let state = self.msgs.entry(msg).or_default();

@@ -2,7 +2,7 @@
 //! its arrivals, a run over seeds agrees with the seeds run one by one, slowness kept with a
 //! message and Lambda's function timeout do what the scenario says.
 
-use leasehold_sim::{load_multiples, rows_csv, run, run_seeds, Scenario, LOAD_WINDOW_S};
+use leasehold_sim::{load_multiples, rows_csv, run, run_seeds, Scenario};
 
 fn scenario(name: &str) -> Scenario {
     let path = format!("{}/../../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
@@ -20,7 +20,7 @@ fn temp_dir(what: &str) -> std::path::PathBuf {
 fn the_peak_load_multiple_is_executions_over_arrivals_in_the_timeseries() {
     let sc = scenario("seed-004-death-spiral-naive");
     let outcome = run(&sc, &mut |_| {}).unwrap();
-    let csv = rows_csv(&outcome.rows);
+    let csv = rows_csv(&outcome.rows, sc.load_window_s);
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
@@ -28,12 +28,12 @@ fn the_peak_load_multiple_is_executions_over_arrivals_in_the_timeseries() {
         column("t_s"),
         column("arrivals"),
         column("executions"),
-        column("load_multiple_60s"),
+        column("load_multiple"),
     );
     let rows: Vec<Vec<String>> = lines
         .map(|l| l.split(',').map(str::to_string).collect())
         .collect();
-    let per_window = (LOAD_WINDOW_S / sc.step_s).round() as usize;
+    let per_window = (sc.load_window_s / sc.step_s).round() as usize;
     let mut peak: f64 = 0.0;
     for end in per_window - 1..rows.len() {
         let window = &rows[end + 1 - per_window..=end];
@@ -58,7 +58,10 @@ fn the_peak_load_multiple_is_executions_over_arrivals_in_the_timeseries() {
     assert!((reported - peak).abs() < 1e-9, "{reported} against {peak}");
     // The first rows have less than 60 s behind them: no multiple.
     assert!(rows[0][load].is_empty());
-    assert_eq!(load_multiples(&outcome.rows).len(), outcome.rows.len());
+    assert_eq!(
+        load_multiples(&outcome.rows, sc.load_window_s).len(),
+        outcome.rows.len()
+    );
 }
 
 /// `--seeds 6` agrees with six single-seed runs: the share that recovered and the spread.
@@ -133,6 +136,38 @@ fn slowness_kept_with_a_message_sends_the_slow_ones_to_the_dlq_though_they_succe
         kept.dlq_messages,
         fresh.dlq_messages
     );
+}
+
+/// Work of 40 s under a 30 s function timeout: Lambda kills every invocation, so no message
+/// is ever completed, however long its lease.
+#[test]
+fn work_longer_than_the_function_timeout_never_completes() {
+    let text = r#"
+        name = "too-long-for-lambda"
+        duration_s = 600
+        [queue]
+        visibility_timeout_s = 180
+        [arrivals]
+        rate_per_s = 0.2
+        [work]
+        kind = "fixed"
+        mean_s = 40
+        [database]
+        capacity = 1000
+        load_slope = 0
+        contention = 0
+        [scaling]
+        kind = "lambda"
+        workers = 5
+        function_timeout_s = 30
+    "#;
+    let s = run(&Scenario::from_toml(text).unwrap(), &mut |_| {})
+        .unwrap()
+        .summary;
+    assert!(s.executions > 20, "{s:#?}");
+    assert_eq!(s.completed, 0, "{s:#?}");
+    // All but those started in the run's last 30 s.
+    assert!(s.function_timeouts * 10 >= s.executions * 8, "{s:#?}");
 }
 
 /// Lambda ends an invocation at its function timeout: no execution runs past it, and the
