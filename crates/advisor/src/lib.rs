@@ -114,16 +114,27 @@ pub struct Advice {
     pub alternatives: Vec<Alternative>,
 }
 
-/// Rounds up to a value a person would set: whole seconds, then 5 s, 10 s, 1 min, 5 min steps.
-pub fn nice_ceil(seconds: f64) -> f64 {
-    let step = match seconds {
+/// The step a person would round `seconds` to: whole seconds, then 5 s, 10 s, 1 min, 5 min.
+fn nice_step(seconds: f64) -> f64 {
+    match seconds {
         s if s <= 10.0 => 1.0,
         s if s <= 60.0 => 5.0,
         s if s <= 600.0 => 10.0,
         s if s <= 3600.0 => 60.0,
         _ => 300.0,
-    };
+    }
+}
+
+/// Rounds up to a value a person would set (`nice_step`), from 1 s to 12 hours.
+pub fn nice_ceil(seconds: f64) -> f64 {
+    let step = nice_step(seconds);
     ((seconds / step).ceil() * step).clamp(1.0, TWELVE_HOURS_S)
+}
+
+/// Rounds down to a value a person would set, in the same steps; at least 1 s.
+fn nice_floor(seconds: f64) -> f64 {
+    let step = nice_step(seconds);
+    ((seconds / step).floor() * step).clamp(1.0, TWELVE_HOURS_S)
 }
 
 pub(crate) fn minutes(seconds: f64) -> String {
@@ -142,18 +153,6 @@ pub(crate) fn percent(fraction: f64) -> String {
     } else {
         format!("{:.1}%", fraction * 100.0)
     }
-}
-
-/// Rounds down to a value a person would set, in the steps of `nice_ceil`; at least 1 s.
-fn nice_floor(seconds: f64) -> f64 {
-    let step = match seconds {
-        s if s <= 10.0 => 1.0,
-        s if s <= 60.0 => 5.0,
-        s if s <= 600.0 => 10.0,
-        s if s <= 3600.0 => 60.0,
-        _ => 300.0,
-    };
-    ((seconds / step).floor() * step).clamp(1.0, TWELVE_HOURS_S)
 }
 
 /// The shortest constant lease advised: shorter turns a GC pause or one slow network call into

@@ -73,10 +73,7 @@ fn lambda_needs_six_times_the_function_timeout() {
     let advice = advise(&d, &inputs);
     assert_eq!(advice.visibility_timeout_s, 180.0);
     assert!(
-        advice
-            .warnings
-            .iter()
-            .any(|w| w.contains("6 x the Lambda timeout")),
+        warned(&advice, "6 x the Lambda timeout"),
         "{:?}",
         advice.warnings
     );
@@ -86,11 +83,7 @@ fn lambda_needs_six_times_the_function_timeout() {
 fn work_past_twelve_hours_is_sent_to_a_job_record() {
     let d = Distribution::from_quantiles(600.0, 3600.0, 20_000.0, 40_000.0, 50_000.0);
     let advice = advise(&d, &Inputs::default());
-    assert!(
-        advice.warnings.iter().any(|w| w.contains("12 hours")),
-        "{:?}",
-        advice.warnings
-    );
+    assert!(warned(&advice, "12 hours"), "{:?}", advice.warnings);
 }
 
 #[test]
@@ -101,16 +94,9 @@ fn retention_and_shutdown_grace_are_checked() {
         ..Inputs::default()
     };
     let advice = advise(&transcoding(), &inputs);
+    assert!(warned(&advice, "retention"), "{:?}", advice.warnings);
     assert!(
-        advice.warnings.iter().any(|w| w.contains("retention")),
-        "{:?}",
-        advice.warnings
-    );
-    assert!(
-        advice
-            .warnings
-            .iter()
-            .any(|w| w.contains("graceful-shutdown")),
+        warned(&advice, "graceful-shutdown"),
         "{:?}",
         advice.warnings
     );
@@ -134,6 +120,11 @@ fn raw_durations_give_exact_overrun_fractions() {
     let d = Distribution::from_durations(&[1.0, 2.0, 3.0, 40.0]).unwrap();
     assert_eq!(d.fraction_above(30.0), 0.25);
     assert_eq!(d.fraction_above(40.0), 0.0);
+}
+
+/// Whether one of the advice's warnings says `words`.
+fn warned(advice: &Advice, words: &str) -> bool {
+    advice.warnings.iter().any(|w| w.contains(words))
 }
 
 fn said(advice: &Advice) -> String {

@@ -64,17 +64,22 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
-    #[test]
-    fn quantile_work_follows_its_quantiles() {
-        let w = Work {
+    /// Seed 000's transcoding quantiles, with the given maximum.
+    fn transcoding(max_s: f64) -> Work {
+        Work {
             kind: "quantiles".into(),
             p50_s: 22.0,
             p90_s: 95.0,
             p99_s: 310.0,
             p999_s: 540.0,
-            max_s: 480.0,
+            max_s,
             ..Work::default()
-        };
+        }
+    }
+
+    #[test]
+    fn quantile_work_follows_its_quantiles() {
+        let w = transcoding(480.0);
         let model = WorkModel::new(&w);
         let mut rng = StdRng::seed_from_u64(1);
         let mut draws: Vec<f64> = (0..100_000).map(|_| model.draw(&mut rng)).collect();
@@ -89,15 +94,7 @@ mod tests {
     /// of the piecewise-linear distribution, not its p50.
     #[test]
     fn the_mean_of_quantile_work_is_the_mean_of_its_draws() {
-        let w = Work {
-            kind: "quantiles".into(),
-            p50_s: 22.0,
-            p90_s: 95.0,
-            p99_s: 310.0,
-            p999_s: 540.0,
-            max_s: 600.0,
-            ..Work::default()
-        };
+        let w = transcoding(600.0);
         let model = WorkModel::new(&w);
         let mut rng = StdRng::seed_from_u64(2);
         let n = 200_000;
