@@ -459,8 +459,10 @@ impl Embedded {
     }
 }
 
-/// Held while a queue's lock is: a panic then may have left the queue half changed, and a
-/// queue's lock (unlike the engine's) is not poisoned by it, so the process ends at once.
+/// Held while a queue's lock is: a panic then may have left the queue half changed, so the
+/// process ends at once. A queue's lock is not poisoned by a panic, but the engine never lets
+/// it go while its thread panics (`QueueGuard`), so no other thread sees the torn queue
+/// before the abort, whatever order the locals drop in.
 struct AbortOnPanic;
 
 impl Drop for AbortOnPanic {

@@ -109,11 +109,45 @@ const SPINS: usize = 4_000;
 #[cfg(not(feature = "shuttle"))]
 type QueueMutex = parking_lot::Mutex<Queue>;
 #[cfg(not(feature = "shuttle"))]
-pub(crate) type QueueGuard<'a> = parking_lot::MutexGuard<'a, Queue>;
+type RawGuard<'a> = parking_lot::MutexGuard<'a, Queue>;
 #[cfg(feature = "shuttle")]
 type QueueMutex = shuttle::sync::Mutex<Queue>;
 #[cfg(feature = "shuttle")]
-pub(crate) type QueueGuard<'a> = shuttle::sync::MutexGuard<'a, Queue>;
+type RawGuard<'a> = shuttle::sync::MutexGuard<'a, Queue>;
+
+/// A queue's lock, held. Dropped while its thread panics, when the queue may be half
+/// changed, it is never let go: the lock stays taken, so no other thread sees the torn queue
+/// (a queue's lock is not poisoned by a panic). A server then aborts (the embedded backend's
+/// `AbortOnPanic`); a test's panic goes on and fails the test.
+pub(crate) struct QueueGuard<'a>(Option<RawGuard<'a>>);
+
+impl<'a> QueueGuard<'a> {
+    fn new(raw: RawGuard<'a>) -> QueueGuard<'a> {
+        QueueGuard(Some(raw))
+    }
+}
+
+impl std::ops::Deref for QueueGuard<'_> {
+    type Target = Queue;
+
+    fn deref(&self) -> &Queue {
+        self.0.as_deref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for QueueGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Queue {
+        self.0.as_deref_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for QueueGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            std::mem::forget(self.0.take());
+        }
+    }
+}
 
 /// One queue behind its own lock, with the id of its incarnation beside it (fixed for the
 /// cell's life), so that commands needing two queues lock them in id order without looking
@@ -140,12 +174,12 @@ impl QueueCell {
         for _ in 0..SPINS {
             if !self.queue.is_locked() {
                 if let Some(queue) = self.queue.try_lock() {
-                    return queue;
+                    return QueueGuard::new(queue);
                 }
             }
             std::hint::spin_loop();
         }
-        self.queue.lock()
+        QueueGuard::new(self.queue.lock())
     }
 
     /// The queue, without locking: `&mut self` proves nobody else holds it.
@@ -162,7 +196,7 @@ impl QueueCell {
     // A panic under shuttle's lock poisons it: the test fails either way.
     #[cfg(feature = "shuttle")]
     fn lock(&self) -> QueueGuard<'_> {
-        self.queue.lock().expect("a queue's lock is never poisoned")
+        QueueGuard::new(self.queue.lock().expect("a queue's lock is never poisoned"))
     }
 
     #[cfg(feature = "shuttle")]
