@@ -88,7 +88,7 @@ impl QueueAdmin for Embedded {
     }
 
     async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {
-        Ok(self.on_queue_detached(queue, Access::Read, |q| q.attributes(&names))??)
+        Ok(self.on_queue_detached(Access::Read, |e, sink| e.attributes(queue, &names, sink))??)
     }
 
     async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()> {
@@ -174,7 +174,9 @@ impl Messages for Embedded {
         self.admit_send()?;
         // What needs no queue is checked, and the id written out, with no lock held.
         let message = message.checked();
-        let accepted = self.on_queue(queue, None, |q| q.send(message)).await?;
+        let accepted = self
+            .on_queue(|e, sink| e.on_stripe(queue, None, sink, |q| q.send(message))?)
+            .await?;
         let sent = accepted.sent(&self.sealer);
         self.waiters.wake_some(queue, 1);
         Ok(sent)
@@ -188,7 +190,7 @@ impl Messages for Embedded {
         self.admit_send()?;
         let messages = messages.into_iter().map(NewMessage::checked).collect();
         let results: Vec<_> = self
-            .on_queue(queue, None, |q| q.send_batch(messages))
+            .on_queue(|e, sink| e.on_stripe(queue, None, sink, |q| q.send_batch(messages))?)
             .await?
             .into_iter()
             .map(|accepted| accepted.map(|a| a.sent(&self.sealer)))
@@ -199,28 +201,14 @@ impl Messages for Embedded {
 
     async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
         let received = self
-            .on_queue(queue, Some(request.max_messages), |q| {
-                let handout = q.receive(&request)?;
-                let now = q.now();
-                let next_due_in_ms = handout
-                    .is_empty()
-                    .then(|| q.next_due().map(|due| due.saturating_sub(now)))
-                    .flatten();
-                let queue_wait_s = q.settings().receive_wait_s;
-                Ok((
-                    handout,
-                    queue_wait_s,
-                    next_due_in_ms,
-                    q.counts().visible > 0,
-                ))
-            })
+            .on_queue(|e, sink| e.receive_striped(queue, &request, sink))
             .await?;
-        let (handout, queue_wait_s, next_due_in_ms, more) = received;
-        // Ids and receipt handles are written out here, the queue's lock let go.
+        let more = received.more;
+        // Ids and receipt handles are written out here, no lock held.
         let received = Received {
-            deliveries: handout.finish(),
-            queue_wait_s,
-            next_due_in_ms,
+            deliveries: received.handout.finish(),
+            queue_wait_s: received.queue_wait_s,
+            next_due_in_ms: received.next_due_in_ms,
         };
         if !received.deliveries.is_empty() && more {
             // Sends wake one waiter per message; pass on what this one left behind.
@@ -248,13 +236,11 @@ impl Messages for Embedded {
         // Opened before the queue is locked: decoding and checking them needs no queue.
         let opened: Vec<_> = handles.iter().map(|h| self.sealer.open(h)).collect();
         let (results, fifo) = self
-            .on_queue(queue, None, |q| {
-                let results: Vec<_> = handles
-                    .iter()
-                    .zip(opened)
-                    .map(|(h, receipt)| q.delete_opened(h, receipt).map(drop))
-                    .collect();
-                Ok((results, q.settings().fifo))
+            .on_queue(|e, sink| {
+                let results = e.on_handles(queue, opened, sink, |q, i, receipt| {
+                    q.delete_opened(&handles[i], receipt).map(drop)
+                })?;
+                Ok((results, e.is_fifo(queue)?))
             })
             .await?;
         if fifo {
@@ -271,14 +257,11 @@ impl Messages for Embedded {
     ) -> Result<Vec<Result<(), EngineError>>> {
         let opened: Vec<_> = changes.iter().map(|(h, _)| self.sealer.open(h)).collect();
         let results = self
-            .on_queue(queue, None, |q| {
-                Ok(changes
-                    .iter()
-                    .zip(opened)
-                    .map(|((handle, timeout), receipt)| {
-                        q.change_visibility_opened(handle, receipt, *timeout)
-                    })
-                    .collect::<Vec<_>>())
+            .on_queue(|e, sink| {
+                e.on_handles(queue, opened, sink, |q, i, receipt| {
+                    let (handle, timeout) = &changes[i];
+                    q.change_visibility_opened(handle, receipt, *timeout)
+                })
             })
             .await?;
         self.wake_per_success(queue, &results);
@@ -298,11 +281,13 @@ impl Messages for Embedded {
 impl Measurements for Embedded {
     async fn record_empty_receive(&self, queue: &str) {
         // Counted durably, but nobody waits for the write.
-        let _ = self.on_queue_detached(queue, Access::Change, |q| q.record_empty_receive());
+        let _ = self.on_queue_detached(Access::Change, |e, sink| {
+            e.on_stripe(queue, None, sink, |q| q.record_empty_receive())
+        });
     }
 
     async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
-        self.on_queue_detached(queue, Access::Read, |q| q.lease_report())
+        Ok(self.on_queue_detached(Access::Read, |e, sink| e.lease_report_striped(queue, sink))??)
     }
 
     async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
@@ -310,8 +295,9 @@ impl Measurements for Embedded {
         let mut reports = Vec::with_capacity(names.len());
         for chunk in names.chunks(REPORTS_PER_YIELD) {
             reports.extend(chunk.iter().filter_map(|name| {
-                let report = self.on_queue_detached(name, Access::Read, |q| q.lease_report());
-                report.ok().map(|r| (name.clone(), r))
+                let report = self
+                    .on_queue_detached(Access::Read, |e, sink| e.lease_report_striped(name, sink));
+                report.ok().and_then(|r| r.ok()).map(|r| (name.clone(), r))
             }));
             tokio::task::yield_now().await;
         }

@@ -1,7 +1,8 @@
 //! The embedded backend: the pure engine behind a read-write lock, made durable by the SQLite
 //! committer (group commit) when it has a store. A command on one queue's messages shares
-//! the engine and takes only that queue's lock (`Embedded::on_queue`), so queues never wait
-//! for one another; what spans queues holds the engine alone (`Embedded::apply`). A change
+//! the engine and takes only the lock of one stripe of that queue at a time
+//! (`Embedded::on_queue`), so queues, and a standard queue's stripes, never wait for one
+//! another; what spans queues holds the engine alone (`Embedded::apply`). A change
 //! is acknowledged only once the store holds it; a failed write puts the engine back to what
 //! the store holds and leaves the backend serving reads only.
 
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use leasehold_backend::{BackendError, Result, SendGate, Waiters};
 use leasehold_engine::{
-    Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Locked, Naming, ReceiptSealer,
+    Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming, ReceiptSealer, Sink,
 };
 use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
 
@@ -90,8 +91,10 @@ pub struct EngineSetup {
 
 impl EngineSetup {
     /// A server's engine: a random receipt key (a durable store keeps its own over it) and
-    /// seed, and drops deferred off the request's path.
+    /// seed, drops deferred off the request's path, and a standard queue split into a stripe
+    /// per core, so that as many threads can work on one hot queue side by side.
     pub fn serving(clock: Arc<dyn Clock>, lease_mode: LeaseMode, naming: Naming) -> EngineSetup {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         EngineSetup {
             clock,
             config: EngineConfig {
@@ -102,6 +105,7 @@ impl EngineSetup {
                 seed: rand::random(),
                 track_changes: false,
                 defer_drops: true,
+                stripes: cores.min(leasehold_engine::MAX_STRIPES),
                 ..EngineConfig::default()
             },
         }
@@ -296,52 +300,44 @@ impl Embedded {
         Ok(value?)
     }
 
-    /// Runs `command` on one queue under that queue's lock alone (with its dead-letter
-    /// queue's too when a receive of up to `receiving` messages could move some there),
-    /// sharing the engine with commands on other queues. What it changed goes to the
-    /// committer before the queue's lock is let go, so the store gets each queue's changes
-    /// in the order they were made; answers once the store holds them.
+    /// Runs `command` on the engine shared with commands on other queues and stripes: it
+    /// locks what it needs (`Engine::on_stripe`, `receive_striped`, `on_handles`: a stripe at
+    /// a time, with a dead-letter queue's beside it when a receive moves messages there) and
+    /// hands each stripe's changes to the sink before that stripe's lock goes, which passes
+    /// them to the committer, so the store gets each stripe's changes in the order they were
+    /// made. Answers once the store holds them all.
     async fn on_queue<T>(
         &self,
-        queue: &str,
-        receiving: Option<u32>,
-        command: impl FnOnce(&mut Locked) -> std::result::Result<T, EngineError>,
+        command: impl FnOnce(&Engine, Sink) -> std::result::Result<T, EngineError>,
     ) -> Result<T> {
-        let (value, commit) = {
+        let (value, commits) = {
             let engine = self.engine_shared();
             self.admit(Access::Change)?;
             let panicking = AbortOnPanic;
-            let mut locked = match receiving {
-                Some(max_messages) => engine.lock_for_receive(queue, max_messages)?,
-                None => engine.lock_queue(queue)?,
-            };
-            let value = command(&mut locked);
-            let commit = self.submit(locked.take_changes());
-            drop(locked);
+            let mut commits = Vec::new();
+            let value = command(&engine, &mut |changes| commits.extend(self.submit(changes)));
             drop(panicking);
-            (value, commit)
+            (value, commits)
         };
-        self.committed(commit).await?;
+        for commit in commits {
+            self.committed(Some(commit)).await?;
+        }
         Ok(value?)
     }
 
-    /// Runs `command` on one queue under its lock alone, like `on_queue`, where nobody waits
-    /// for what it changed to be written: looks that tick the queue (attributes, lease
-    /// reports; a tick may end leases and drop expired messages) and the empty-receive
-    /// counter. What it changed goes to the committer under the lock all the same.
+    /// Like `on_queue`, where nobody waits for what it changed to be written: looks that
+    /// tick the queue (attributes, lease reports; a tick may end leases and drop expired
+    /// messages) and the empty-receive counter. What it changed goes to the committer under
+    /// each stripe's lock all the same.
     fn on_queue_detached<T>(
         &self,
-        queue: &str,
         access: Access,
-        command: impl FnOnce(&mut Locked) -> T,
+        command: impl FnOnce(&Engine, Sink) -> T,
     ) -> Result<T> {
         let engine = self.engine_shared();
         self.admit(access)?;
         let panicking = AbortOnPanic;
-        let mut locked = engine.lock_queue(queue)?;
-        let value = command(&mut locked);
-        self.write_detached(&locked.take_changes());
-        drop(locked);
+        let value = command(&engine, &mut |changes| self.write_detached(&changes));
         drop(panicking);
         Ok(value)
     }

@@ -5,6 +5,8 @@
 //! received in the order it was sent, and the run ends within a bound (no deadlock). The
 //! durable run then restarts on its store and finds exactly what was there.
 //!
+//! Standard queues are split into stripes, as a server's are.
+//!
 //! Queue invariants (`Queue::check_invariants`) run after every command in debug builds.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -365,10 +367,16 @@ fn check(model: &Model, held: &BTreeMap<String, usize>) {
     }
 }
 
+/// Standard queues in three stripes, so that four threads share some: sends go to a free
+/// stripe, receives fill up from one stripe after another, deletes go where their handle's
+/// number says.
 fn setup(clock: &ManualClock) -> EngineSetup {
     EngineSetup {
         clock: Arc::new(clock.clone()),
-        config: EngineConfig::default(),
+        config: EngineConfig {
+            stripes: 3,
+            ..EngineConfig::default()
+        },
     }
 }
 

@@ -57,6 +57,13 @@ impl QueueStats {
         copy.values_mut().map(|v| *v)
     }
 
+    /// Adds `other`'s counts to these: a queue's stripes' counters make the queue's.
+    pub fn add(&mut self, other: &QueueStats) {
+        for (mine, theirs) in self.values_mut().into_iter().zip(other.values()) {
+            *mine = mine.saturating_add(theirs);
+        }
+    }
+
     /// Every counter, to change, in the order of `NAMES`.
     pub fn values_mut(&mut self) -> [&mut u64; COUNTERS] {
         [

@@ -69,6 +69,12 @@ impl Handout {
         self.drafts.len()
     }
 
+    /// Adds what another receive leased (of another stripe of the same engine's queue).
+    pub fn extend(&mut self, other: Handout) {
+        self.drafts.extend(other.drafts);
+        self.sealer = self.sealer.take().or(other.sealer);
+    }
+
     /// The deliveries, with their ids and sealed receipt handles.
     pub fn finish(self) -> Vec<Delivery> {
         let Some(sealer) = self.sealer else {

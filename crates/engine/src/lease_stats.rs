@@ -110,6 +110,39 @@ pub struct MetricsRecord {
     pub extensions_per_message: BTreeMap<u32, u64>,
 }
 
+impl WindowedRecord {
+    /// Adds `other`'s measurements to these (counts of the same value add up when read
+    /// back, `from_counts`); the recent buckets stay in time order.
+    fn add(&mut self, other: &WindowedRecord) {
+        self.total.extend_from_slice(&other.total);
+        let mut recent: BTreeMap<u64, Counts> =
+            std::mem::take(&mut self.recent).into_iter().collect();
+        for (start, counts) in &other.recent {
+            recent.entry(*start).or_default().extend_from_slice(counts);
+        }
+        self.recent = recent.into_iter().collect();
+    }
+}
+
+impl MetricsRecord {
+    /// Adds `other`'s measurements to these: a queue's stripes' make the queue's.
+    pub fn add(&mut self, other: &MetricsRecord) {
+        self.hold.add(&other.hold);
+        self.first_receive.add(&other.first_receive);
+        for (mine, theirs) in [
+            (&mut self.receive_counts, &other.receive_counts),
+            (
+                &mut self.extensions_per_message,
+                &other.extensions_per_message,
+            ),
+        ] {
+            for (value, count) in theirs {
+                *mine.entry(*value).or_default() += count;
+            }
+        }
+    }
+}
+
 impl Windowed {
     fn to_record(&self) -> WindowedRecord {
         WindowedRecord {
@@ -331,6 +364,16 @@ impl LeaseMetrics {
         self.changed = true;
     }
 
+    /// The measurements as they stand, changing nothing.
+    pub fn record(&self) -> MetricsRecord {
+        MetricsRecord {
+            hold: self.hold.to_record(),
+            first_receive: self.first_receive.to_record(),
+            receive_counts: self.receive_counts.clone(),
+            extensions_per_message: self.extensions_per_message.clone(),
+        }
+    }
+
     /// The measurements to write, when they changed and were not written in the last
     /// `METRICS_EVERY_MS` (or `force`, at shutdown).
     pub fn take_record(&mut self, now: u64, force: bool) -> Option<MetricsRecord> {
@@ -338,12 +381,7 @@ impl LeaseMetrics {
         (self.changed && due).then(|| {
             self.changed = false;
             self.written_ms = now;
-            MetricsRecord {
-                hold: self.hold.to_record(),
-                first_receive: self.first_receive.to_record(),
-                receive_counts: self.receive_counts.clone(),
-                extensions_per_message: self.extensions_per_message.clone(),
-            }
+            self.record()
         })
     }
 

@@ -25,7 +25,8 @@ pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
     check_batch, check_queue_room, is_account_id, is_region, list_queue_keys, validate_queue_name,
     Engine, EngineConfig, LeaseReport, Locked, MoveTask, MoveTaskInfo, MoveTaskStatus, Naming,
-    QueueListing, QueuePage, ReceiveRequest, MAX_LIST_RESULTS, MOVE_TASK_QUEUE_GONE,
+    QueueListing, QueuePage, ReceiveRequest, Sink, StripedReceive, MAX_LIST_RESULTS, MAX_STRIPES,
+    MOVE_TASK_QUEUE_GONE,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use error::{EngineError, Result};

@@ -1,5 +1,8 @@
-//! One queue's state machine: stored messages, the ready set, the timer index, lease rules,
-//! and for FIFO queues the group order (see `fifo.rs`).
+//! One queue's state machine (of a standard queue split into stripes, one stripe's:
+//! `engine/stripes.rs`): stored messages, the ready set, the timer index, lease rules, and
+//! for FIFO queues the group order (see `fifo.rs`). Deletes and visibility changes are in
+//! `queue/settle.rs`; arrivals from other queues, purges, takes and looks in `queue/moves.rs`;
+//! numbering and restoring in `queue/numbering.rs`.
 //!
 //! Invariants:
 //! - every stored message is in exactly one state; Delayed and InFlight messages are in
@@ -16,20 +19,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 pub use crate::counters::QueueStats;
-use crate::error::Result;
 use crate::fifo::{content_deduplication_id, DedupKey, FifoState, Original, FIFO_WINDOW_MS};
 use crate::handout::{Accepted, Drafted};
-use crate::lease_stats::{DeleteSeen, LeaseMetrics};
+use crate::lease_stats::LeaseMetrics;
 use crate::message::{
-    format_message_id, handed_out, Content, ContentKey, Delivery, Extras, MsgKey, NewMessage,
-    Peeked, State, StoredMessage,
+    handed_out, Content, ContentKey, Delivery, Extras, MsgKey, NewMessage, State, StoredMessage,
 };
 use crate::receipt::{Receipt, ReceiptSealer};
-use crate::rules::{self, ChangeKind, Handling, LeaseMode, Take};
+use crate::rules::{self, Take};
 use crate::settings::QueueSettings;
 use crate::table::MessageTable;
 
 mod invariants;
+mod moves;
+pub(crate) mod numbering;
+mod settle;
 
 /// What a delete did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +115,10 @@ pub struct QueueMeta {
     /// it deletes them in the background, and a restart skips them.
     pub purged_below_seq: u64,
     pub stats: QueueStats,
+    /// How many stripes a standard queue is split into (`engine/stripes.rs`), fixed at its
+    /// creation: each holds its own share of the messages, numbered apart, and its own
+    /// counters (`stats` are this stripe's) and measurements. 1 for a FIFO queue.
+    pub stripes: u32,
 }
 
 pub(crate) struct Queue {
@@ -123,6 +131,9 @@ pub(crate) struct Queue {
     ready: BTreeSet<MsgKey>,
     timers: BTreeSet<(u64, MsgKey)>,
     fifo: FifoState,
+    /// Which of the queue's `meta.stripes` stripes this is: it numbers its messages
+    /// `index + 1`, then every `meta.stripes` on (`numbering.rs`).
+    stripe: u32,
     next_seq: u64,
     /// The last ready rank handed out; after a restart, the largest one stored.
     ready_rank: u64,
@@ -142,6 +153,7 @@ impl Queue {
                 last_purge_ms: None,
                 purged_below_seq: 0,
                 stats: QueueStats::default(),
+                stripes: 1,
             },
             sealer,
         )
@@ -158,6 +170,7 @@ impl Queue {
             ready: BTreeSet::new(),
             timers: BTreeSet::new(),
             fifo: FifoState::default(),
+            stripe: 0,
             next_seq: 1,
             ready_rank: 0,
             in_flight: 0,
@@ -338,10 +351,12 @@ impl Queue {
         self.timers.first().map(|&(due, _)| due)
     }
 
-    fn next_key(&mut self, sent_ms: u64) -> MsgKey {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        MsgKey { sent_ms, seq }
+    /// Since when this queue has had a message to hand out, as far as its indexes say
+    /// without a tick: its oldest ready message's send, or the next delay or lease to end
+    /// (u64::MAX: nothing). What a receive over several stripes starts with the oldest of.
+    pub fn waiting_since(&self) -> u64 {
+        let ready = self.ready.first().map_or(u64::MAX, |k| k.sent_ms);
+        ready.min(self.next_due().unwrap_or(u64::MAX))
     }
 
     /// Stores a validated message. On a FIFO queue a duplicate within the deduplication
@@ -437,48 +452,6 @@ impl Queue {
             seq: key.seq,
             fifo,
         }
-    }
-
-    /// Takes in a message dead-lettered from another queue, keeping its id, body, attributes
-    /// and receive count. A standard queue keeps its send time (so retention still counts
-    /// from the original send); a FIFO queue re-stamps it, as AWS does.
-    pub fn accept_dead_letter(
-        &mut self,
-        now: u64,
-        sent_ms: u64,
-        mut message: StoredMessage,
-        source_arn: &Arc<str>,
-    ) -> MsgKey {
-        let key = self.next_key(if self.meta.settings.fifo {
-            now
-        } else {
-            sent_ms
-        });
-        message.state = State::Ready;
-        message
-            .extras
-            .get_or_insert_with(Box::default)
-            .dead_letter_source = Some(source_arn.clone());
-        self.insert(key, message);
-        key
-    }
-
-    /// Takes in a message moved by a message move task: it starts afresh, with no receives,
-    /// so it does not bounce straight back to the dead-letter queue.
-    pub fn accept_moved(&mut self, now: u64, sent_ms: u64, mut message: StoredMessage) -> MsgKey {
-        let key = self.next_key(if self.meta.settings.fifo {
-            now
-        } else {
-            sent_ms
-        });
-        message.state = State::Ready;
-        message.receive_count = 0;
-        message.first_receive_ms = 0;
-        if let Some(extras) = message.extras.as_mut() {
-            extras.dead_letter_source = None;
-        }
-        self.insert(key, message);
-        key
     }
 
     /// Whether a receive of up to `max_messages` now could move a message to the dead-letter
@@ -656,234 +629,5 @@ impl Queue {
                 receive_no,
             },
         }
-    }
-
-    pub fn delete(
-        &mut self,
-        now: u64,
-        receipt: &Receipt,
-        handle: &str,
-        mode: LeaseMode,
-    ) -> Result<DeleteOutcome> {
-        let handling = Handling::of(&self.meta.settings, mode);
-        let seen = self.messages.get(&receipt.key).map(|m| DeleteSeen {
-            deletion: rules::delete(handling, &m.lease(), receipt.receive_no, now),
-            receive_count: m.receive_count,
-            extensions: m.extensions,
-        });
-        self.metrics
-            .count_delete(&mut self.meta.stats, now, receipt, seen);
-        let Some(DeleteSeen { deletion, .. }) = seen else {
-            // Deleting twice, or after retention dropped it, succeeds as on AWS.
-            return Ok(DeleteOutcome {
-                removed: false,
-                late: false,
-            });
-        };
-        if deletion.late {
-            // Marked for the DLQ mirage; an on-time delete skips the second lookup.
-            if let Some(message) = self.messages.get_mut(&receipt.key) {
-                message.late_deleted = true;
-            }
-        }
-        if let Some(refusal) = deletion.refusal {
-            self.mark(receipt.key);
-            return Err(refusal.error(handle));
-        }
-        if deletion.removes {
-            self.remove(receipt.key);
-        } else {
-            self.mark(receipt.key);
-        }
-        Ok(DeleteOutcome {
-            removed: deletion.removes,
-            late: deletion.late,
-        })
-    }
-
-    pub fn change_visibility(
-        &mut self,
-        now: u64,
-        receipt: &Receipt,
-        handle: &str,
-        timeout_s: u32,
-        mode: LeaseMode,
-    ) -> Result<()> {
-        let handling = Handling::of(&self.meta.settings, mode);
-        let lease = self.messages.get(&receipt.key).map(StoredMessage::lease);
-        let change =
-            rules::change_visibility(handling, lease.as_ref(), receipt.receive_no, now, timeout_s)
-                .map_err(|refusal| refusal.error(handle))?;
-        match change.kind {
-            ChangeKind::Released => self.meta.stats.released_early += 1,
-            ChangeKind::Extended => {
-                self.meta.stats.extensions += 1;
-                if let Some(m) = self.messages.get_mut(&receipt.key) {
-                    m.extensions = m.extensions.saturating_add(1);
-                }
-            }
-            ChangeKind::Other => {}
-        }
-        if change.released_now {
-            self.set_state(receipt.key, State::Ready, 0);
-        } else {
-            self.set_state(receipt.key, State::InFlight, change.until_ms);
-        }
-        self.mark(receipt.key);
-        Ok(())
-    }
-
-    /// Drops every message; stats, settings and FIFO deduplication ids stay.
-    /// Empties the queue and hands back what it held, for the caller to drop: freeing a
-    /// million messages takes long enough to matter where it happens.
-    pub fn purge(&mut self, now: u64) -> Removed {
-        // The store drops the whole range; per-message changes would be redundant.
-        self.changes.messages.clear();
-        self.in_flight = 0;
-        self.delayed = 0;
-        self.meta.last_purge_ms = Some(now);
-        self.meta.purged_below_seq = self.next_seq;
-        // AWS forgets the deduplication window with the messages: a purged id may be sent again.
-        let forgotten = self.fifo.forget_all();
-        if self.changes.enabled {
-            self.changes.dedup.extend(forgotten);
-        }
-        Removed::new((
-            std::mem::take(&mut self.messages),
-            std::mem::take(&mut self.ready),
-            std::mem::take(&mut self.timers),
-            self.fifo.take_groups(),
-        ))
-    }
-
-    /// The oldest Ready message whose key is at most `limit`, with the queue it was
-    /// dead-lettered from: what a message move task moves next. O(log n) on standard queues,
-    /// whose Ready messages are indexed; a FIFO dead-letter queue is searched in key order.
-    pub fn oldest_ready(&self, limit: MsgKey) -> Option<(MsgKey, Option<Arc<str>>)> {
-        let key = if self.meta.settings.fifo {
-            self.messages
-                .range(..=limit)
-                .find(|(_, m)| m.state == State::Ready)
-                .map(|(k, _)| k)?
-        } else {
-            *self.ready.range(..=limit).next()?
-        };
-        let source = self.messages[&key]
-            .extras
-            .as_ref()
-            .and_then(|e| e.dead_letter_source.clone());
-        Some((key, source))
-    }
-
-    /// Takes a message out of the queue, to move it elsewhere: it keeps its id there.
-    pub fn take_message(&mut self, key: MsgKey) -> Option<StoredMessage> {
-        let mut message = self.remove(key)?;
-        let id = self.message_id(key, &message);
-        message.extras.get_or_insert_with(Box::default).message_id = Some(id);
-        Some(message)
-    }
-
-    /// The content of the message at `key`, taken out of memory for a store to keep, when
-    /// a store is listening and the message still holds it.
-    pub(crate) fn hand_over_content(&mut self, key: MsgKey) -> Option<Content> {
-        if !self.changes.enabled {
-            return None;
-        }
-        self.messages.get_mut(&key)?.content.take()
-    }
-
-    /// Marks every message that still holds its content as changed, so the next
-    /// `take_changes` hands the contents over; answers how many.
-    pub(crate) fn mark_held_contents(&mut self) -> usize {
-        let held: Vec<MsgKey> = self
-            .messages
-            .iter()
-            .filter(|(_, m)| m.content.is_some())
-            .map(|(k, _)| k)
-            .collect();
-        for &key in &held {
-            self.mark(key);
-        }
-        held.len()
-    }
-
-    pub(crate) fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
-    pub(crate) fn set_next_seq(&mut self, next: u64) {
-        self.next_seq = next;
-    }
-
-    pub(crate) fn message(&self, key: MsgKey) -> Option<&StoredMessage> {
-        self.messages.get(&key)
-    }
-
-    pub(crate) fn fifo_original(&self, key: &DedupKey) -> Option<Original> {
-        self.fifo.original(key)
-    }
-
-    /// Puts back a message a store kept, rebuilding every index for it. An id other than
-    /// the one its place gives (a moved message, or one stored before ids were derived) is
-    /// kept with it.
-    pub(crate) fn restore_message(
-        &mut self,
-        key: MsgKey,
-        id: [u8; 16],
-        mut message: StoredMessage,
-    ) {
-        self.next_seq = self.next_seq.max(key.seq + 1);
-        if key.seq < self.meta.purged_below_seq {
-            // Purged; the store had not finished deleting it.
-            return;
-        }
-        if self.message_id(key, &message) != id {
-            message.extras.get_or_insert_with(Box::default).message_id = Some(id);
-        }
-        if message.state == State::Ready && message.until_ms != 0 {
-            // Stored with its ready rank: it keeps its place among the FIFO groups.
-            self.ready_rank = self.ready_rank.max(message.until_ms);
-            self.insert_as_is(key, message);
-        } else {
-            self.insert(key, message);
-        }
-    }
-
-    pub(crate) fn restore_dedup(&mut self, key: DedupKey, original: Original) {
-        self.fifo.remember(key, original);
-    }
-
-    /// The `limit` oldest stored messages as they stand at `now`, changing nothing: no
-    /// receive count, no lease, no timer (a state whose end is past reads as receivable).
-    pub fn peek(&self, now: u64, limit: usize) -> Vec<Peeked> {
-        self.messages
-            .iter()
-            .take(limit)
-            .map(|(key, message)| {
-                let waiting = matches!(message.state, State::InFlight | State::Delayed)
-                    && message.until_ms > now;
-                let (body, _, unread) = handed_out(message.content.as_ref(), self.content_key(key));
-                Peeked {
-                    message_id: format_message_id(self.message_id(key, message)),
-                    sent_ms: key.sent_ms,
-                    receive_count: message.receive_count,
-                    state: if waiting { message.state } else { State::Ready },
-                    until_ms: waiting.then_some(message.until_ms),
-                    group_id: message.group().cloned(),
-                    body,
-                    unread,
-                }
-            })
-            .collect()
-    }
-
-    /// When the oldest stored message was sent.
-    pub fn oldest_sent_ms(&self) -> Option<u64> {
-        self.messages.first_key().map(|k| k.sent_ms)
-    }
-
-    /// The key of the newest stored message and how many are stored.
-    pub fn newest(&self) -> (Option<MsgKey>, usize) {
-        (self.messages.last_key(), self.messages.len())
     }
 }

@@ -2,7 +2,8 @@
 //! interleavings and fails on a deadlock: receives that dead-letter lock their queue and its
 //! dead-letter queue in queue id order, letting go of the first and taking both again when the
 //! dead-letter queue has the lower id. Two queues are each other's dead-letter queue, and a
-//! third feeds one of them, so every receive below moves messages across, in both orders.
+//! third feeds one of them, so every receive below moves messages across, in both orders;
+//! and again with every queue in two stripes.
 //! Nothing is lost whatever the interleaving.
 //!
 //! `cargo test -p leasehold-engine --features shuttle --test lock_order`
@@ -21,17 +22,24 @@ fn redrive(target: &str) -> Vec<(String, String)> {
 }
 
 /// Queues a (id 1), b (2) and c (3): a and b each other's dead-letter queue, c's is a. Every
-/// message has been received once, so the next receive of it moves it on.
-fn engine() -> Engine {
-    let mut engine = Engine::new(Arc::new(ManualClock::new(1_000)), EngineConfig::default());
+/// message has been received once, so the next receive of it moves it on. In `stripes`
+/// stripes, the messages spread over them.
+fn engine(stripes: usize) -> Engine {
+    let config = EngineConfig {
+        stripes,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(Arc::new(ManualClock::new(1_000)), config);
     engine.create_queue("a", &[], &[]).unwrap();
     engine.create_queue("b", &redrive("a"), &[]).unwrap();
     engine.set_attributes("a", &redrive("b")).unwrap();
     engine.create_queue("c", &redrive("a"), &[]).unwrap();
     for queue in QUEUES {
         for i in 0..PER_QUEUE {
+            let message = NewMessage::new(format!("{queue}{i}")).checked();
             engine
-                .send(queue, NewMessage::new(format!("{queue}{i}")))
+                .on_stripe(queue, Some(i), &mut |_| {}, |q| q.send(message))
+                .unwrap()
                 .unwrap();
         }
     }
@@ -55,28 +63,27 @@ fn held(engine: &Engine) -> usize {
     QUEUES
         .iter()
         .map(|queue| {
-            let counts = engine.lock_queue(queue).unwrap().counts();
+            let counts = engine.counts_striped(queue, &mut |_| {}).unwrap();
             counts.visible + counts.not_visible + counts.delayed
         })
         .sum()
 }
 
-fn receives_in_both_lock_orders() {
-    let engine = Arc::new(engine());
+fn receives_in_both_lock_orders(stripes: usize) {
+    let engine = Arc::new(engine(stripes));
     let threads: Vec<_> = QUEUES
         .iter()
         .map(|queue| {
             let engine = engine.clone();
             shuttle::thread::spawn(move || {
                 for _ in 0..2 {
-                    let mut locked = engine.lock_for_receive(queue, 10).unwrap();
-                    locked.receive(&bounce()).unwrap();
-                    assert!(locked.take_changes().is_empty(), "nothing is tracked");
+                    let mut sink = |changes: Vec<_>| assert!(changes.is_empty(), "untracked");
+                    engine.receive_striped(queue, &bounce(), &mut sink).unwrap();
                 }
             })
         })
         .collect();
-    // A send beside them takes one queue's lock alone.
+    // A send beside them takes one stripe's lock alone.
     let sender = engine.clone();
     let sending = shuttle::thread::spawn(move || {
         let mut locked = sender.lock_queue("b").unwrap();
@@ -92,10 +99,19 @@ fn receives_in_both_lock_orders() {
 
 #[test]
 fn receives_that_dead_letter_in_both_lock_orders_never_deadlock_or_lose_a_message() {
-    shuttle::check_random(receives_in_both_lock_orders, 2_000);
+    shuttle::check_random(|| receives_in_both_lock_orders(1), 2_000);
 }
 
 #[test]
 fn the_same_under_shuttle_s_probabilistic_priority_scheduler() {
-    shuttle::check_pct(receives_in_both_lock_orders, 2_000, 3);
+    shuttle::check_pct(|| receives_in_both_lock_orders(1), 2_000, 3);
+}
+
+/// The same with every queue in two stripes, a message in each: a receive goes from stripe
+/// to stripe, locking a stripe of the dead-letter queue beside each, and a send takes a free
+/// stripe; never two stripes of one queue at once.
+#[test]
+fn striped_queues_never_deadlock_or_lose_a_message_either() {
+    shuttle::check_random(|| receives_in_both_lock_orders(2), 2_000);
+    shuttle::check_pct(|| receives_in_both_lock_orders(2), 2_000, 3);
 }

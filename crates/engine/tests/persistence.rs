@@ -15,11 +15,12 @@ use proptest::prelude::*;
 #[derive(Default)]
 struct MapStore {
     engine: Option<EngineRecord>,
-    queues: BTreeMap<u64, QueueRecord>,
+    /// By queue id and stripe.
+    queues: BTreeMap<(u64, u32), QueueRecord>,
     messages: BTreeMap<(u64, MsgKey), ([u8; 16], StoredMessage)>,
     contents: BTreeMap<ContentKey, Content>,
     dedup: BTreeMap<(u64, DedupKey), Original>,
-    metrics: BTreeMap<u64, MetricsRecord>,
+    metrics: BTreeMap<(u64, u32), MetricsRecord>,
 }
 
 impl MapStore {
@@ -28,11 +29,13 @@ impl MapStore {
             match change {
                 Change::Engine(record) => self.engine = Some(record),
                 Change::Queue(record) => {
-                    self.queues.insert(record.meta.id, *record);
+                    self.queues.insert((record.meta.id, record.stripe), *record);
                 }
-                Change::QueueDeleted { queue_id } => {
-                    self.queues.remove(&queue_id);
-                    self.metrics.remove(&queue_id);
+                Change::QueueDeleted { queue_id, stripes } => {
+                    for stripe in 0..stripes {
+                        self.queues.remove(&(queue_id, stripe));
+                        self.metrics.remove(&(queue_id, stripe));
+                    }
                     self.messages.retain(|(q, _), _| *q != queue_id);
                     self.contents.retain(|at, _| at.queue_id != queue_id);
                     self.dedup.retain(|(q, _), _| *q != queue_id);
@@ -48,8 +51,12 @@ impl MapStore {
                     let content = self.contents.get(&from).cloned().expect("moved content");
                     self.contents.insert(to, content);
                 }
-                Change::Metrics { queue_id, record } => {
-                    self.metrics.insert(queue_id, *record);
+                Change::Metrics {
+                    queue_id,
+                    stripe,
+                    record,
+                } => {
+                    self.metrics.insert((queue_id, stripe), *record);
                 }
                 Change::Message {
                     queue_id,
@@ -108,7 +115,11 @@ impl MapStore {
                 .iter()
                 .map(|((q, k), o)| (*q, k.clone(), *o))
                 .collect(),
-            metrics: self.metrics.iter().map(|(q, r)| (*q, r.clone())).collect(),
+            metrics: self
+                .metrics
+                .iter()
+                .map(|((q, s), r)| (*q, *s, r.clone()))
+                .collect(),
         }
     }
 }
@@ -188,8 +199,28 @@ proptest! {
 
     #[test]
     fn an_engine_restored_from_its_changes_answers_like_the_original(ops in proptest::collection::vec(op(), 1..80)) {
+        restores_alike(ops, 1)?;
+    }
+
+    /// The same with the standard queue in three stripes: every stripe's record, counters
+    /// and numbering come back, each message in the stripe its number names.
+    #[test]
+    fn a_striped_engine_restored_from_its_changes_answers_like_the_original(ops in proptest::collection::vec(op(), 1..80)) {
+        restores_alike(ops, 3)?;
+    }
+}
+
+fn restores_alike(ops: Vec<Op>, stripes: usize) -> Result<(), TestCaseError> {
+    {
         let clock = ManualClock::new(5_000_000);
-        let config = EngineConfig { lease_mode: LeaseMode::Aws, receipt_key: [9; 16], seed: 7, track_changes: true, ..EngineConfig::default() };
+        let config = EngineConfig {
+            lease_mode: LeaseMode::Aws,
+            receipt_key: [9; 16],
+            seed: 7,
+            track_changes: true,
+            stripes,
+            ..EngineConfig::default()
+        };
         let mut engine = Engine::new(Arc::new(clock.clone()), config.clone());
         let mut store = MapStore::default();
         create(&mut engine, 0);
@@ -198,13 +229,29 @@ proptest! {
         let mut handles: Vec<(usize, String)> = Vec::new();
         for (n, op) in ops.into_iter().enumerate() {
             match op {
-                Op::Send { queue, delay_s, group } => {
+                Op::Send {
+                    queue,
+                    delay_s,
+                    group,
+                } => {
                     let mut m = NewMessage::new(format!("m{n}"));
-                    if queue == 1 { m.group_id = Some(format!("g{group}")); } else { m.delay_s = Some(delay_s); }
+                    if queue == 1 {
+                        m.group_id = Some(format!("g{group}"));
+                    } else {
+                        m.delay_s = Some(delay_s);
+                    }
                     let _ = engine.send(QUEUES[queue], m);
                 }
-                Op::Receive { queue, max, visibility_s } => {
-                    let request = ReceiveRequest { max_messages: max, visibility_s: Some(visibility_s), attempt_id: None };
+                Op::Receive {
+                    queue,
+                    max,
+                    visibility_s,
+                } => {
+                    let request = ReceiveRequest {
+                        max_messages: max,
+                        visibility_s: Some(visibility_s),
+                        attempt_id: None,
+                    };
                     for d in engine.receive(QUEUES[queue], &request).unwrap_or_default() {
                         handles.push((queue, d.receipt_handle));
                     }
@@ -218,7 +265,9 @@ proptest! {
                     let _ = engine.change_visibility(QUEUES[*queue], handle, seconds);
                 }
                 Op::Advance { ms } => clock.advance_ms(ms),
-                Op::Purge { queue } => { let _ = engine.purge(QUEUES[queue]); }
+                Op::Purge { queue } => {
+                    let _ = engine.purge(QUEUES[queue]);
+                }
                 Op::Recreate { queue } => {
                     let _ = engine.delete_queue(QUEUES[queue]);
                     clock.advance_ms(60_000);
@@ -229,26 +278,45 @@ proptest! {
             prop_assert_eq!(engine.check_invariants(), Ok(()));
             store.apply(engine.take_changes());
         }
-        let mut restored = Engine::restore(Arc::new(clock.clone()), EngineConfig { receipt_key: [1; 16], ..config }, store.snapshot());
+        let mut restored = Engine::restore(
+            Arc::new(clock.clone()),
+            EngineConfig {
+                receipt_key: [1; 16],
+                ..config
+            },
+            store.snapshot(),
+        );
         prop_assert_eq!(restored.check_invariants(), Ok(()));
         prop_assert_eq!(observe(&mut restored), observe(&mut engine));
         // Old handles still work the same way on both.
         for (queue, handle) in &handles {
             prop_assert_eq!(
-                restored.change_visibility(QUEUES[*queue], handle, 0).map_err(|e| e.to_string()),
-                engine.change_visibility(QUEUES[*queue], handle, 0).map_err(|e| e.to_string())
+                restored
+                    .change_visibility(QUEUES[*queue], handle, 0)
+                    .map_err(|e| e.to_string()),
+                engine
+                    .change_visibility(QUEUES[*queue], handle, 0)
+                    .map_err(|e| e.to_string())
             );
         }
         // And both deliver the same messages, with the same ids, counts and handles.
         for queue in QUEUES {
             for _ in 0..4 {
-                let request = ReceiveRequest { max_messages: 10, visibility_s: Some(30), attempt_id: None };
-                let (again, original) = (restored.receive(queue, &request), engine.receive(queue, &request));
+                let request = ReceiveRequest {
+                    max_messages: 10,
+                    visibility_s: Some(30),
+                    attempt_id: None,
+                };
+                let (again, original) = (
+                    restored.receive(queue, &request),
+                    engine.receive(queue, &request),
+                );
                 store.apply(engine.take_changes());
                 prop_assert_eq!(store.filled(again), store.filled(original));
             }
         }
     }
+    Ok(())
 }
 
 /// Message ids are derived from a message's place in its queue, not stored with it; one

@@ -35,6 +35,7 @@ pub struct ConfigFile {
     pub body_cache_mb: Option<u64>,
     pub disk_reserve_mb: Option<u64>,
     pub max_queues_per_account: Option<u64>,
+    pub stripes: Option<u64>,
     /// The one flag of `leasehold` itself rather than of `serve`.
     pub log_format: Option<String>,
     #[serde(default, skip_serializing)]

@@ -23,6 +23,8 @@ pub struct InProcess {
     pub body_bytes: usize,
     /// Durable (`--fsync always`) in this directory; None: in memory.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Stripes of a standard queue; None: as `serve` (one per core).
+    pub stripes: Option<usize>,
 }
 
 /// Records how long a call that started `at` took, under the action's name.
@@ -81,7 +83,10 @@ fn backend(config: &InProcess) -> anyhow::Result<Embedded> {
         account_id: "000000000000".into(),
     };
     let clock = Arc::new(WallClock::default());
-    let setup = EngineSetup::serving(clock, LeaseMode::Aws, naming);
+    let mut setup = EngineSetup::serving(clock, LeaseMode::Aws, naming);
+    if let Some(stripes) = config.stripes {
+        setup.config.stripes = stripes;
+    }
     Ok(match &config.data_dir {
         None => Embedded::in_memory(setup),
         Some(dir) => {

@@ -81,6 +81,11 @@ struct BackupArgs {
     to: std::path::PathBuf,
 }
 
+/// `--stripes`: 1 to `MAX_STRIPES`.
+fn stripes_range() -> clap::builder::RangedU64ValueParser {
+    clap::value_parser!(u64).range(1..=leasehold_engine::MAX_STRIPES as u64)
+}
+
 #[derive(clap::Args)]
 struct BenchArgs {
     /// The endpoint to load, e.g. http://127.0.0.1:9324 (else AWS_ENDPOINT_URL, else that).
@@ -116,6 +121,10 @@ struct BenchArgs {
     /// in-process: threads driving the backend.
     #[arg(long, default_value = "1")]
     threads: usize,
+    /// in-process: stripes a standard queue is split into, as `serve --stripes` (default:
+    /// one per core).
+    #[arg(long, value_parser = stripes_range())]
+    stripes: Option<u64>,
     /// in-process: keep the queues durable in this directory (fsync always); else in memory.
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -240,6 +249,11 @@ struct ServeArgs {
     /// may be set to): a CreateQueue past it is refused with OverLimit.
     #[arg(long, env = "LEASEHOLD_MAX_QUEUES_PER_ACCOUNT", default_value = "1000000", value_parser = clap::value_parser!(u64).range(1..=leasehold_engine::MAX_QUEUES_PER_ACCOUNT as u64))]
     max_queues_per_account: u64,
+    /// How many stripes a standard queue created from now on is split into, so that as
+    /// many cores work on one hot queue side by side (at most 64; a queue keeps the count it
+    /// was created with). Default: one per core. 1: one order for a whole queue.
+    #[arg(long, env = "LEASEHOLD_STRIPES", value_parser = stripes_range(), conflicts_with = "postgres")]
+    stripes: Option<u64>,
 }
 
 fn parse_memory_limit(text: &str) -> Result<u64, String> {
@@ -544,6 +558,9 @@ async fn build_backend(
     }
     let mut setup = EngineSetup::serving(clock.clone(), config.lease_mode, naming);
     setup.config.max_queues_per_account = config.max_queues_per_account;
+    if let Some(stripes) = args.stripes {
+        setup.config.stripes = stripes as usize;
+    }
     if args.in_memory {
         tracing::warn!("serving from memory: nothing survives a restart");
         return Ok(Arc::new(Embedded::in_memory(setup)));
@@ -634,6 +651,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 duration: std::time::Duration::from_secs(args.seconds),
                 body_bytes: args.body_bytes.max(1),
                 data_dir: args.data_dir.clone(),
+                stripes: args.stripes.map(|s| s as usize),
             };
             let report = tokio::task::spawn_blocking(move || in_process::run(&config)).await??;
             print_report(&report, args.json);

@@ -235,7 +235,7 @@ async fn write_change(
             .await
             .map_err(db)?;
         }
-        Change::QueueDeleted { queue_id } => {
+        Change::QueueDeleted { queue_id, .. } => {
             let id = to_i64(queue_id);
             let gone = tx
                 .query_opt(

@@ -46,6 +46,25 @@ fn prefixed(kind: u8, queue_id: u64) -> Vec<u8> {
     key
 }
 
+/// A record of one stripe of a queue (its queue record, its measurements): the head's
+/// (stripe 0) keyed as a queue without stripes always was, another's with its number after.
+fn stripe_key(kind: u8, queue_id: u64, stripe: u32) -> Vec<u8> {
+    let mut key = prefixed(kind, queue_id);
+    if stripe > 0 {
+        key.extend_from_slice(&stripe.to_be_bytes());
+    }
+    key
+}
+
+/// The stripe a queue or measurements record's key names after its queue id.
+fn read_stripe(k: &mut Reader) -> Result<u32, String> {
+    if k.at_end() {
+        Ok(0)
+    } else {
+        k.u32()
+    }
+}
+
 fn message_key(queue_id: u64, key: MsgKey) -> Vec<u8> {
     let mut k = prefixed(MESSAGE, queue_id);
     k.extend_from_slice(&key.sent_ms.to_be_bytes());
@@ -159,14 +178,17 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
     for change in changes {
         match change {
             Change::Engine(record) => batch.put(ENGINE_KEY.to_vec(), engine_value(record)),
-            Change::Queue(record) => {
-                batch.put(prefixed(QUEUE, record.meta.id), queue_value(record))
-            }
-            Change::QueueDeleted { queue_id } => {
-                // Without its record the queue's messages are skipped at restart, so the
+            Change::Queue(record) => batch.put(
+                stripe_key(QUEUE, record.meta.id, record.stripe),
+                queue_value(record),
+            ),
+            Change::QueueDeleted { queue_id, stripes } => {
+                // Without its records the queue's messages are skipped at restart, so the
                 // ranges may be deleted in the background.
-                batch.delete(prefixed(QUEUE, *queue_id));
-                batch.delete(prefixed(METRICS, *queue_id));
+                for stripe in 0..(*stripes).max(1) {
+                    batch.delete(stripe_key(QUEUE, *queue_id, stripe));
+                    batch.delete(stripe_key(METRICS, *queue_id, stripe));
+                }
                 batch.delete_range(all_of(MESSAGE, *queue_id));
                 batch.delete_range(all_of(DEDUP, *queue_id));
             }
@@ -176,9 +198,14 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
             } => batch.delete_range(purged(*queue_id, *below_seq)),
             Change::Content { at, content } => batch.put(content_key(*at), content_value(content)),
             Change::ContentMoved { from, to } => batch.copy(content_key(*from), content_key(*to)),
-            Change::Metrics { queue_id, record } => {
-                batch.put(prefixed(METRICS, *queue_id), metrics_value(record))
-            }
+            Change::Metrics {
+                queue_id,
+                stripe,
+                record,
+            } => batch.put(
+                stripe_key(METRICS, *queue_id, *stripe),
+                metrics_value(record),
+            ),
             Change::Message {
                 queue_id,
                 key,
@@ -226,10 +253,20 @@ pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<
     }
     match kind {
         b'E' => snapshot.engine = Some(read_engine(&mut r)?),
-        QUEUE => snapshot.queues.push(read_queue(&mut r)?),
+        QUEUE => {
+            let _queue_id = k.u64()?;
+            let stripe = read_stripe(&mut k)?;
+            snapshot.queues.push(QueueRecord {
+                stripe,
+                ..read_queue(&mut r)?
+            });
+        }
         METRICS => {
             let queue_id = k.u64()?;
-            snapshot.metrics.push((queue_id, read_metrics(&mut r)?));
+            let stripe = read_stripe(&mut k)?;
+            snapshot
+                .metrics
+                .push((queue_id, stripe, read_metrics(&mut r)?));
         }
         DEDUP => {
             let queue_id = k.u64()?;
@@ -445,6 +482,8 @@ pub fn queue_value(q: &QueueRecord) -> Vec<u8> {
     w.u64(q.next_seq);
     // Appended later: a record without it (older files) reads as never purged.
     w.u64(q.meta.purged_below_seq);
+    // Appended later still: a record without it is of a queue of one stripe.
+    w.u32(q.meta.stripes);
     w.0
 }
 
@@ -525,6 +564,12 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
     }
     let next_seq = r.u64()?;
     let purged_below_seq = if r.at_end() { 0 } else { r.u64()? };
+    let stripes = if r.at_end() { 1 } else { r.u32()?.max(1) };
+    if stripes as usize > leasehold_engine::MAX_STRIPES {
+        return Err(format!(
+            "a queue of {stripes} stripes, more than any is split into"
+        ));
+    }
     Ok(QueueRecord {
         name,
         meta: QueueMeta {
@@ -536,8 +581,10 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
             last_purge_ms,
             purged_below_seq,
             stats,
+            stripes,
         },
         next_seq,
+        stripe: 0,
     })
 }
 

@@ -7,9 +7,10 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use rand::Rng;
 
-use super::{paginate, Engine, QueueCell, QueuePage};
+use super::{paginate, Engine, QueuePage};
 use crate::error::{EngineError, Result};
 use crate::message::{format_message_id, MsgKey};
+use crate::queue::numbering::stripe_of;
 use crate::settings::QueueSettings;
 
 /// At most this many messages move per task per call, so one call never holds the engine long.
@@ -255,7 +256,7 @@ impl Engine {
             .filter(|key| self.same_region(key, source))
             .and_then(|key| self.queues.get(&key))
             .ok_or_else(|| invalid("Dead letter target does not exist."))?
-            .lock();
+            .head();
         if target.meta.settings.fifo != settings.fifo {
             return Err(invalid(
                 "Dead-letter queue must be same type of queue as the source.",
@@ -286,7 +287,7 @@ impl Engine {
             .queues
             .iter()
             .filter(|(_, q)| {
-                q.lock()
+                q.head()
                     .meta
                     .settings
                     .redrive
@@ -311,7 +312,7 @@ impl Engine {
         rate: Option<u32>,
     ) -> Result<String> {
         let source = self.queue_key_from_arn(source_arn);
-        let fifo = |key: &String| self.queues.get(key).map(|q| q.lock().meta.settings.fifo);
+        let fifo = |key: &String| self.queues.get(key).map(|q| q.fifo);
         let source_fifo = source.as_ref().and_then(fifo);
         let destination = match destination_arn {
             None => Some(true),
@@ -322,7 +323,7 @@ impl Engine {
         };
         let is_dead_letter_queue = || {
             self.queues.values().any(|q| {
-                q.lock()
+                q.head()
                     .meta
                     .settings
                     .redrive
@@ -344,8 +345,14 @@ impl Engine {
             .any(|t| t.source_arn == source_arn && t.status == MoveTaskStatus::Running);
         MoveTask::check_start(true, Some(true), None, || true, || running)?;
         let source = source.expect("checked above");
-        let (queue, now) = self.queue_now(&source)?;
-        let (limit, to_move) = queue.newest();
+        let (cell, now) = self.stripes_now(&source)?;
+        // The newest message of every stripe's, and how many they hold together.
+        let (limit, to_move) = cell
+            .stripes_mut()
+            .map(|q| q.newest())
+            .fold((None, 0), |(limit, count), (newest, held)| {
+                (limit.max(newest), count + held)
+            });
         let id = format_message_id(self.rng.random());
         let start = (source_arn, destination_arn, rate);
         let task = MoveTask::new(id, &source, start, (limit, to_move as u64), now);
@@ -415,10 +422,11 @@ impl Engine {
         self.engine_changed();
         let task = &self.tasks[index];
         let budget = task.budget(now);
-        let (source, limit, fixed_destination) = (
+        let (source, limit, fixed_destination, task_moved) = (
             task.source.clone(),
             task.limit,
             task.destination_arn.clone(),
+            task.moved,
         );
         let mut outcome = None;
         let mut moved = 0;
@@ -427,12 +435,19 @@ impl Engine {
                 outcome = Some((MoveTaskStatus::Completed, None));
                 break;
             };
-            let Ok((queue, _)) = self.queue_mut(&source) else {
+            let Some(cell) = self.queues.get_mut(&source) else {
                 outcome = Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
                 break;
             };
-            queue.tick(now);
-            let Some((key, origin)) = queue.oldest_ready(limit) else {
+            // The oldest ready message of any stripe.
+            let Some((key, origin)) = cell
+                .stripes_mut()
+                .filter_map(|queue| {
+                    queue.tick(now);
+                    queue.oldest_ready(limit)
+                })
+                .min_by_key(|(key, _)| *key)
+            else {
                 outcome = Some((MoveTaskStatus::Completed, None));
                 break;
             };
@@ -444,16 +459,29 @@ impl Engine {
                 outcome = Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
                 break;
             };
+            self.note(&source);
             let (from, message) = self
                 .queues
                 .get_mut(&source)
-                .map(QueueCell::get_mut)
-                .and_then(|q| Some((q.content_key(key), q.take_message(key)?)))
+                .map(|cell| {
+                    let stripes = cell.count() as u32;
+                    cell.stripe_mut(stripe_of(key.seq, stripes))
+                })
+                .and_then(|q| {
+                    q.touch();
+                    Some((q.content_key(key), q.take_message(key)?))
+                })
                 .expect("just found");
             let stored = message.content.is_none();
-            let (target, _) = self.queue_mut(&destination).expect("resolved above");
+            self.note(&destination);
+            let cell = self.queues.get_mut(&destination).expect("resolved above");
+            // Spread over the destination's stripes, one after the other.
+            let target = cell.stripe_mut((task_moved + moved) as usize);
+            target.tick(now);
+            target.touch();
             let arrived = target.accept_moved(now, key.sent_ms, message);
             let to = target.content_key(arrived);
+            cell.refresh();
             let content = self.content_moved(stored, from, to);
             self.pending.extend(content);
             woken.push(destination);

@@ -62,7 +62,7 @@ impl LeaseReport {
 
 impl Engine {
     pub fn lease_report(&mut self, name: &str) -> Result<LeaseReport> {
-        self.on_queue(name, None, |q| Ok(q.lease_report()))
+        self.with_sink(|e, sink| e.lease_report_striped(name, sink))
     }
 
     /// Every queue's name, for reports over all queues.

@@ -2,11 +2,14 @@
 //! receive (with the dead-letter queue it may feed), delete, change visibility, and what a
 //! receive asks besides (counts, next due, empty receives, lease reports).
 //!
+//! A `Locked` holds one stripe of its queue (`stripes.rs`); commands that span the stripes
+//! (`spread.rs`) lock them one after the other, never two of one queue at once.
+//!
 //! Lock order, the one rule that keeps this free of deadlock: the caller's hold of the
-//! engine (`&Engine` shared, or `&mut Engine` alone) comes first; then queue locks, two at
-//! most, in ascending queue id. A receive that may dead-letter locks its source and target
-//! that way (`Engine::lock_for_receive`), and only when a message it would take is due to
-//! move; nothing else holds two.
+//! engine (`&Engine` shared, or `&mut Engine` alone) comes first; then stripe locks, two at
+//! most and of two queues, in ascending queue id. A receive that may dead-letter locks its
+//! source's stripe and a stripe of the target that way (`Engine::lock_for_receive`), and
+//! only when a message it would take is due to move; nothing else holds two.
 //!
 //! Everything a command changed leaves with it (`Locked::take_changes`), taken while the
 //! locks are held, so a store receives each queue's changes in the order they were made if
@@ -17,13 +20,11 @@ use std::sync::Arc;
 use super::{Change, Engine, QueueCell, QueueGuard};
 use crate::error::{EngineError, Result};
 use crate::handout::{Accepted, Handout};
-use crate::lease_stats::LeaseMetrics;
 use crate::message::{Checked, ContentKey};
 use crate::queue::{DeleteOutcome, Queue, QueueCounts, ReceiveParams};
 use crate::receipt::Receipt;
 use crate::settings::QueueSettings;
 
-use super::leases::LeaseReport;
 use super::messages::{check_batch, ReceiveRequest};
 
 /// A queue's live dead-letter queue, for a receive.
@@ -44,11 +45,12 @@ enum TargetLock<'e> {
     NotNeeded,
 }
 
-/// One queue (and for a receive, its dead-letter queue) locked, brought up to `now`.
+/// One stripe of a queue (and for a receive, a stripe of its dead-letter queue) locked,
+/// brought up to `now`.
 pub struct Locked<'e> {
     engine: &'e Engine,
     name: &'e str,
-    queue: QueueGuard<'e>,
+    pub(super) queue: QueueGuard<'e>,
     dead_letter: Option<DeadLetterTarget<'e>>,
     now: u64,
     /// Changes that belong to no one queue (contents moving between queues), in order.
@@ -56,19 +58,31 @@ pub struct Locked<'e> {
 }
 
 impl Engine {
-    /// `name`'s queue under its own lock, brought up to the present. Other queues' commands
-    /// go on meanwhile; a command on this one waits until the `Locked` is dropped.
+    /// A stripe of `name`'s queue to add messages to (this thread's own, or a free one),
+    /// under its own lock, brought up to the present. Other queues' and stripes' commands go
+    /// on meanwhile; a command on this stripe waits until the `Locked` is dropped.
     pub fn lock_queue<'e>(&'e self, name: &'e str) -> Result<Locked<'e>> {
-        let queue = self.queue(name)?;
+        let (_, queue) = self.cell(name)?.lock_any();
         Ok(self.locked(name, queue, None))
     }
 
-    /// Like `lock_queue`, for a receive of up to `max_messages`: with the queue's live
-    /// dead-letter queue locked too (in queue id order) when the receive could move messages
-    /// there.
-    pub fn lock_for_receive<'e>(&'e self, name: &'e str, max_messages: u32) -> Result<Locked<'e>> {
+    /// Stripe `stripe` of `name`'s queue (modulo its count), like `lock_queue`.
+    pub fn lock_stripe<'e>(&'e self, name: &'e str, stripe: usize) -> Result<Locked<'e>> {
+        let queue = self.cell(name)?.lock(stripe);
+        Ok(self.locked(name, queue, None))
+    }
+
+    /// Like `lock_stripe`, for a receive of up to `max_messages`: with a stripe of the queue's
+    /// live dead-letter queue locked too (in queue id order) when the receive could move
+    /// messages there.
+    pub fn lock_for_receive<'e>(
+        &'e self,
+        name: &'e str,
+        stripe: usize,
+        max_messages: u32,
+    ) -> Result<Locked<'e>> {
         let source_cell = self.cell(name)?;
-        let mut source = source_cell.lock();
+        let mut source = source_cell.lock(stripe);
         let Some((target_name, target_cell, max)) = self.dead_letter_cell(&source) else {
             return Ok(self.locked(name, source, None));
         };
@@ -92,14 +106,15 @@ impl Engine {
             target.queue = TargetLock::NotNeeded;
             return Ok(self.locked_at(name, source, Some(target), now));
         }
+        let target_stripe = target_cell.home();
         target.queue = TargetLock::Held(if target_cell.id > source_cell.id {
-            target_cell.lock()
+            target_cell.lock(target_stripe)
         } else {
             // The lower id first: let the source go and take both in order. Nothing was
             // changed yet, and the source's settings cannot change while `&self` is held.
             drop(source);
-            let held = target_cell.lock();
-            source = source_cell.lock();
+            let held = target_cell.lock(target_stripe);
+            source = source_cell.lock(stripe);
             held
         });
         Ok(self.locked(name, source, Some(target)))
@@ -281,63 +296,14 @@ impl Locked<'_> {
             .change_visibility(self.now, &receipt, handle, timeout_s, mode)
     }
 
-    /// GetQueueAttributes: `All`, or the names asked for, in a stable order.
-    pub fn attributes(&self, names: &[String]) -> Result<Vec<(String, String)>> {
-        let queue = &self.queue;
-        let all = names.iter().any(|n| n == "All");
-        let fifo = queue.meta.settings.fifo;
-        // A standard queue knows no FifoQueue attribute, as on AWS.
-        if let Some(unknown) = names.iter().find(|n| {
-            *n != "All"
-                && (!QueueSettings::known_names().any(|k| k == n.as_str())
-                    || (!fifo && *n == "FifoQueue"))
-        }) {
-            return Err(EngineError::InvalidAttributeName(unknown.clone()));
-        }
-        let counts = queue.counts();
-        let mut out = Vec::new();
-        for key in QueueSettings::known_names() {
-            if !all && !names.iter().any(|n| n == key) {
-                continue;
-            }
-            let value = match key {
-                "ApproximateNumberOfMessages" => Some(counts.visible.to_string()),
-                "ApproximateNumberOfMessagesNotVisible" => Some(counts.not_visible.to_string()),
-                "ApproximateNumberOfMessagesDelayed" => Some(counts.delayed.to_string()),
-                "CreatedTimestamp" => Some((queue.meta.created_ms / 1000).to_string()),
-                "LastModifiedTimestamp" => Some((queue.meta.modified_ms / 1000).to_string()),
-                "QueueArn" => Some(self.engine.queue_arn(self.name)),
-                settable => queue.meta.settings.get(settable),
-            };
-            if let Some(value) = value {
-                out.push((key.to_string(), value));
-            }
-        }
-        out.sort();
-        Ok(out)
-    }
-
-    pub fn lease_report(&self) -> LeaseReport {
-        let queue = &self.queue;
-        let held = (queue.counts(), queue.oldest_sent_ms());
-        LeaseReport::of(
-            &queue.metrics,
-            self.now,
-            queue.meta.stats.clone(),
-            held,
-            &queue.meta.settings,
-        )
-    }
-
-    /// The queue's lease measurements, for a look.
-    pub fn metrics(&self) -> &LeaseMetrics {
-        &self.queue.metrics
-    }
-
     /// The receipt an opened handle holds, if this incarnation of the queue issued it.
     fn issued_here(&self, handle: &str, opened: Option<Receipt>) -> Result<Receipt> {
         match opened {
-            Some(receipt) if receipt.queue_id == self.queue.meta.id => Ok(receipt),
+            Some(receipt) if receipt.queue_id == self.queue.meta.id => {
+                // A handle goes to the stripe its number names (`Engine::on_handles`).
+                debug_assert!(self.queue.numbers(receipt.key.seq), "{receipt:?} elsewhere");
+                Ok(receipt)
+            }
             _ => Err(EngineError::ReceiptHandleIsInvalid(handle.to_string())),
         }
     }

@@ -1,8 +1,9 @@
 //! Message operations: send, receive (with dead-lettering), delete, change visibility.
 
-use super::{Engine, Locked};
+use super::spread::Sink;
+use super::Engine;
 use crate::error::{EngineError, Result};
-use crate::handout::{Handout, Sent};
+use crate::handout::Sent;
 use crate::message::{Delivery, NewMessage};
 use crate::queue::DeleteOutcome;
 use crate::settings::{QueueSettings, MAX_MESSAGE_SIZE, MAX_VISIBILITY_TIMEOUT_S};
@@ -77,30 +78,19 @@ pub fn check_batch<'m>(
 }
 
 impl Engine {
-    /// Runs a command on one queue through `Locked` (the same code the shared path runs),
-    /// and keeps what it changed for `take_changes`. `receiving`: a receive of up to so many
-    /// messages (`lock_for_receive`).
-    pub(super) fn on_queue<T>(
-        &mut self,
-        name: &str,
-        receiving: Option<u32>,
-        command: impl FnOnce(&mut Locked) -> Result<T>,
-    ) -> Result<T> {
-        let (value, changes) = {
-            let mut locked = match receiving {
-                Some(max_messages) => self.lock_for_receive(name, max_messages)?,
-                None => self.lock_queue(name)?,
-            };
-            let value = command(&mut locked);
-            (value, locked.take_changes())
-        };
+    /// Runs a command over `&Engine` (the same code the shared path runs), keeping what it
+    /// changed, stripe by stripe, for `take_changes`.
+    pub(super) fn with_sink<T>(&mut self, command: impl FnOnce(&Engine, Sink) -> T) -> T {
+        let mut changes = Vec::new();
+        let value = command(self, &mut |c| changes.extend(c));
         self.pending.extend(changes);
         value
     }
 
     /// SendMessage: see `Locked::send`.
     pub fn send(&mut self, name: &str, message: NewMessage) -> Result<Sent> {
-        let sent = self.on_queue(name, None, |q| q.send(message.checked()))?;
+        let sent = self
+            .with_sink(|e, sink| e.on_stripe(name, None, sink, |q| q.send(message.checked())))??;
         Ok(sent.sent(&self.sealer))
     }
 
@@ -111,7 +101,8 @@ impl Engine {
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent>>> {
         let checked = messages.into_iter().map(NewMessage::checked).collect();
-        let accepted = self.on_queue(name, None, |q| q.send_batch(checked))?;
+        let accepted =
+            self.with_sink(|e, sink| e.on_stripe(name, None, sink, |q| q.send_batch(checked)))??;
         let sealer = &self.sealer;
         Ok(accepted
             .into_iter()
@@ -119,25 +110,35 @@ impl Engine {
             .collect())
     }
 
-    /// ReceiveMessage without waiting: see `Locked::receive`.
+    /// ReceiveMessage without waiting: see `Engine::receive_striped`.
     pub fn receive(&mut self, name: &str, request: &ReceiveRequest) -> Result<Vec<Delivery>> {
-        self.on_queue(name, Some(request.max_messages), |q| q.receive(request))
-            .map(Handout::finish)
+        let received = self.with_sink(|e, sink| e.receive_striped(name, request, sink))?;
+        Ok(received.handout.finish())
     }
 
     /// See `Locked::record_empty_receive`.
     pub fn record_empty_receive(&mut self, name: &str) {
-        let _ = self.on_queue(name, None, |q| {
-            q.record_empty_receive();
-            Ok(())
-        });
+        let _ =
+            self.with_sink(|e, sink| e.on_stripe(name, None, sink, |q| q.record_empty_receive()));
     }
 
     pub fn delete_message(&mut self, name: &str, handle: &str) -> Result<DeleteOutcome> {
-        self.on_queue(name, None, |q| q.delete(handle))
+        let opened = vec![self.sealer.open(handle)];
+        self.with_sink(|e, sink| {
+            e.on_handles(name, opened, sink, |q, _, receipt| {
+                q.delete_opened(handle, receipt)
+            })
+        })?
+        .remove(0)
     }
 
     pub fn change_visibility(&mut self, name: &str, handle: &str, timeout_s: u32) -> Result<()> {
-        self.on_queue(name, None, |q| q.change_visibility(handle, timeout_s))
+        let opened = vec![self.sealer.open(handle)];
+        self.with_sink(|e, sink| {
+            e.on_handles(name, opened, sink, |q, _, receipt| {
+                q.change_visibility_opened(handle, receipt, timeout_s)
+            })
+        })?
+        .remove(0)
     }
 }

@@ -18,6 +18,8 @@ mod messages;
 mod persist;
 mod queues;
 mod regions;
+mod spread;
+mod stripes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +32,7 @@ use rand::SeedableRng;
 use crate::clock::Clock;
 use crate::error::{EngineError, Result};
 use crate::message::ContentKey;
-use crate::queue::{Queue, Removed};
+use crate::queue::Removed;
 use crate::receipt::ReceiptSealer;
 use crate::rules::LeaseMode;
 
@@ -41,6 +43,10 @@ pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use queues::{check_queue_room, list_queue_keys, validate_queue_name, QueueListing};
 pub use regions::{is_account_id, is_region, Naming};
+pub use spread::{Sink, StripedReceive};
+pub use stripes::MAX_STRIPES;
+
+use stripes::{HeadMut, QueueCell, QueueGuard};
 
 pub const MAX_LIST_RESULTS: usize = 1000;
 
@@ -61,6 +67,10 @@ pub struct EngineConfig {
     pub defer_drops: bool,
     /// CreateQueue refuses a new queue with OverLimit once its account holds this many.
     pub max_queues_per_account: usize,
+    /// How many stripes a standard queue created from now on is split into (at most
+    /// `MAX_STRIPES`), so that as many threads work on it side by side (`stripes.rs`): a
+    /// server's cores. 1 keeps one order for a whole queue, as simulations need.
+    pub stripes: usize,
 }
 
 impl Default for EngineConfig {
@@ -74,6 +84,7 @@ impl Default for EngineConfig {
             track_changes: false,
             defer_drops: false,
             max_queues_per_account: crate::settings::MAX_QUEUES_PER_ACCOUNT,
+            stripes: 1,
         }
     }
 }
@@ -97,121 +108,6 @@ pub struct Engine {
     dirty_queues: std::collections::BTreeSet<String>,
     /// Taken out by purges and queue deletions, not yet freed (with `defer_drops`).
     removed: Vec<Removed>,
-}
-
-/// How many times a queue's lock is looked at before the thread sleeps on it: about 36 us
-/// on the 2-core VM, longer than a batch holds it. Sleeping and waking cost more than that.
-#[cfg(not(feature = "shuttle"))]
-const SPINS: usize = 4_000;
-
-/// A queue's lock: parking_lot's, or with the `shuttle` feature shuttle's, whose scheduler
-/// explores the interleavings of the lock order (`tests/lock_order.rs`).
-#[cfg(not(feature = "shuttle"))]
-type QueueMutex = parking_lot::Mutex<Queue>;
-#[cfg(not(feature = "shuttle"))]
-type RawGuard<'a> = parking_lot::MutexGuard<'a, Queue>;
-#[cfg(feature = "shuttle")]
-type QueueMutex = shuttle::sync::Mutex<Queue>;
-#[cfg(feature = "shuttle")]
-type RawGuard<'a> = shuttle::sync::MutexGuard<'a, Queue>;
-
-/// A queue's lock, held. Dropped while its thread panics, when the queue may be half
-/// changed, it is never let go: the lock stays taken, so no other thread sees the torn queue
-/// (a queue's lock is not poisoned by a panic). A server then aborts (the embedded backend's
-/// `AbortOnPanic`); a test's panic goes on and fails the test.
-pub(crate) struct QueueGuard<'a>(Option<RawGuard<'a>>);
-
-impl<'a> QueueGuard<'a> {
-    fn new(raw: RawGuard<'a>) -> QueueGuard<'a> {
-        QueueGuard(Some(raw))
-    }
-}
-
-impl std::ops::Deref for QueueGuard<'_> {
-    type Target = Queue;
-
-    fn deref(&self) -> &Queue {
-        self.0.as_deref().expect("held until dropped")
-    }
-}
-
-impl std::ops::DerefMut for QueueGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Queue {
-        self.0.as_deref_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for QueueGuard<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            std::mem::forget(self.0.take());
-        }
-    }
-}
-
-/// One queue behind its own lock, with the id of its incarnation beside it (fixed for the
-/// cell's life), so that commands needing two queues lock them in id order without looking
-/// inside either first.
-pub(crate) struct QueueCell {
-    id: u64,
-    /// Fixed at creation too: whether a dead-letter queue fits a source is known unlocked.
-    fifo: bool,
-    queue: QueueMutex,
-}
-
-impl QueueCell {
-    fn new(queue: Queue) -> QueueCell {
-        QueueCell {
-            id: queue.meta.id,
-            fifo: queue.meta.settings.fifo,
-            queue: QueueMutex::new(queue),
-        }
-    }
-
-    /// The queue, locked: spins a while (reading, not writing, the lock's word), then sleeps.
-    #[cfg(not(feature = "shuttle"))]
-    fn lock(&self) -> QueueGuard<'_> {
-        for _ in 0..SPINS {
-            if !self.queue.is_locked() {
-                if let Some(queue) = self.queue.try_lock() {
-                    return QueueGuard::new(queue);
-                }
-            }
-            std::hint::spin_loop();
-        }
-        QueueGuard::new(self.queue.lock())
-    }
-
-    /// The queue, without locking: `&mut self` proves nobody else holds it.
-    #[cfg(not(feature = "shuttle"))]
-    fn get_mut(&mut self) -> &mut Queue {
-        self.queue.get_mut()
-    }
-
-    #[cfg(not(feature = "shuttle"))]
-    fn into_inner(self) -> Queue {
-        self.queue.into_inner()
-    }
-
-    // A panic under shuttle's lock poisons it: the test fails either way.
-    #[cfg(feature = "shuttle")]
-    fn lock(&self) -> QueueGuard<'_> {
-        QueueGuard::new(self.queue.lock().expect("a queue's lock is never poisoned"))
-    }
-
-    #[cfg(feature = "shuttle")]
-    fn get_mut(&mut self) -> &mut Queue {
-        self.queue
-            .get_mut()
-            .expect("a queue's lock is never poisoned")
-    }
-
-    #[cfg(feature = "shuttle")]
-    fn into_inner(self) -> Queue {
-        self.queue
-            .into_inner()
-            .expect("a queue's lock is never poisoned")
-    }
 }
 
 /// One page of a listing of queue names.
@@ -265,12 +161,27 @@ impl Engine {
         }
     }
 
-    /// The queue, brought up to the present, with its own record marked changed: for
-    /// commands that change a queue.
-    fn queue_mut(&mut self, name: &str) -> Result<(&mut Queue, u64)> {
-        let (queue, now) = self.queue_now(name)?;
-        queue.touch();
-        Ok((queue, now))
+    /// The queue's head, brought up to the present, with its own record marked changed:
+    /// for commands that change what every stripe holds alike (settings, tags), copied to
+    /// the other stripes when the `HeadMut` goes.
+    fn queue_mut(&mut self, name: &str) -> Result<(HeadMut<'_>, u64)> {
+        let (cell, now) = self.cell_noted(name)?;
+        let mut head = cell.head_mut();
+        head.tick(now);
+        head.touch();
+        Ok((head, now))
+    }
+
+    /// The queue's cell, noted changed, with the instant to bring it up to.
+    fn cell_noted(&mut self, name: &str) -> Result<(&mut QueueCell, u64)> {
+        self.cell(name)?;
+        self.note(name);
+        let now = self.clock.now_ms();
+        let cell = self
+            .queues
+            .get_mut(name)
+            .ok_or(EngineError::QueueDoesNotExist)?;
+        Ok((cell, now))
     }
 
     /// What purges and queue deletions took out since the last call, to be freed by the
@@ -304,9 +215,11 @@ impl Engine {
     /// command. Names the queue that broke one.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         self.queues.iter().try_for_each(|(name, cell)| {
-            cell.lock()
-                .check_invariants()
-                .map_err(|broken| format!("queue {name}: {broken}"))
+            (0..cell.count()).try_for_each(|stripe| {
+                cell.lock(stripe)
+                    .check_invariants()
+                    .map_err(|broken| format!("queue {name}, stripe {stripe}: {broken}"))
+            })
         })
     }
 
@@ -314,23 +227,16 @@ impl Engine {
         self.queues.get(name).ok_or(EngineError::QueueDoesNotExist)
     }
 
-    /// The queue, locked for a look (or, through `&self`, a change a `Locked` makes).
+    /// The queue's head (stripe 0), locked for a look at what every stripe holds alike.
     fn queue(&self, name: &str) -> Result<QueueGuard<'_>> {
-        self.cell(name).map(QueueCell::lock)
+        self.cell(name).map(QueueCell::head)
     }
 
-    /// The queue, brought up to the present.
-    fn queue_now(&mut self, name: &str) -> Result<(&mut Queue, u64)> {
-        self.cell(name)?;
-        self.note(name);
-        let now = self.clock.now_ms();
-        let queue = self
-            .queues
-            .get_mut(name)
-            .ok_or(EngineError::QueueDoesNotExist)?
-            .get_mut();
-        queue.tick(now);
-        Ok((queue, now))
+    /// Every stripe of the queue, brought up to the present, noted changed.
+    fn stripes_now(&mut self, name: &str) -> Result<(&mut QueueCell, u64)> {
+        let (cell, now) = self.cell_noted(name)?;
+        cell.stripes_mut().for_each(|q| q.tick(now));
+        Ok((cell, now))
     }
 }
 

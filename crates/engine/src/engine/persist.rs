@@ -5,7 +5,7 @@
 //! follow from the clock alone (a lease or delay ending) are not changes: a restored engine
 //! derives them again from the recorded instants.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::{Engine, EngineConfig, MoveTask, QueueCell};
@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::fifo::{DedupKey, Original};
 use crate::lease_stats::{LeaseMetrics, MetricsRecord};
 use crate::message::{Content, ContentKey, MsgKey, StoredMessage};
+use crate::queue::numbering::stripe_of;
 use crate::queue::{Queue, QueueMeta};
 use crate::receipt::ReceiptSealer;
 
@@ -25,12 +26,16 @@ pub struct EngineRecord {
     pub tasks: Vec<MoveTask>,
 }
 
-/// One queue's own state: everything but its messages and deduplication ids.
+/// One stripe of a queue's own state: everything but its messages and deduplication ids.
+/// Every stripe keeps one (what is the queue's own is alike in all, the counters and the
+/// numbering are the stripe's); stripe 0's, the head's, says the queue exists.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueRecord {
     pub name: String,
     pub meta: QueueMeta,
     pub next_seq: u64,
+    /// Which of `meta.stripes` stripes this record is: not in the record's value, its key.
+    pub stripe: u32,
 }
 
 /// One change for a store to apply, in order.
@@ -39,9 +44,10 @@ pub enum Change {
     Engine(EngineRecord),
     /// Boxed: one is written per changed queue per command, beside many small message changes.
     Queue(Box<QueueRecord>),
-    /// The queue and everything in it are gone.
+    /// The queue and everything in it are gone: every one of its `stripes` records.
     QueueDeleted {
         queue_id: u64,
+        stripes: u32,
     },
     /// Every message of the queue numbered below `below_seq` (all it held) is gone.
     Purged {
@@ -67,9 +73,10 @@ pub enum Change {
         key: MsgKey,
         message: Option<([u8; 16], StoredMessage)>,
     },
-    /// A queue's lease measurements now stand so.
+    /// A queue's stripe's lease measurements now stand so.
     Metrics {
         queue_id: u64,
+        stripe: u32,
         record: Box<MetricsRecord>,
     },
     /// A FIFO deduplication id is remembered so, or (None) forgotten.
@@ -88,8 +95,8 @@ pub struct Snapshot {
     /// Queue id, key, message id, message.
     pub messages: Vec<(u64, MsgKey, [u8; 16], StoredMessage)>,
     pub dedup: Vec<(u64, DedupKey, Original)>,
-    /// Queue id and its lease measurements.
-    pub metrics: Vec<(u64, MetricsRecord)>,
+    /// Queue id, stripe and its lease measurements.
+    pub metrics: Vec<(u64, u32, MetricsRecord)>,
 }
 
 impl Queue {
@@ -98,6 +105,7 @@ impl Queue {
             name: name.to_string(),
             meta: self.meta.clone(),
             next_seq: self.next_seq(),
+            stripe: self.stripe_index(),
         }
     }
 
@@ -145,6 +153,7 @@ impl Queue {
         if let Some(record) = self.metrics.take_record(now, force) {
             out.push(Change::Metrics {
                 queue_id: self.meta.id,
+                stripe: self.stripe_index(),
                 record: Box::new(record),
             });
         }
@@ -157,8 +166,8 @@ impl Engine {
     pub fn take_all_metrics(&mut self) -> Vec<Change> {
         let now = self.clock.now_ms();
         let mut out = Vec::new();
-        for cell in self.queues.values_mut() {
-            cell.get_mut().drain_metrics(now, true, &mut out);
+        for queue in self.queues.values_mut().flat_map(QueueCell::stripes_mut) {
+            queue.drain_metrics(now, true, &mut out);
         }
         out
     }
@@ -173,7 +182,9 @@ impl Engine {
         let now = self.clock.now_ms();
         for name in std::mem::take(&mut self.dirty_queues) {
             if let Some(cell) = self.queues.get_mut(&name) {
-                cell.get_mut().drain_changes(&name, now, &mut out);
+                for queue in cell.stripes_mut() {
+                    queue.drain_changes(&name, now, &mut out);
+                }
             }
         }
         out
@@ -202,7 +213,12 @@ impl Engine {
             return;
         }
         for (name, cell) in &mut self.queues {
-            if cell.get_mut().mark_held_contents() > 0 {
+            if cell
+                .stripes_mut()
+                .map(|q| q.mark_held_contents())
+                .sum::<usize>()
+                > 0
+            {
                 self.dirty_queues.insert(name.clone());
             }
         }
@@ -235,23 +251,37 @@ impl Engine {
             engine.tasks = record.tasks;
         }
         let mut by_id: HashMap<u64, String> = HashMap::new();
+        let mut records: BTreeMap<u64, BTreeMap<u32, QueueRecord>> = BTreeMap::new();
         for record in head.queues {
-            by_id.insert(record.meta.id, record.name.clone());
-            engine.next_queue_id = engine.next_queue_id.max(record.meta.id + 1);
-            let name = record.name.clone();
-            let queue = Queue::from_record(record, engine.sealer.clone());
+            records
+                .entry(record.meta.id)
+                .or_default()
+                .insert(record.stripe, record);
+        }
+        for (id, mut stripes) in records {
+            // Without its head's record the queue was deleted; the rest is left over.
+            let Some(head) = stripes.remove(&0) else {
+                continue;
+            };
+            by_id.insert(id, head.name.clone());
+            engine.next_queue_id = engine.next_queue_id.max(id + 1);
+            let name = head.name.clone();
+            let queue = Queue::from_records(head, stripes, &engine.sealer);
             engine.insert_queue(name, QueueCell::new(queue));
         }
-        for (queue_id, record) in &head.metrics {
+        for (queue_id, stripe, record) in &head.metrics {
             if let Some(cell) = by_id.get(queue_id).and_then(|n| engine.queues.get_mut(n)) {
-                cell.get_mut().metrics = LeaseMetrics::from_record(record);
+                if (*stripe as usize) < cell.count() {
+                    cell.stripe_mut(*stripe as usize).metrics = LeaseMetrics::from_record(record);
+                }
             }
         }
         let mut dedup = head.dedup;
         dedup.sort_by_key(|(_, _, original)| original.expires_ms);
         for (queue_id, key, original) in dedup {
             if let Some(cell) = by_id.get(&queue_id).and_then(|n| engine.queues.get_mut(n)) {
-                cell.get_mut().restore_dedup(key, original);
+                // Only FIFO queues deduplicate, and they have one stripe.
+                cell.stripe_mut(0).restore_dedup(key, original);
             }
         }
         Restoring {
@@ -274,7 +304,8 @@ impl Restoring {
     pub fn message(&mut self, queue_id: u64, key: MsgKey, id: [u8; 16], message: StoredMessage) {
         let name = self.by_id.get(&queue_id);
         if let Some(cell) = name.and_then(|n| self.engine.queues.get_mut(n)) {
-            cell.get_mut().restore_message(key, id, message);
+            let stripe = stripe_of(key.seq, cell.count() as u32);
+            cell.stripe_mut(stripe).restore_message(key, id, message);
         }
     }
 
@@ -283,16 +314,38 @@ impl Restoring {
         let mut engine = self.engine;
         engine.config.track_changes = self.tracking;
         for cell in engine.queues.values_mut() {
-            cell.get_mut().changes.enabled = self.tracking;
+            cell.stripes_mut()
+                .for_each(|queue| queue.changes.enabled = self.tracking);
+            cell.refresh();
         }
         engine
     }
 }
 
 impl Queue {
-    fn from_record(record: QueueRecord, sealer: ReceiptSealer) -> Queue {
-        let mut queue = Queue::restored(record.meta, sealer);
-        queue.set_next_seq(record.next_seq);
-        queue
+    /// A queue's stripes from their records: the head's says what is the queue's own; each
+    /// stripe keeps its own counters and numbering (a stripe without a record, of a file
+    /// written before its queue had stripes, numbers on from the head's).
+    fn from_records(
+        head: QueueRecord,
+        mut others: BTreeMap<u32, QueueRecord>,
+        sealer: &ReceiptSealer,
+    ) -> Vec<Queue> {
+        let head_seq = head.next_seq;
+        let mut first = Queue::restored(head.meta, sealer.clone());
+        first.set_next_seq(head_seq);
+        let mut stripes = vec![first];
+        for index in 1..stripes[0].meta.stripes.max(1) {
+            let mut stripe = Queue::stripe_of_head(&stripes[0], index);
+            match others.remove(&index) {
+                Some(record) => {
+                    stripe.meta.stats = record.meta.stats;
+                    stripe.set_next_seq(record.next_seq);
+                }
+                None => stripe.set_next_seq(head_seq),
+            }
+            stripes.push(stripe);
+        }
+        stripes
     }
 }

@@ -140,7 +140,7 @@ impl Engine {
         let settings = QueueSettings::new(fifo).with_applied(requested.iter().copied())?;
         let now = self.clock.now_ms();
         if let Some(existing) = self.queues.get(name) {
-            let existing = existing.lock();
+            let existing = existing.head();
             // CreateQueue is idempotent only for the attributes the caller names.
             for (key, _) in &requested {
                 if existing.meta.settings.get(key) != settings.get(key) {
@@ -159,12 +159,24 @@ impl Engine {
         let account = self.naming.key_account(name);
         let held = self.queues_per_account.get(account).copied().unwrap_or(0);
         check_queue_room(account, held, self.config.max_queues_per_account)?;
-        let mut queue = Queue::new(self.next_queue_id, settings, now, self.sealer.clone());
+        let fifo = settings.fifo;
+        let mut head = Queue::new(self.next_queue_id, settings, now, self.sealer.clone());
         self.next_queue_id += 1;
-        queue.meta.tags = tags.iter().cloned().collect();
-        queue.changes.enabled = self.config.track_changes;
-        queue.touch();
-        self.insert_queue(name.to_string(), QueueCell::new(queue));
+        head.meta.tags = tags.iter().cloned().collect();
+        head.meta.stripes = if fifo {
+            1
+        } else {
+            self.config.stripes.clamp(1, super::MAX_STRIPES) as u32
+        };
+        head.changes.enabled = self.config.track_changes;
+        let others: Vec<Queue> = (1..head.meta.stripes)
+            .map(|i| Queue::stripe_of_head(&head, i))
+            .collect();
+        let mut stripes = vec![head];
+        stripes.extend(others);
+        // Every stripe's record is written now: a restart finds them all.
+        stripes.iter_mut().for_each(Queue::touch);
+        self.insert_queue(name.to_string(), QueueCell::new(stripes));
         self.note(name);
         self.engine_changed();
         Ok(())
@@ -193,8 +205,10 @@ impl Engine {
             .insert(name.to_string(), self.clock.now_ms());
         if self.config.track_changes {
             self.dirty_queues.remove(name);
-            self.pending
-                .push(Change::QueueDeleted { queue_id: queue.id });
+            self.pending.push(Change::QueueDeleted {
+                queue_id: queue.id,
+                stripes: queue.count() as u32,
+            });
         }
         self.engine_changed();
         self.discard(Removed::new(queue.into_inner()));
@@ -205,10 +219,17 @@ impl Engine {
         self.queue(name).map(|_| ())
     }
 
-    /// The `limit` oldest messages of a queue, changing nothing (the dashboard's peek).
+    /// The `limit` oldest messages of a queue (of all its stripes), changing nothing (the
+    /// dashboard's peek).
     pub fn peek(&self, name: &str, limit: usize) -> Result<Vec<crate::Peeked>> {
         let now = self.clock.now_ms();
-        Ok(self.queue(name)?.peek(now, limit))
+        let cell = self.cell(name)?;
+        let mut peeked: Vec<crate::Peeked> = (0..cell.count())
+            .flat_map(|stripe| cell.lock(stripe).peek(now, limit))
+            .collect();
+        peeked.sort_by_key(|p| p.sent_ms);
+        peeked.truncate(limit);
+        Ok(peeked)
     }
 
     /// ListQueues: the keys of the queues of the listing's account and region whose name
@@ -226,26 +247,35 @@ impl Engine {
         self.queue(name).map(|q| q.meta.settings.clone())
     }
 
+    /// The queue's counters: its stripes' added up.
     pub fn stats(&self, name: &str) -> Result<QueueStats> {
-        self.queue(name).map(|q| q.meta.stats.clone())
+        let cell = self.cell(name)?;
+        let mut stats = QueueStats::default();
+        for stripe in 0..cell.count() {
+            stats.add(&cell.lock(stripe).meta.stats);
+        }
+        Ok(stats)
     }
 
     pub fn counts(&mut self, name: &str) -> Result<QueueCounts> {
-        self.on_queue(name, None, |q| Ok(q.counts()))
+        self.with_sink(|e, sink| e.counts_striped(name, sink))
     }
 
     /// The next instant at which a message of this queue becomes receivable by itself.
     pub fn next_due(&self, name: &str) -> Option<u64> {
-        self.queue(name).ok().and_then(|q| q.next_due())
+        let cell = self.cell(name).ok()?;
+        (0..cell.count())
+            .filter_map(|stripe| cell.lock(stripe).next_due())
+            .min()
     }
 
-    /// GetQueueAttributes: see `Locked::attributes`.
+    /// GetQueueAttributes: see `Engine::attributes`.
     pub fn get_attributes(
         &mut self,
         name: &str,
         names: &[String],
     ) -> Result<Vec<(String, String)>> {
-        self.on_queue(name, None, |q| q.attributes(names))
+        self.with_sink(|e, sink| e.attributes(name, names, sink))
     }
 
     pub fn set_attributes(&mut self, name: &str, attributes: &[(String, String)]) -> Result<()> {
@@ -266,36 +296,45 @@ impl Engine {
         let settings = queue.meta.settings.with_applied(changed)?;
         drop(queue);
         self.check_redrive(name, &settings)?;
-        let (queue, _) = self.queue_mut(name)?;
+        let (mut queue, _) = self.queue_mut(name)?;
         queue.meta.settings = settings;
         queue.meta.modified_ms = now;
         Ok(())
     }
 
     pub fn purge(&mut self, name: &str) -> Result<()> {
-        let (queue, now) = self.queue_now(name)?;
-        if queue
+        let (cell, now) = self.stripes_now(name)?;
+        let queue_id = cell.id;
+        if cell
+            .stripe_mut(0)
             .meta
             .last_purge_ms
             .is_some_and(|at| now < at + PURGE_COOLDOWN_MS)
         {
             return Err(EngineError::PurgeQueueInProgress(name_of(name).to_string()));
         }
-        let removed = queue.purge(now);
-        queue.touch();
-        let (queue_id, below_seq) = (queue.meta.id, queue.meta.purged_below_seq);
+        // Past every stripe's numbers: what is below is gone, whichever stripe held it.
+        let below_seq = cell.stripes_mut().map(|q| q.next_seq()).max().unwrap_or(1);
+        let removed: Vec<Removed> = cell
+            .stripes_mut()
+            .map(|queue| {
+                queue.touch();
+                queue.purge(now, below_seq)
+            })
+            .collect();
+        cell.refresh();
         if self.config.track_changes {
             self.pending.push(Change::Purged {
                 queue_id,
                 below_seq,
             });
         }
-        self.discard(removed);
+        removed.into_iter().for_each(|r| self.discard(r));
         Ok(())
     }
 
     pub fn tag_queue(&mut self, name: &str, tags: &[(String, String)]) -> Result<()> {
-        let (queue, _) = self.queue_mut(name)?;
+        let (mut queue, _) = self.queue_mut(name)?;
         let mut next = queue.meta.tags.clone();
         next.extend(tags.iter().cloned());
         check_tags(name_of(name), tags, next.len())?;
@@ -304,7 +343,7 @@ impl Engine {
     }
 
     pub fn untag_queue(&mut self, name: &str, keys: &[String]) -> Result<()> {
-        let (queue, _) = self.queue_mut(name)?;
+        let (mut queue, _) = self.queue_mut(name)?;
         for key in keys {
             queue.meta.tags.remove(key);
         }
@@ -324,7 +363,7 @@ impl Engine {
         actions: &[String],
     ) -> Result<()> {
         let arn = self.queue_arn(name);
-        let (queue, _) = self.queue_mut(name)?;
+        let (mut queue, _) = self.queue_mut(name)?;
         let invalid = |param: &str, value: &str, reason: &str| {
             EngineError::out_of_range(param, value, reason)
         };
@@ -391,7 +430,7 @@ impl Engine {
 
     /// RemovePermission: drops the statement with this label from the queue's Policy.
     pub fn remove_permission(&mut self, name: &str, label: &str) -> Result<()> {
-        let (queue, _) = self.queue_mut(name)?;
+        let (mut queue, _) = self.queue_mut(name)?;
         let not_found =
             || EngineError::out_of_range("Label", label, "can't find label on existing policy.");
         let mut policy: Value = queue

@@ -22,6 +22,13 @@ impl Queue {
                     self.next_seq
                 ));
             }
+            if !self.numbers(key.seq) {
+                return Err(format!(
+                    "{key:?} is not numbered as stripe {} of {}",
+                    self.stripe_index(),
+                    self.meta.stripes
+                ));
+            }
             let in_ready = self.ready.contains(&key);
             let in_timers = self.timers.contains(&(m.until_ms, key));
             let indexed = match m.state {

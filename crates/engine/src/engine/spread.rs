@@ -1,0 +1,274 @@
+//! Commands over a queue's stripes (`stripes.rs`), through `&Engine`, one stripe's lock at a
+//! time: a send to one stripe, a receive that fills up from one stripe after another, deletes
+//! and visibility changes sent to the stripes their handles name, and the looks that add the
+//! stripes up (attributes, lease reports).
+//!
+//! Each stripe's changes go to the caller's `sink` while that stripe is still locked, so a
+//! store receives each stripe's changes in the order they were made (a server's sink hands
+//! them to its committer; `&mut Engine`'s keeps them for `take_changes`).
+
+use std::collections::BTreeMap;
+
+use super::{Change, Engine, LeaseReport, Locked};
+use crate::error::{EngineError, Result};
+use crate::handout::Handout;
+use crate::lease_stats::{LeaseMetrics, MetricsRecord};
+use crate::queue::{numbering::stripe_of, Queue, QueueCounts, QueueStats};
+use crate::receipt::Receipt;
+use crate::settings::QueueSettings;
+
+use super::messages::ReceiveRequest;
+
+/// Where a command's changes go, one stripe's at a time, before that stripe's lock goes.
+pub type Sink<'s> = &'s mut dyn FnMut(Vec<Change>);
+
+/// What a receive over a queue's stripes found.
+#[derive(Debug)]
+pub struct StripedReceive {
+    /// What it leased: ids and receipt handles are written out (`Handout::finish`) with no
+    /// lock held.
+    pub handout: Handout,
+    /// The queue's ReceiveMessageWaitTimeSeconds.
+    pub queue_wait_s: u32,
+    /// When nothing was handed out: how long until a message becomes receivable by itself.
+    pub next_due_in_ms: Option<u64>,
+    /// Whether messages may be left for another receive (a waiter to wake).
+    pub more: bool,
+}
+
+impl Engine {
+    /// Whether the queue is a FIFO queue (known without a lock).
+    pub fn is_fifo(&self, name: &str) -> Result<bool> {
+        self.cell(name).map(|cell| cell.fifo)
+    }
+
+    /// How many stripes the queue has.
+    pub fn stripe_count(&self, name: &str) -> Result<usize> {
+        self.cell(name).map(|cell| cell.count())
+    }
+
+    /// Runs `command` on one stripe (`None`: one to add messages to, `lock_queue`), its
+    /// changes to `sink` before the lock goes.
+    pub fn on_stripe<T>(
+        &self,
+        name: &str,
+        stripe: Option<usize>,
+        sink: Sink,
+        command: impl FnOnce(&mut Locked) -> T,
+    ) -> Result<T> {
+        let mut locked = match stripe {
+            Some(stripe) => self.lock_stripe(name, stripe)?,
+            None => self.lock_queue(name)?,
+        };
+        let value = command(&mut locked);
+        sink(locked.take_changes());
+        Ok(value)
+    }
+
+    /// ReceiveMessage without waiting, over the queue's stripes in `receive_order` until
+    /// the request is filled: each stripe as `Locked::receive` leaves it (dead-lettering
+    /// what is due), one at a time.
+    pub fn receive_striped(
+        &self,
+        name: &str,
+        request: &ReceiveRequest,
+        sink: Sink,
+    ) -> Result<StripedReceive> {
+        request.check()?;
+        let cell = self.cell(name)?;
+        let mut order = cell.receive_order();
+        let mut out = StripedReceive {
+            handout: Handout::default(),
+            queue_wait_s: 0,
+            next_due_in_ms: None,
+            more: false,
+        };
+        let mut next_due: Option<u64> = None;
+        let mut now = 0;
+        while let Some(stripe) = order.next() {
+            let wanted = request.max_messages - out.handout.len() as u32;
+            let mut locked = self.lock_for_receive(name, stripe, wanted)?;
+            let taken = locked.receive(&ReceiveRequest {
+                max_messages: wanted,
+                ..request.clone()
+            });
+            now = locked.now();
+            out.queue_wait_s = locked.settings().receive_wait_s;
+            let left = locked.counts().visible > 0;
+            next_due = [next_due, locked.next_due()].into_iter().flatten().min();
+            sink(locked.take_changes());
+            drop(locked);
+            out.handout.extend(taken?);
+            if out.handout.len() as u32 >= request.max_messages {
+                out.more = left || order.any(|s| cell.may_hold_ready(s, now));
+                break;
+            }
+            out.more |= left;
+        }
+        if out.handout.is_empty() {
+            out.next_due_in_ms = next_due.map(|due| due.saturating_sub(now));
+        }
+        Ok(out)
+    }
+
+    /// Runs `each` on every handle opened before (`ReceiptSealer::open`), under the lock of
+    /// the stripe its number names, a stripe at a time: DeleteMessage(Batch) and
+    /// ChangeMessageVisibility(Batch). Answers in the handles' order.
+    pub fn on_handles<T>(
+        &self,
+        name: &str,
+        opened: Vec<Option<Receipt>>,
+        sink: Sink,
+        mut each: impl FnMut(&mut Locked, usize, Option<Receipt>) -> Result<T>,
+    ) -> Result<Vec<Result<T>>> {
+        let cell = self.cell(name)?;
+        let count = cell.count();
+        if count == 1 {
+            return self.on_stripe(name, Some(0), sink, |locked| {
+                let handles = opened.into_iter().enumerate();
+                handles
+                    .map(|(i, receipt)| each(locked, i, receipt))
+                    .collect()
+            });
+        }
+        let mut by_stripe: BTreeMap<usize, Vec<(usize, Option<Receipt>)>> = BTreeMap::new();
+        for (index, receipt) in opened.into_iter().enumerate() {
+            // A handle that opens to nothing fails alike in any stripe.
+            let stripe = receipt.map_or(0, |r| stripe_of(r.key.seq, count as u32));
+            by_stripe.entry(stripe).or_default().push((index, receipt));
+        }
+        let mut answers: Vec<Option<Result<T>>> = Vec::new();
+        for (stripe, handles) in by_stripe {
+            self.on_stripe(name, Some(stripe), sink, |locked| {
+                for (index, receipt) in handles {
+                    if answers.len() <= index {
+                        answers.resize_with(index + 1, || None);
+                    }
+                    answers[index] = Some(each(locked, index, receipt));
+                }
+            })?;
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every handle answered"))
+            .collect())
+    }
+
+    /// Runs `look` on every stripe in turn, each brought up to the present (what a tick
+    /// changed to `sink`).
+    fn each_stripe<T>(
+        &self,
+        name: &str,
+        sink: Sink,
+        mut look: impl FnMut(&Locked) -> T,
+    ) -> Result<Vec<T>> {
+        let count = self.stripe_count(name)?;
+        (0..count)
+            .map(|stripe| self.on_stripe(name, Some(stripe), sink, |locked| look(locked)))
+            .collect()
+    }
+
+    /// The queue's counts: its stripes' added up.
+    pub fn counts_striped(&self, name: &str, sink: Sink) -> Result<QueueCounts> {
+        let counts = self.each_stripe(name, sink, |q| q.counts())?;
+        Ok(add_counts(&counts))
+    }
+
+    /// GetQueueAttributes: `All`, or the names asked for, in a stable order; the message
+    /// counts are the stripes' added up.
+    pub fn attributes(
+        &self,
+        name: &str,
+        names: &[String],
+        sink: Sink,
+    ) -> Result<Vec<(String, String)>> {
+        let (settings, created_ms, modified_ms) = {
+            let head = self.queue(name)?;
+            let meta = &head.meta;
+            (meta.settings.clone(), meta.created_ms, meta.modified_ms)
+        };
+        let fifo = settings.fifo;
+        // A standard queue knows no FifoQueue attribute, as on AWS.
+        if let Some(unknown) = names.iter().find(|n| {
+            *n != "All"
+                && (!QueueSettings::known_names().any(|k| k == n.as_str())
+                    || (!fifo && *n == "FifoQueue"))
+        }) {
+            return Err(EngineError::InvalidAttributeName(unknown.clone()));
+        }
+        let counts = self.counts_striped(name, sink)?;
+        let all = names.iter().any(|n| n == "All");
+        let mut out = Vec::new();
+        for key in QueueSettings::known_names() {
+            if !all && !names.iter().any(|n| n == key) {
+                continue;
+            }
+            let value = match key {
+                "ApproximateNumberOfMessages" => Some(counts.visible.to_string()),
+                "ApproximateNumberOfMessagesNotVisible" => Some(counts.not_visible.to_string()),
+                "ApproximateNumberOfMessagesDelayed" => Some(counts.delayed.to_string()),
+                "CreatedTimestamp" => Some((created_ms / 1000).to_string()),
+                "LastModifiedTimestamp" => Some((modified_ms / 1000).to_string()),
+                "QueueArn" => Some(self.queue_arn(name)),
+                settable => settings.get(settable),
+            };
+            if let Some(value) = value {
+                out.push((key.to_string(), value));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The queue's lease report: its stripes' measurements, counters and counts together.
+    pub fn lease_report_striped(&self, name: &str, sink: Sink) -> Result<LeaseReport> {
+        if self.stripe_count(name)? == 1 {
+            return self.on_stripe(name, Some(0), sink, |locked| {
+                let queue = &locked.queue;
+                let held = (queue.counts(), queue.oldest_sent_ms());
+                let stats = queue.meta.stats.clone();
+                LeaseReport::of(&queue.metrics, locked.now(), stats, held, locked.settings())
+            });
+        }
+        let parts = self.each_stripe(name, sink, |locked| {
+            let queue: &Queue = &locked.queue;
+            (
+                queue.metrics.record(),
+                queue.meta.stats.clone(),
+                queue.counts(),
+                queue.oldest_sent_ms(),
+                locked.now(),
+            )
+        })?;
+        let settings = self.queue(name)?.meta.settings.clone();
+        let mut record = MetricsRecord::default();
+        let mut stats = QueueStats::default();
+        let mut oldest: Option<u64> = None;
+        let mut now = 0;
+        for (part, part_stats, _, part_oldest, part_now) in &parts {
+            record.add(part);
+            stats.add(part_stats);
+            oldest = [oldest, *part_oldest].into_iter().flatten().min();
+            now = now.max(*part_now);
+        }
+        let counts: Vec<QueueCounts> = parts.iter().map(|p| p.2).collect();
+        let metrics = LeaseMetrics::from_record(&record);
+        let held = (add_counts(&counts), oldest);
+        Ok(LeaseReport::of(&metrics, now, stats, held, &settings))
+    }
+}
+
+fn add_counts(counts: &[QueueCounts]) -> QueueCounts {
+    counts.iter().fold(
+        QueueCounts {
+            visible: 0,
+            not_visible: 0,
+            delayed: 0,
+        },
+        |sum, c| QueueCounts {
+            visible: sum.visible + c.visible,
+            not_visible: sum.not_visible + c.not_visible,
+            delayed: sum.delayed + c.delayed,
+        },
+    )
+}
