@@ -240,7 +240,17 @@ fn restores_alike(ops: Vec<Op>, stripes: usize) -> Result<(), TestCaseError> {
                     } else {
                         m.delay_s = Some(delay_s);
                     }
-                    let _ = engine.send(QUEUES[queue], m);
+                    if queue == 0 && stripes > 1 {
+                        // Spread over the stripes, as threads working side by side would.
+                        let mut changes = Vec::new();
+                        let mut sink = |c: Vec<Change>| changes.extend(c);
+                        let _ = engine.on_stripe(QUEUES[0], Some(n % stripes), &mut sink, |q| {
+                            q.send(m.checked())
+                        });
+                        store.apply(changes);
+                    } else {
+                        let _ = engine.send(QUEUES[queue], m);
+                    }
                 }
                 Op::Receive {
                     queue,

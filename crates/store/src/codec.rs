@@ -565,9 +565,9 @@ fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
     let next_seq = r.u64()?;
     let purged_below_seq = if r.at_end() { 0 } else { r.u64()? };
     let stripes = if r.at_end() { 1 } else { r.u32()?.max(1) };
-    if stripes as usize > leasehold_engine::MAX_STRIPES {
+    if stripes as usize > leasehold_engine::MAX_STRIPES || (s.fifo && stripes > 1) {
         return Err(format!(
-            "a queue of {stripes} stripes, more than any is split into"
+            "a queue of {stripes} stripes, more than it can be split into"
         ));
     }
     Ok(QueueRecord {

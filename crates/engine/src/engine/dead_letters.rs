@@ -435,10 +435,14 @@ impl Engine {
                 outcome = Some((MoveTaskStatus::Completed, None));
                 break;
             };
-            let Some(cell) = self.queues.get_mut(&source) else {
+            if self.cell(&source).is_err() {
                 outcome = Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
                 break;
-            };
+            }
+            // Its stripes tick below: what that changes (a lease run out, a message expired)
+            // is the store's to take.
+            self.note(&source);
+            let cell = self.queues.get_mut(&source).expect("looked up above");
             // The oldest ready message of any stripe.
             let Some((key, origin)) = cell
                 .stripes_mut()
@@ -448,6 +452,7 @@ impl Engine {
                 })
                 .min_by_key(|(key, _)| *key)
             else {
+                cell.refresh();
                 outcome = Some((MoveTaskStatus::Completed, None));
                 break;
             };
@@ -459,24 +464,19 @@ impl Engine {
                 outcome = Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
                 break;
             };
-            self.note(&source);
-            let (from, message) = self
-                .queues
-                .get_mut(&source)
-                .map(|cell| {
-                    let stripes = cell.count() as u32;
-                    cell.stripe_mut(stripe_of(key.seq, stripes))
-                })
-                .and_then(|q| {
-                    q.touch();
-                    Some((q.content_key(key), q.take_message(key)?))
-                })
-                .expect("just found");
+            let cell = self.queues.get_mut(&source).expect("looked up above");
+            let stripes = cell.count() as u32;
+            let taken = cell.stripe_mut(stripe_of(key.seq, stripes));
+            taken.touch();
+            let from = taken.content_key(key);
+            let message = taken.take_message(key).expect("just found");
+            cell.refresh();
             let stored = message.content.is_none();
             self.note(&destination);
             let cell = self.queues.get_mut(&destination).expect("resolved above");
-            // Spread over the destination's stripes, one after the other.
-            let target = cell.stripe_mut((task_moved + moved) as usize);
+            // Spread over the destination's stripes made so far, one after the other.
+            let made: Vec<usize> = cell.made_stripes().collect();
+            let target = cell.stripe_mut(made[(task_moved + moved) as usize % made.len()]);
             target.tick(now);
             target.touch();
             let arrived = target.accept_moved(now, key.sent_ms, message);

@@ -106,7 +106,7 @@ impl Engine {
             target.queue = TargetLock::NotNeeded;
             return Ok(self.locked_at(name, source, Some(target), now));
         }
-        let target_stripe = target_cell.home();
+        let target_stripe = target_cell.home_made();
         target.queue = TargetLock::Held(if target_cell.id > source_cell.id {
             target_cell.lock(target_stripe)
         } else {

@@ -215,7 +215,7 @@ impl Engine {
     /// command. Names the queue that broke one.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         self.queues.iter().try_for_each(|(name, cell)| {
-            (0..cell.count()).try_for_each(|stripe| {
+            cell.made_stripes().try_for_each(|stripe| {
                 cell.lock(stripe)
                     .check_invariants()
                     .map_err(|broken| format!("queue {name}, stripe {stripe}: {broken}"))

@@ -266,8 +266,8 @@ impl Engine {
             by_id.insert(id, head.name.clone());
             engine.next_queue_id = engine.next_queue_id.max(id + 1);
             let name = head.name.clone();
-            let queue = Queue::from_records(head, stripes, &engine.sealer);
-            engine.insert_queue(name, QueueCell::new(queue));
+            let (head, others) = Queue::from_records(head, stripes, &engine.sealer);
+            engine.insert_queue(name, QueueCell::new(head, others));
         }
         for (queue_id, stripe, record) in &head.metrics {
             if let Some(cell) = by_id.get(queue_id).and_then(|n| engine.queues.get_mut(n)) {
@@ -323,29 +323,29 @@ impl Restoring {
 }
 
 impl Queue {
-    /// A queue's stripes from their records: the head's says what is the queue's own; each
-    /// stripe keeps its own counters and numbering (a stripe without a record, of a file
-    /// written before its queue had stripes, numbers on from the head's).
+    /// A queue's head and the stripes that have records: the head's says what is the
+    /// queue's own; each stripe keeps its own counters and numbering. A stripe without a
+    /// record was never made (or the file was written before its queue had stripes): it is
+    /// made when first needed.
     fn from_records(
         head: QueueRecord,
-        mut others: BTreeMap<u32, QueueRecord>,
+        others: BTreeMap<u32, QueueRecord>,
         sealer: &ReceiptSealer,
-    ) -> Vec<Queue> {
+    ) -> (Queue, Vec<Queue>) {
         let head_seq = head.next_seq;
         let mut first = Queue::restored(head.meta, sealer.clone());
         first.set_next_seq(head_seq);
-        let mut stripes = vec![first];
-        for index in 1..stripes[0].meta.stripes.max(1) {
-            let mut stripe = Queue::stripe_of_head(&stripes[0], index);
-            match others.remove(&index) {
-                Some(record) => {
-                    stripe.meta.stats = record.meta.stats;
-                    stripe.set_next_seq(record.next_seq);
-                }
-                None => stripe.set_next_seq(head_seq),
-            }
-            stripes.push(stripe);
-        }
-        stripes
+        let count = first.meta.stripes.max(1);
+        let others = others
+            .into_iter()
+            .filter(|(index, _)| (1..count).contains(index))
+            .map(|(index, record)| {
+                let mut stripe = Queue::stripe_of_head(&first, index);
+                stripe.meta.stats = record.meta.stats;
+                stripe.set_next_seq(record.next_seq);
+                stripe
+            })
+            .collect();
+        (first, others)
     }
 }

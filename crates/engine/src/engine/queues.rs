@@ -169,14 +169,9 @@ impl Engine {
             self.config.stripes.clamp(1, super::MAX_STRIPES) as u32
         };
         head.changes.enabled = self.config.track_changes;
-        let others: Vec<Queue> = (1..head.meta.stripes)
-            .map(|i| Queue::stripe_of_head(&head, i))
-            .collect();
-        let mut stripes = vec![head];
-        stripes.extend(others);
-        // Every stripe's record is written now: a restart finds them all.
-        stripes.iter_mut().for_each(Queue::touch);
-        self.insert_queue(name.to_string(), QueueCell::new(stripes));
+        // The other stripes are made when first needed, their records written then.
+        head.touch();
+        self.insert_queue(name.to_string(), QueueCell::new(head, Vec::new()));
         self.note(name);
         self.engine_changed();
         Ok(())
@@ -224,7 +219,8 @@ impl Engine {
     pub fn peek(&self, name: &str, limit: usize) -> Result<Vec<crate::Peeked>> {
         let now = self.clock.now_ms();
         let cell = self.cell(name)?;
-        let mut peeked: Vec<crate::Peeked> = (0..cell.count())
+        let mut peeked: Vec<crate::Peeked> = cell
+            .made_stripes()
             .flat_map(|stripe| cell.lock(stripe).peek(now, limit))
             .collect();
         peeked.sort_by_key(|p| p.sent_ms);
@@ -251,7 +247,7 @@ impl Engine {
     pub fn stats(&self, name: &str) -> Result<QueueStats> {
         let cell = self.cell(name)?;
         let mut stats = QueueStats::default();
-        for stripe in 0..cell.count() {
+        for stripe in cell.made_stripes() {
             stats.add(&cell.lock(stripe).meta.stats);
         }
         Ok(stats)
@@ -264,7 +260,7 @@ impl Engine {
     /// The next instant at which a message of this queue becomes receivable by itself.
     pub fn next_due(&self, name: &str) -> Option<u64> {
         let cell = self.cell(name).ok()?;
-        (0..cell.count())
+        cell.made_stripes()
             .filter_map(|stripe| cell.lock(stripe).next_due())
             .min()
     }

@@ -98,7 +98,13 @@ impl Engine {
             next_due = [next_due, locked.next_due()].into_iter().flatten().min();
             sink(locked.take_changes());
             drop(locked);
-            out.handout.extend(taken?);
+            match taken {
+                Ok(taken) => out.handout.extend(taken),
+                // What earlier stripes leased is handed out, never left leased unseen (a
+                // receive that passed `check` does not fail; this is for what might).
+                Err(error) if out.handout.is_empty() => return Err(error),
+                Err(_) => break,
+            }
             if out.handout.len() as u32 >= request.max_messages {
                 out.more = left || order.any(|s| cell.may_hold_ready(s, now));
                 break;
@@ -121,10 +127,13 @@ impl Engine {
         sink: Sink,
         mut each: impl FnMut(&mut Locked, usize, Option<Receipt>) -> Result<T>,
     ) -> Result<Vec<Result<T>>> {
-        let cell = self.cell(name)?;
-        let count = cell.count();
-        if count == 1 {
-            return self.on_stripe(name, Some(0), sink, |locked| {
+        let count = self.cell(name)?.count() as u32;
+        // A handle that opens to nothing fails alike in any stripe.
+        let stripe = |receipt: &Option<Receipt>| receipt.map_or(0, |r| stripe_of(r.key.seq, count));
+        let first = opened.first().map_or(0, stripe);
+        if opened.iter().all(|receipt| stripe(receipt) == first) {
+            // Mostly so: one receive's handles, of one stripe.
+            return self.on_stripe(name, Some(first), sink, |locked| {
                 let handles = opened.into_iter().enumerate();
                 handles
                     .map(|(i, receipt)| each(locked, i, receipt))
@@ -133,9 +142,10 @@ impl Engine {
         }
         let mut by_stripe: BTreeMap<usize, Vec<(usize, Option<Receipt>)>> = BTreeMap::new();
         for (index, receipt) in opened.into_iter().enumerate() {
-            // A handle that opens to nothing fails alike in any stripe.
-            let stripe = receipt.map_or(0, |r| stripe_of(r.key.seq, count as u32));
-            by_stripe.entry(stripe).or_default().push((index, receipt));
+            by_stripe
+                .entry(stripe(&receipt))
+                .or_default()
+                .push((index, receipt));
         }
         let mut answers: Vec<Option<Result<T>>> = Vec::new();
         for (stripe, handles) in by_stripe {
@@ -162,8 +172,9 @@ impl Engine {
         sink: Sink,
         mut look: impl FnMut(&Locked) -> T,
     ) -> Result<Vec<T>> {
-        let count = self.stripe_count(name)?;
-        (0..count)
+        let stripes: Vec<usize> = self.cell(name)?.made_stripes().collect();
+        stripes
+            .into_iter()
             .map(|stripe| self.on_stripe(name, Some(stripe), sink, |locked| look(locked)))
             .collect()
     }
@@ -222,7 +233,7 @@ impl Engine {
 
     /// The queue's lease report: its stripes' measurements, counters and counts together.
     pub fn lease_report_striped(&self, name: &str, sink: Sink) -> Result<LeaseReport> {
-        if self.stripe_count(name)? == 1 {
+        if self.cell(name)?.made_stripes().nth(1).is_none() {
             return self.on_stripe(name, Some(0), sink, |locked| {
                 let queue = &locked.queue;
                 let held = (queue.counts(), queue.oldest_sent_ms());

@@ -2,8 +2,9 @@
 //!
 //! A standard queue promises no order, so it is split into `EngineConfig::stripes` stripes
 //! (fixed at its creation, `QueueMeta::stripes`): each holds its share of the messages, its
-//! own indexes, numbering (`queue/numbering.rs`), counters and measurements. A thread sends
-//! to its own stripe (`home`), or the next free one; a receive starts at its own stripe
+//! own indexes, numbering (`queue/numbering.rs`), counters and measurements. A stripe other
+//! than the head is made only when a send finds every made one busy (`QueueCell`). A thread
+//! sends to its own stripe (`home`), or the next free one; a receive starts at its own stripe
 //! unless another has waited longer (`receive_order`), and fills up from the others one lock
 //! at a time; a delete or visibility change goes to the stripe its handle's number names.
 //! So two threads on one hot queue mostly work on two stripes, each staying in its core's
@@ -15,6 +16,7 @@
 //! the stripes (attributes, reports, peeks) adds them up stripe by stripe.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use crate::queue::Queue;
 
@@ -163,126 +165,192 @@ thread_local! {
 /// One queue's stripes, with the id of its incarnation beside them (fixed for the cell's
 /// life), so that commands needing two queues lock them in id order without looking inside
 /// either first.
+///
+/// Only the head (stripe 0) is there from the start: another stripe is made when a send
+/// finds every stripe made so far busy (`lock_any`), so a queue that never sees two senders
+/// at once stays one stripe (a million quiet queues cost what they did), and a hot one grows
+/// a stripe per thread that works on it at the same time, up to its count.
 pub(crate) struct QueueCell {
     pub(super) id: u64,
     /// Fixed at creation too: whether a dead-letter queue fits a source is known unlocked.
     pub(super) fifo: bool,
-    stripes: Box<[StripeCell]>,
+    head: StripeCell,
+    /// Stripes 1 and on, each made when first needed.
+    others: Box<[OnceLock<Box<StripeCell>>]>,
+}
+
+impl StripeCell {
+    fn new(queue: Queue) -> StripeCell {
+        StripeCell {
+            waiting_since: AtomicU64::new(queue.waiting_since()),
+            queue: QueueMutex::new(queue),
+        }
+    }
 }
 
 impl QueueCell {
-    /// A cell of `stripes`, stripe 0 (the head) first.
-    pub(super) fn new(stripes: Vec<Queue>) -> QueueCell {
-        let head = stripes.first().expect("a queue has a stripe");
-        QueueCell {
+    /// A cell of `head`'s `meta.stripes` stripes, with `others` (each at its own index)
+    /// made already.
+    pub(super) fn new(head: Queue, others: Vec<Queue>) -> QueueCell {
+        let count = (head.meta.stripes.max(1) as usize).min(MAX_STRIPES);
+        let mut cell = QueueCell {
             id: head.meta.id,
             fifo: head.meta.settings.fifo,
-            stripes: stripes
-                .into_iter()
-                .map(|queue| StripeCell {
-                    waiting_since: AtomicU64::new(queue.waiting_since()),
-                    queue: QueueMutex::new(queue),
-                })
-                .collect(),
+            head: StripeCell::new(head),
+            others: (1..count).map(|_| OnceLock::new()).collect(),
+        };
+        for queue in others {
+            let index = queue.stripe_index() as usize;
+            if let Some(slot) = index.checked_sub(1).and_then(|i| cell.others.get_mut(i)) {
+                let _ = slot.set(Box::new(StripeCell::new(queue)));
+            }
         }
+        cell
     }
 
     pub(super) fn count(&self) -> usize {
-        self.stripes.len()
+        self.others.len() + 1
+    }
+
+    /// The stripe, if it was made.
+    fn made(&self, stripe: usize) -> Option<&StripeCell> {
+        match stripe % self.count() {
+            0 => Some(&self.head),
+            other => self.others[other - 1].get().map(|cell| &**cell),
+        }
+    }
+
+    /// The stripes made so far, the head first.
+    pub(super) fn made_stripes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.count()).filter(|&stripe| self.made(stripe).is_some())
+    }
+
+    /// The stripe, made now if it was not: a copy of the head's own (looked at under its
+    /// lock, let go before the stripe is published) numbering above any purge.
+    fn make(&self, stripe: usize) -> &StripeCell {
+        let stripe = stripe % self.count();
+        if let Some(cell) = self.made(stripe) {
+            return cell;
+        }
+        // `&Engine` is held, so the head's own cannot change before the stripe is set.
+        let fresh = Queue::stripe_of_head(&self.head.lock(), stripe as u32);
+        self.others[stripe - 1].get_or_init(|| Box::new(StripeCell::new(fresh)))
     }
 
     /// This thread's own stripe.
     pub(super) fn home(&self) -> usize {
-        THREAD.with(|t| *t) % self.stripes.len()
+        THREAD.with(|t| *t) % self.count()
     }
 
-    /// The stripe numbered `stripe` (modulo the count: any number names a stripe), locked.
+    /// This thread's own stripe if it was made, else the head.
+    pub(super) fn home_made(&self) -> usize {
+        let home = self.home();
+        if self.made(home).is_some() {
+            home
+        } else {
+            0
+        }
+    }
+
+    /// Stripe `stripe` (modulo the count: any number names a stripe), made if it was not,
+    /// locked.
     pub(super) fn lock(&self, stripe: usize) -> QueueGuard<'_> {
-        self.stripes[stripe % self.stripes.len()].lock()
+        self.make(stripe).lock()
     }
 
     /// The head (stripe 0), locked: for what every stripe holds alike (settings, tags).
     pub(super) fn head(&self) -> QueueGuard<'_> {
-        self.stripes[0].lock()
+        self.head.lock()
     }
 
-    /// A stripe to add messages to: this thread's own unless another thread holds it and
-    /// another stripe is free (any stripe of a standard queue will do).
+    /// A stripe to add messages to (any stripe of a standard queue will do): this thread's
+    /// own if it is made and free, else any made stripe that is free; when every one is
+    /// busy, this thread's own, made if it was not (the head when it is that).
     pub(super) fn lock_any(&self) -> (usize, QueueGuard<'_>) {
         let home = self.home();
-        let count = self.stripes.len();
-        if count > 1 {
-            for stripe in (0..count).map(|i| (home + i) % count) {
-                if let Some(queue) = self.stripes[stripe].try_lock() {
-                    return (stripe, queue);
-                }
+        let count = self.count();
+        for stripe in (0..count).map(|i| (home + i) % count) {
+            if let Some(queue) = self.made(stripe).and_then(StripeCell::try_lock) {
+                return (stripe, queue);
             }
         }
-        (home, self.stripes[home].lock())
+        (home, self.lock(home))
     }
 
-    /// The stripes in the order a receive visits them: its own first, unless another has
-    /// had a message waiting `FAIR_LAG_MS` longer (then that one), then the rest in turn.
-    pub(super) fn receive_order(&self) -> impl Iterator<Item = usize> + Clone {
-        let count = self.stripes.len();
-        let mut start = self.home();
+    /// The made stripes in the order a receive visits them: its own first (or the head,
+    /// when its own was not made), unless another has had a message waiting `FAIR_LAG_MS`
+    /// longer (then that one), then the rest in turn.
+    pub(super) fn receive_order(&self) -> impl Iterator<Item = usize> + Clone + '_ {
+        let count = self.count();
+        let mut start = self.home_made();
         if count > 1 {
-            let since = |s: usize| self.stripes[s].waiting_since.load(Ordering::Relaxed);
+            let since = |s: usize| {
+                self.made(s)
+                    .map_or(u64::MAX, |c| c.waiting_since.load(Ordering::Relaxed))
+            };
             let oldest = (0..count).min_by_key(|&s| since(s)).unwrap_or(start);
             if since(oldest).saturating_add(FAIR_LAG_MS) < since(start) {
                 start = oldest;
             }
         }
-        (0..count).map(move |i| (start + i) % count)
-    }
-
-    /// Sets every stripe's `waiting_since` to what it holds: after changes made through
-    /// `&mut` (a restore, a move task, a purge), which no guard's drop saw.
-    pub(super) fn refresh(&mut self) {
-        for stripe in self.stripes.iter_mut() {
-            let since = stripe.get_mut().waiting_since();
-            *stripe.waiting_since.get_mut() = since;
-        }
+        (0..count)
+            .map(move |i| (start + i) % count)
+            .filter(|&stripe| self.made(stripe).is_some())
     }
 
     /// Whether a stripe may have a message to hand out at `now`, as its last lock holder
     /// left it (a look without its lock: it may be out of date either way).
     pub(super) fn may_hold_ready(&self, stripe: usize, now: u64) -> bool {
-        self.stripes[stripe % self.stripes.len()]
-            .waiting_since
-            .load(Ordering::Relaxed)
-            <= now
+        self.made(stripe)
+            .is_some_and(|cell| cell.waiting_since.load(Ordering::Relaxed) <= now)
     }
 
-    /// Every stripe, with no lock: `&mut self` proves nobody else holds one.
+    /// Sets every stripe's `waiting_since` to what it holds: after changes made through
+    /// `&mut` (a restore, a move task, a purge), which no guard's drop saw.
+    pub(super) fn refresh(&mut self) {
+        let others = self.others.iter_mut().filter_map(|slot| slot.get_mut());
+        for stripe in std::iter::once(&mut self.head).chain(others.map(|b| &mut **b)) {
+            let since = stripe.get_mut().waiting_since();
+            *stripe.waiting_since.get_mut() = since;
+        }
+    }
+
+    /// Every stripe made, with no lock: `&mut self` proves nobody else holds one.
     pub(super) fn stripes_mut(&mut self) -> impl Iterator<Item = &mut Queue> {
-        self.stripes.iter_mut().map(StripeCell::get_mut)
+        let others = self.others.iter_mut().filter_map(|slot| slot.get_mut());
+        std::iter::once(self.head.get_mut()).chain(others.map(|cell| cell.get_mut()))
     }
 
-    /// One stripe, with no lock.
+    /// One stripe, made if it was not, with no lock.
     pub(super) fn stripe_mut(&mut self, stripe: usize) -> &mut Queue {
-        let count = self.stripes.len();
-        self.stripes[stripe % count].get_mut()
+        let stripe = stripe % self.count();
+        if stripe == 0 {
+            return self.head.get_mut();
+        }
+        let head = self.head.get_mut();
+        let slot = &mut self.others[stripe - 1];
+        if slot.get().is_none() {
+            let _ = slot.set(Box::new(StripeCell::new(Queue::stripe_of_head(
+                head,
+                stripe as u32,
+            ))));
+        }
+        slot.get_mut().expect("set above").get_mut()
     }
 
     /// The head, to change what every stripe holds alike: copied to the others when the
     /// `HeadMut` goes.
     pub(super) fn head_mut(&mut self) -> HeadMut<'_> {
-        let (head, rest) = self
-            .stripes
-            .split_first_mut()
-            .expect("a queue has a stripe");
         HeadMut {
-            head: head.get_mut(),
-            rest,
+            head: self.head.get_mut(),
+            rest: &mut self.others,
         }
     }
 
     pub(super) fn into_inner(self) -> Vec<Queue> {
-        self.stripes
-            .into_vec()
-            .into_iter()
-            .map(StripeCell::into_inner)
+        let others = self.others.into_vec().into_iter();
+        std::iter::once(self.head.into_inner())
+            .chain(others.filter_map(|slot| slot.into_inner().map(|cell| cell.into_inner())))
             .collect()
     }
 }
@@ -292,7 +360,7 @@ impl QueueCell {
 /// marked to be written.
 pub(crate) struct HeadMut<'a> {
     head: &'a mut Queue,
-    rest: &'a mut [StripeCell],
+    rest: &'a mut [OnceLock<Box<StripeCell>>],
 }
 
 impl std::ops::Deref for HeadMut<'_> {
@@ -314,7 +382,7 @@ impl Drop for HeadMut<'_> {
         if std::thread::panicking() {
             return;
         }
-        for stripe in self.rest.iter_mut() {
+        for stripe in self.rest.iter_mut().filter_map(|slot| slot.get_mut()) {
             let queue = stripe.get_mut();
             let mut own = self.head.meta.clone();
             own.stats = queue.meta.stats.clone();

@@ -14,15 +14,18 @@ pub(crate) fn stripe_of(seq: u64, stripes: u32) -> usize {
 }
 
 impl Queue {
-    /// Stripe `index` of a queue whose head (stripe 0) is `head`: the same settings, tags and
-    /// instants, counters of its own, numbering its messages from `index + 1`.
+    /// Stripe `index` of a queue whose head (stripe 0) is `head`, made now: the same
+    /// settings, tags and instants, counters of its own, numbering its messages from
+    /// `index + 1` or above the queue's last purge, its record marked to be written.
     pub(crate) fn stripe_of_head(head: &Queue, index: u32) -> Queue {
         let mut meta = head.meta.clone();
         meta.stats = Default::default();
+        let purged_below = meta.purged_below_seq;
         let mut queue = Queue::restored(meta, head.sealer.clone());
         queue.stripe = index;
-        queue.next_seq = queue.first_seq();
+        queue.set_next_seq(purged_below);
         queue.changes.enabled = head.changes.enabled;
+        queue.touch();
         queue
     }
 
