@@ -26,8 +26,10 @@ impl Backend for Embedded {
     async fn tick(&self) {
         self.measure_disk().await;
         // Looked at under a shared hold first: taking the engine alone ten times a second
-        // would stall every queue's commands for nothing while no task runs.
-        if !self.engine_shared().moves_running() {
+        // would stall every queue's commands for nothing while no task runs. The hold ends
+        // with this statement, before the engine is asked for alone below.
+        let running = self.engine_shared().moves_running();
+        if !running {
             return;
         }
         let woken = {
@@ -152,8 +154,13 @@ impl QueueAdmin for Embedded {
         source_arn: &str,
         max: Option<u32>,
     ) -> Result<Vec<MoveTaskInfo>> {
-        self.apply(Access::Read, |e| e.list_move_tasks(source_arn, max))
-            .await
+        // Listing runs the tasks first, as any command does; serving reads only, nothing
+        // moves (memory stays what the store holds).
+        self.apply(Access::Read, |e| match self.is_healthy() {
+            true => e.list_move_tasks(source_arn, max),
+            false => e.move_tasks_as_they_stand(source_arn, max),
+        })
+        .await
     }
 }
 
@@ -204,6 +211,10 @@ impl Messages for Embedded {
             .on_queue(|e, sink| e.receive_striped(queue, &request, sink))
             .await?;
         let more = received.more;
+        if let Some((dead_letter_queue, moved)) = &received.dead_lettered {
+            // Messages that arrive by a dead-letter move wake that queue's polls, as a send's.
+            self.waiters.wake_some(dead_letter_queue, *moved);
+        }
         // Ids and receipt handles are written out here, no lock held.
         let received = Received {
             deliveries: received.handout.finish(),

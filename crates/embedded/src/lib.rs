@@ -286,12 +286,17 @@ impl Embedded {
         access: Access,
         command: impl FnOnce(&mut Engine) -> std::result::Result<T, EngineError>,
     ) -> Result<T> {
-        let (value, commit, removed) = {
+        let (value, commit, removed, woken) = {
             let mut engine = self.lock(access)?;
             let value = command(&mut engine);
             let commit = self.submit(engine.take_changes());
-            (value, commit, engine.take_removed())
+            let woken = engine.take_woken();
+            (value, commit, engine.take_removed(), woken)
         };
+        for queue in woken {
+            // Messages a move task brought (starting, cancelling or listing runs the tasks).
+            self.waiters.wake(&queue);
+        }
         if !removed.is_empty() {
             // A purged or deleted queue of a million messages takes long to free: not here.
             tokio::task::spawn_blocking(move || drop(removed));
@@ -371,7 +376,7 @@ impl Embedded {
         if let Some(contents) = &self.contents {
             contents.note(&changes);
         }
-        // A read-only backend's reads may still tick (retention); nothing is written.
+        // A read-only backend's engine is frozen; nothing is written.
         (self.is_healthy() && !changes.is_empty())
             .then(|| committer.submit(codec::encode(&changes)))
     }
@@ -430,7 +435,12 @@ impl Embedded {
         match committer.load().await {
             Ok(snapshot) => {
                 let EngineSetup { clock, config } = self.setup.clone();
-                let restored = Engine::restore(clock, config, snapshot);
+                let mut restored = Engine::restore(clock, config, snapshot);
+                if !transient {
+                    // Serving reads only: memory must stay what the store holds, so no look
+                    // brings a queue up to the present (a tick ends leases, drops messages).
+                    restored.freeze();
+                }
                 let old = std::mem::replace(&mut *self.engine(), restored);
                 if let Some(contents) = &self.contents {
                     // It holds the refused writes' contents, whose keys will be used again.

@@ -1,7 +1,7 @@
 //! The embedded backend at its seam: typed commands in, typed replies out, and the wake-ups a
 //! long poll depends on.
 
-use leasehold_backend::{Messages, QueueAdmin};
+use leasehold_backend::{Measurements, Messages, MoveTaskStart, QueueAdmin};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -215,4 +215,131 @@ async fn a_write_that_finds_the_disk_full_fails_alone_and_the_backend_takes_writ
     }
     received.sort();
     assert_eq!(received, acknowledged, "the refused send is nowhere");
+}
+
+const ARN: &str = "arn:aws:sqs:us-east-1:000000000000:";
+
+/// A source queue "src" whose RedrivePolicy sends to "dlq" after one receive, leases of 1 s.
+async fn with_dead_letter_queue(backend: &Embedded) {
+    backend.create_queue("dlq", vec![], vec![]).await.unwrap();
+    let policy = format!(r#"{{"deadLetterTargetArn":"{ARN}dlq","maxReceiveCount":1}}"#);
+    let attributes = vec![
+        ("RedrivePolicy".to_string(), policy),
+        ("VisibilityTimeout".to_string(), "1".to_string()),
+    ];
+    backend
+        .create_queue("src", attributes, vec![])
+        .await
+        .unwrap();
+}
+
+/// How many messages one receive of up to one got.
+async fn received(backend: &Embedded, queue: &str) -> usize {
+    backend
+        .receive(queue, one())
+        .await
+        .unwrap()
+        .deliveries
+        .len()
+}
+
+/// Every attribute of the queue.
+async fn all(backend: &Embedded, queue: &str) -> Vec<(String, String)> {
+    let names = vec!["All".to_string()];
+    backend.get_attributes(queue, names).await.unwrap()
+}
+
+fn move_back() -> MoveTaskStart {
+    MoveTaskStart {
+        source_arn: format!("{ARN}dlq"),
+        destination_arn: Some(format!("{ARN}src")),
+        per_second: None,
+    }
+}
+
+#[tokio::test]
+async fn a_dead_letter_move_and_a_move_task_wake_the_receives_waiting_where_messages_arrive() {
+    let clock = ManualClock::new(1_000_000);
+    let backend = Embedded::in_memory(setup(&clock));
+    with_dead_letter_queue(&backend).await;
+    backend.send("src", NewMessage::new("m")).await.unwrap();
+    assert_eq!(received(&backend, "src").await, 1);
+    clock.advance_ms(1_000);
+
+    let dlq = backend.waiter("dlq");
+    let mut on_dlq = waiting(&dlq, 2);
+    let moved = backend.receive("src", one()).await.unwrap();
+    assert!(moved.deliveries.is_empty(), "moved, not delivered");
+    assert_eq!(woken(&mut on_dlq).await, 1, "the dead-letter queue's poll");
+
+    let src = backend.waiter("src");
+    let mut on_src = waiting(&src, 2);
+    backend.start_move_task(move_back()).await.unwrap();
+    assert!(woken(&mut on_src).await >= 1, "the source's poll");
+    assert_eq!(received(&backend, "src").await, 1);
+}
+
+#[tokio::test]
+async fn a_redriven_message_is_a_new_message_with_its_own_id_and_send_time() {
+    let clock = ManualClock::new(1_000_000);
+    let backend = Embedded::in_memory(setup(&clock));
+    with_dead_letter_queue(&backend).await;
+    let sent = backend.send("dlq", NewMessage::new("m")).await.unwrap();
+    clock.advance_ms(5_000);
+    backend.start_move_task(move_back()).await.unwrap();
+    let back = backend
+        .receive("src", one())
+        .await
+        .unwrap()
+        .deliveries
+        .remove(0);
+    assert_ne!(back.message_id, sent.message_id);
+    assert_eq!(back.sent_ms, 1_005_000, "sent when it was moved");
+    assert_eq!(back.receive_count, 1);
+}
+
+#[tokio::test]
+async fn serving_reads_only_moves_nothing_and_ends_no_lease_in_memory() {
+    let clock = ManualClock::new(1_000_000);
+    let mut store = FaultyStore::new(MemoryStore::default());
+    store.fail_write = Some(20);
+    let backend = Embedded::durable(setup(&clock), Box::new(store), Durability::Always).unwrap();
+    with_dead_letter_queue(&backend).await;
+    for body in ["a", "b", "c"] {
+        backend.send("dlq", NewMessage::new(body)).await.unwrap();
+    }
+    backend
+        .send("src", NewMessage::new("leased"))
+        .await
+        .unwrap();
+    assert_eq!(received(&backend, "src").await, 1);
+    let task = MoveTaskStart {
+        per_second: Some(1),
+        ..move_back()
+    };
+    backend.start_move_task(task).await.unwrap();
+    let mut sends = 0;
+    while backend.send("src", NewMessage::new("x")).await.is_ok() {
+        sends += 1;
+        assert!(sends < 20, "no write failed");
+    }
+    let (dlq_before, src_before) = (all(&backend, "dlq").await, all(&backend, "src").await);
+
+    clock.advance_ms(10_000);
+    let tasks = backend
+        .list_move_tasks(&format!("{ARN}dlq"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        tasks[0].moved, 0,
+        "no message moved while nothing can be written"
+    );
+    assert_eq!(all(&backend, "dlq").await, dlq_before);
+    assert_eq!(
+        all(&backend, "src").await,
+        src_before,
+        "the lease did not end in memory"
+    );
+    let report = backend.lease_report("src").await.unwrap();
+    assert_eq!(report.stats.leases_expired, 0);
 }

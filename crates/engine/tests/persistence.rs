@@ -330,10 +330,10 @@ fn restores_alike(ops: Vec<Op>, stripes: usize) -> Result<(), TestCaseError> {
 }
 
 /// Message ids are derived from a message's place in its queue, not stored with it; one
-/// that moves keeps the id it was sent with: into the dead-letter queue, back out of it, and
-/// across a restart in both places.
+/// that moves to the dead-letter queue keeps the id it was sent with, across a restart too. A
+/// move task's redrive makes a new message, as AWS's does: an id of its own, as stable.
 #[test]
-fn a_message_keeps_its_id_through_the_dead_letter_queue_back_and_across_restarts() {
+fn a_message_keeps_its_id_into_the_dead_letter_queue_and_a_redriven_one_has_its_own() {
     let clock = ManualClock::new(5_000_000);
     let config = EngineConfig {
         receipt_key: [9; 16],
@@ -375,8 +375,17 @@ fn a_message_keeps_its_id_through_the_dead_letter_queue_back_and_across_restarts
         .start_move_task("arn:aws:sqs:us-east-1:000000000000:dlq", None, None)
         .unwrap();
     engine.run_move_tasks();
+    let peeked = |engine: &Engine| -> Vec<String> {
+        let peeked = engine.peek("src", 10).unwrap();
+        peeked.into_iter().map(|p| p.message_id).collect()
+    };
     engine = restart(&mut engine, &mut store);
-    assert_eq!(ids(&mut engine, "src"), [sent.as_str()]);
+    let redriven = peeked(&engine);
+    assert_eq!(redriven.len(), 1);
+    assert_ne!(redriven[0], sent, "a new message");
+    engine = restart(&mut engine, &mut store);
+    assert_eq!(peeked(&engine), redriven);
+    assert_eq!(ids(&mut engine, "src"), redriven);
 }
 
 /// The per-account queue quota counts the queues a restart brings back, and a deleted one

@@ -47,6 +47,7 @@ impl Postgres {
             .zip(max_receive_count)
             .map(|(row, max_receive_count)| DeadLetterRoute {
                 target_id: to_u64(row.get(0)),
+                target_key: target,
                 source_arn: self.naming.queue_arn(queue),
                 max_receive_count,
             }))
@@ -112,10 +113,11 @@ impl Postgres {
     }
 
     /// Moves the messages `seqs` names from one queue to another, in that order, keeping
-    /// their ids, bodies, attributes, groups and (into a standard queue) send times; a FIFO
-    /// destination stamps them anew, after what its groups already hold, as AWS does. A
-    /// dead-lettered message keeps its receive count and names its source; a moved one
-    /// (a move task) starts afresh.
+    /// their bodies, attributes and groups. A dead-lettered message keeps its id, receive
+    /// count and (into a standard queue) send time, and names its source; a FIFO destination
+    /// stamps it anew, after what its groups already hold, as AWS does. A moved one (a move
+    /// task) is a new message, as AWS's redrive makes it: sent now, with an id of its own
+    /// (derived from its new place), no receives.
     pub(crate) async fn transfer(
         &self,
         tx: &Transaction<'_>,
@@ -176,10 +178,11 @@ impl Postgres {
                   attributes, system_attributes, message_id, dead_letter_source_arn,
                   group_id, deduplication_id, ready_order, late_deleted)
              SELECT $3, nextval('leasehold_message_seqs'),
-                    CASE WHEN $8 THEN $4 ELSE moved.sent_ms END, $4,
+                    CASE WHEN $8 OR NOT $9 THEN $4 ELSE moved.sent_ms END, $4,
                     CASE WHEN $9 THEN moved.receive_count ELSE 0 END,
                     CASE WHEN $9 THEN moved.first_receive_ms END,
-                    moved.body, moved.attributes, moved.system_attributes, ids.id, $5,
+                    moved.body, moved.attributes, moved.system_attributes,
+                    CASE WHEN $9 THEN ids.id END, $5,
                     moved.group_id, moved.deduplication_id,
                     CASE WHEN $8 THEN nextval('leasehold_message_seqs') END,
                     $9 AND moved.late_deleted

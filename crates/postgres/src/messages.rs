@@ -31,6 +31,8 @@ pub(crate) struct Opened {
 /// and after how many receives.
 pub(crate) struct DeadLetterRoute {
     pub(crate) target_id: u64,
+    /// The dead-letter queue's key: its waiting receives are woken when messages arrive.
+    pub(crate) target_key: String,
     pub(crate) source_arn: String,
     pub(crate) max_receive_count: u32,
 }
@@ -257,7 +259,19 @@ impl Postgres {
         } else {
             None
         };
+        // Messages that arrive by a dead-letter move wake that queue's polls, on every server.
+        let dead_lettered = lease
+            .route
+            .as_ref()
+            .map(|route| (route.target_key.clone(), tally.dead_lettered.len()))
+            .filter(|(_, moved)| *moved > 0);
+        if let Some((target, moved)) = &dead_lettered {
+            notify(&tx, self.server_id, target, *moved).await?;
+        }
         tx.commit().await.map_err(|e| unavailable(&e))?;
+        if let Some((target, moved)) = &dead_lettered {
+            self.waiters.wake_some(target, *moved);
+        }
         self.measure_receive(queue, now, &deliveries, tally);
         Ok(Received {
             deliveries,

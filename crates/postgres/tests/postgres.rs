@@ -2,7 +2,7 @@
 //! `test`), each test in a schema of its own. Test names carry `postgres`, which is how
 //! `scripts/test --no-services` skips them.
 
-use leasehold_backend::{Messages, QueueAdmin};
+use leasehold_backend::{Messages, MoveTaskStart, QueueAdmin};
 use std::sync::Arc;
 
 use leasehold_backend::{Backend, BackendError};
@@ -311,6 +311,68 @@ async fn postgres_a_message_received_max_receive_count_times_moves_to_its_dead_l
         vec![Ok(())]
     );
     schema.drop_all([server]).await;
+}
+
+/// A dead-letter move wakes the receives waiting on the dead-letter queue, on this server
+/// and on another; a move task's redrive makes a new message (its own id, sent when moved).
+#[tokio::test]
+async fn postgres_a_dead_letter_move_wakes_the_dead_letter_queue_and_a_redrive_is_a_new_message() {
+    let schema = Schema::new().await;
+    let (a, b) = (schema.server().await, schema.server().await);
+    a.freeze_clock(Some(1_000_000)).await.unwrap();
+    a.create_queue("dlq", vec![], vec![]).await.unwrap();
+    let policy =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}"#;
+    let attributes = vec![("RedrivePolicy".to_string(), policy.to_string())];
+    a.create_queue("src", attributes, vec![]).await.unwrap();
+    let sent = a.send("src", NewMessage::new("poison")).await.unwrap();
+    assert_eq!(
+        a.receive("src", receive(1, Some(10)))
+            .await
+            .unwrap()
+            .deliveries
+            .len(),
+        1
+    );
+    a.freeze_clock(Some(1_010_000)).await.unwrap();
+    let (here, there) = (a.waiter("dlq"), b.waiter("dlq"));
+    let (here, there) = (here.notified(), there.notified());
+    tokio::pin!(here, there);
+    here.as_mut().enable();
+    there.as_mut().enable();
+    assert!(a
+        .receive("src", receive(1, None))
+        .await
+        .unwrap()
+        .deliveries
+        .is_empty());
+    let wait = std::time::Duration::from_secs(2);
+    tokio::time::timeout(wait, here)
+        .await
+        .expect("woken on this server");
+    tokio::time::timeout(wait, there)
+        .await
+        .expect("woken on the other");
+
+    a.freeze_clock(Some(1_020_000)).await.unwrap();
+    let task = MoveTaskStart {
+        source_arn: "arn:aws:sqs:us-east-1:000000000000:dlq".into(),
+        destination_arn: None,
+        per_second: None,
+    };
+    a.start_move_task(task).await.unwrap();
+    let mut back = Vec::new();
+    for _ in 0..50 {
+        back = a.receive("src", receive(1, None)).await.unwrap().deliveries;
+        if !back.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(back.len(), 1, "redriven");
+    assert_ne!(back[0].message_id, sent.message_id, "a new message");
+    assert_eq!(back[0].sent_ms, 1_020_000, "sent when it was moved");
+    schema.drop_all([a, b]).await;
 }
 
 #[tokio::test]

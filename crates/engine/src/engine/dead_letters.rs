@@ -338,7 +338,7 @@ impl Engine {
             is_dead_letter_queue,
             || false,
         )?;
-        self.run_move_tasks();
+        self.progress_move_tasks();
         let running = self
             .tasks
             .iter()
@@ -359,7 +359,7 @@ impl Engine {
         let handle = task.handle();
         self.tasks.push(task);
         self.engine_changed();
-        self.run_move_tasks();
+        self.progress_move_tasks();
         Ok(handle)
     }
 
@@ -367,7 +367,7 @@ impl Engine {
     pub fn cancel_move_task(&mut self, handle: &str) -> Result<u64> {
         let (task_id, source_arn) = MoveTask::read_handle(handle)?;
         self.existing_queue_of_arn(&source_arn, "SourceArn")?;
-        self.run_move_tasks();
+        self.progress_move_tasks();
         let task = self
             .tasks
             .iter_mut()
@@ -385,15 +385,30 @@ impl Engine {
     ) -> Result<Vec<MoveTaskInfo>> {
         self.existing_queue_of_arn(source_arn, "SourceArn")?;
         let max = MoveTask::list_max(max_results)?;
-        self.run_move_tasks();
-        Ok(self
-            .tasks
+        self.progress_move_tasks();
+        Ok(self.listed_move_tasks(source_arn, max))
+    }
+
+    /// ListMessageMoveTasks as the tasks stand, moving nothing: for a server that serves
+    /// reads only.
+    pub fn move_tasks_as_they_stand(
+        &self,
+        source_arn: &str,
+        max_results: Option<u32>,
+    ) -> Result<Vec<MoveTaskInfo>> {
+        self.existing_queue_of_arn(source_arn, "SourceArn")?;
+        let max = MoveTask::list_max(max_results)?;
+        Ok(self.listed_move_tasks(source_arn, max))
+    }
+
+    fn listed_move_tasks(&self, source_arn: &str, max: usize) -> Vec<MoveTaskInfo> {
+        self.tasks
             .iter()
             .rev()
             .filter(|t| t.source_arn == source_arn)
             .take(max)
             .map(MoveTask::info)
-            .collect())
+            .collect()
     }
 
     /// Whether a message move task is running, so `run_move_tasks` has something to do.
@@ -404,15 +419,30 @@ impl Engine {
     }
 
     /// Moves what every running task may move by now. Returns the queues that received
-    /// messages, so waiting receives on them can be woken.
+    /// messages since the last `take_woken` (by this or by the move that starting, cancelling
+    /// or listing a task makes first), so waiting receives on them can be woken.
     pub fn run_move_tasks(&mut self) -> Vec<String> {
+        self.progress_move_tasks();
+        self.take_woken()
+    }
+
+    /// Moves what every running task may move by now, noting the queues that received
+    /// messages for `take_woken`.
+    fn progress_move_tasks(&mut self) {
         let now = self.clock.now_ms();
-        let mut woken = Vec::new();
+        let mut woken = std::mem::take(&mut self.woken);
         for index in 0..self.tasks.len() {
             if self.tasks[index].status == MoveTaskStatus::Running {
                 self.progress_task(index, now, &mut woken);
             }
         }
+        self.woken = woken;
+    }
+
+    /// The queues that received messages by a move task since the last call, once each:
+    /// whoever runs a command through `&mut Engine` wakes their waiting receives.
+    pub fn take_woken(&mut self) -> Vec<String> {
+        let mut woken = std::mem::take(&mut self.woken);
         woken.sort();
         woken.dedup();
         woken
@@ -479,7 +509,7 @@ impl Engine {
             let target = cell.stripe_mut(made[(task_moved + moved) as usize % made.len()]);
             target.tick(now);
             target.touch();
-            let arrived = target.accept_moved(now, key.sent_ms, message);
+            let arrived = target.accept_moved(now, message);
             let to = target.content_key(arrived);
             cell.refresh();
             let content = self.content_moved(stored, from, to);

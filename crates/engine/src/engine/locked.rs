@@ -55,6 +55,8 @@ pub struct Locked<'e> {
     now: u64,
     /// Changes that belong to no one queue (contents moving between queues), in order.
     moved: Vec<Change>,
+    /// Messages the receives made through this `Locked` moved to the dead-letter queue.
+    dead_lettered: usize,
 }
 
 impl Engine {
@@ -100,7 +102,9 @@ impl Engine {
             return Ok(self.locked(name, source, Some(target)));
         }
         let now = self.clock.now_ms();
-        source.tick(now);
+        if !self.frozen {
+            source.tick(now);
+        }
         if !source.may_dead_letter(max_messages as usize, max_receive_count) {
             // The source stays locked, so the receive sees exactly what was looked at.
             target.queue = TargetLock::NotNeeded;
@@ -110,8 +114,11 @@ impl Engine {
         target.queue = TargetLock::Held(if target_cell.id > source_cell.id {
             target_cell.lock(target_stripe)
         } else {
-            // The lower id first: let the source go and take both in order. Nothing was
-            // changed yet, and the source's settings cannot change while `&self` is held.
+            // The lower id first: let the source go and take both in order. What the tick
+            // above changed stays noted in the source (taken with the next changes made to
+            // it, by whoever locks it first), and its settings cannot change while `&self`
+            // is held. Nothing else of the source was looked at that the receive relies on:
+            // `locked` ticks again and the receive looks afresh.
             drop(source);
             let held = target_cell.lock(target_stripe);
             source = source_cell.lock(stripe);
@@ -149,13 +156,15 @@ impl Engine {
         mut dead_letter: Option<DeadLetterTarget<'e>>,
         now: u64,
     ) -> Locked<'e> {
-        queue.tick(now);
-        if let Some(DeadLetterTarget {
-            queue: TargetLock::Held(target),
-            ..
-        }) = &mut dead_letter
-        {
-            target.tick(now);
+        if !self.frozen {
+            queue.tick(now);
+            if let Some(DeadLetterTarget {
+                queue: TargetLock::Held(target),
+                ..
+            }) = &mut dead_letter
+            {
+                target.tick(now);
+            }
         }
         Locked {
             engine: self,
@@ -164,6 +173,7 @@ impl Engine {
             dead_letter,
             now,
             moved: Vec::new(),
+            dead_lettered: 0,
         }
     }
 }
@@ -251,8 +261,16 @@ impl Locked<'_> {
             let to = dead_letter_queue.content_key(moved);
             self.moved
                 .extend(self.engine.content_moved(stored, from, to));
+            self.dead_lettered += 1;
         }
         Ok(deliveries)
+    }
+
+    /// The dead-letter queue receives through this `Locked` moved messages to, and how
+    /// many: its waiting receives are owed a wake-up.
+    pub fn dead_lettered(&self) -> Option<(&str, usize)> {
+        let target = self.dead_letter.as_ref()?;
+        (self.dead_lettered > 0).then_some((target.name.as_str(), self.dead_lettered))
     }
 
     /// Counts a ReceiveMessage request that returned nothing. Kept apart from `receive`

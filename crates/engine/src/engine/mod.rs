@@ -108,6 +108,10 @@ pub struct Engine {
     dirty_queues: std::collections::BTreeSet<String>,
     /// Taken out by purges and queue deletions, not yet freed (with `defer_drops`).
     removed: Vec<Removed>,
+    /// Queues that move tasks brought messages to, not yet taken (`take_woken`).
+    woken: Vec<String>,
+    /// Looks change nothing, not even by the clock (`freeze`).
+    frozen: bool,
 }
 
 /// One page of a listing of queue names.
@@ -139,7 +143,16 @@ impl Engine {
             engine_dirty,
             dirty_queues: Default::default(),
             removed: Vec::new(),
+            woken: Vec::new(),
+            frozen: false,
         }
+    }
+
+    /// From now on a look at a queue does not bring it up to the present (no lease ends, no
+    /// message expires): for a server that serves reads only, whose memory must stay what
+    /// its store holds. Commands that change a queue are the caller's to refuse.
+    pub fn freeze(&mut self) {
+        self.frozen = true;
     }
 
     /// Notes that engine-wide state changed, when a store is listening.

@@ -34,6 +34,9 @@ pub struct StripedReceive {
     pub next_due_in_ms: Option<u64>,
     /// Whether messages may be left for another receive (a waiter to wake).
     pub more: bool,
+    /// The dead-letter queue the receive moved messages to, and how many (its waiters to
+    /// wake).
+    pub dead_lettered: Option<(String, usize)>,
 }
 
 impl Engine {
@@ -82,6 +85,7 @@ impl Engine {
             queue_wait_s: 0,
             next_due_in_ms: None,
             more: false,
+            dead_lettered: None,
         };
         let mut next_due: Option<u64> = None;
         let mut now = 0;
@@ -96,6 +100,10 @@ impl Engine {
             out.queue_wait_s = locked.settings().receive_wait_s;
             let left = locked.counts().visible > 0;
             next_due = [next_due, locked.next_due()].into_iter().flatten().min();
+            if let Some((target, moved)) = locked.dead_lettered() {
+                let before = out.dead_lettered.as_ref().map_or(0, |(_, n)| *n);
+                out.dead_lettered = Some((target.to_string(), before + moved));
+            }
             sink(locked.take_changes());
             drop(locked);
             match taken {

@@ -37,17 +37,17 @@ impl Queue {
 
     /// Takes in a message moved by a message move task: it starts afresh, with no receives,
     /// so it does not bounce straight back to the dead-letter queue.
-    pub fn accept_moved(&mut self, now: u64, sent_ms: u64, mut message: StoredMessage) -> MsgKey {
-        let key = self.next_key(if self.meta.settings.fifo {
-            now
-        } else {
-            sent_ms
-        });
+    pub fn accept_moved(&mut self, now: u64, mut message: StoredMessage) -> MsgKey {
+        // A new message, as AWS's redrive makes it: sent now (its retention starts again),
+        // with an id of its own (derived from its new place), so a late delete of the old
+        // one can never be taken for this one's.
+        let key = self.next_key(now);
         message.state = State::Ready;
         message.receive_count = 0;
         message.first_receive_ms = 0;
         if let Some(extras) = message.extras.as_mut() {
             extras.dead_letter_source = None;
+            extras.message_id = None;
         }
         self.insert(key, message);
         key
