@@ -343,3 +343,23 @@ async fn serving_reads_only_moves_nothing_and_ends_no_lease_in_memory() {
     let report = backend.lease_report("src").await.unwrap();
     assert_eq!(report.stats.leases_expired, 0);
 }
+
+#[tokio::test]
+async fn a_queue_that_is_its_own_dead_letter_queue_does_not_wake_its_own_polls() {
+    let clock = ManualClock::new(1_000_000);
+    let backend = Embedded::in_memory(setup(&clock));
+    backend.create_queue("loop", vec![], vec![]).await.unwrap();
+    let policy = format!(r#"{{"deadLetterTargetArn":"{ARN}loop","maxReceiveCount":1}}"#);
+    let attributes = vec![
+        ("RedrivePolicy".to_string(), policy),
+        ("VisibilityTimeout".to_string(), "1".to_string()),
+    ];
+    backend.set_attributes("loop", attributes).await.unwrap();
+    backend.send("loop", NewMessage::new("m")).await.unwrap();
+    assert_eq!(received(&backend, "loop").await, 1);
+    clock.advance_ms(1_000);
+    let notify = backend.waiter("loop");
+    let mut polls = waiting(&notify, 2);
+    assert_eq!(received(&backend, "loop").await, 0, "moved onto itself");
+    assert_eq!(woken(&mut polls).await, 0, "a poll woken here would spin");
+}

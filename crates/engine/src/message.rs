@@ -332,7 +332,8 @@ fn check_fifo_id(param: &str, id: &str) -> Result<()> {
 
 /// Where a message sits in its queue's indexes: by send time, then sequence number. Sequence
 /// numbers grow with sends, so for messages sent to the queue this is send order; a message
-/// moved in from another queue keeps its send time and so its place by age.
+/// dead-lettered into a standard queue keeps its send time and so its place by age (one a
+/// move task brings is sent anew).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MsgKey {
     pub sent_ms: u64,

@@ -264,7 +264,8 @@ impl Postgres {
             .route
             .as_ref()
             .map(|route| (route.target_key.clone(), tally.dead_lettered.len()))
-            .filter(|(_, moved)| *moved > 0);
+            // A queue that is its own dead-letter queue wakes nobody: its polls would spin.
+            .filter(|(target, moved)| *moved > 0 && target != queue);
         if let Some((target, moved)) = &dead_lettered {
             notify(&tx, self.server_id, target, *moved).await?;
         }

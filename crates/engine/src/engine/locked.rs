@@ -268,9 +268,12 @@ impl Locked<'_> {
 
     /// The dead-letter queue receives through this `Locked` moved messages to, and how
     /// many: its waiting receives are owed a wake-up.
+    /// None when the queue is its own dead-letter queue: what it moved stays as unreceivable
+    /// as it was (waking its own polls would have them spin, each moving it again).
     pub fn dead_lettered(&self) -> Option<(&str, usize)> {
         let target = self.dead_letter.as_ref()?;
-        (self.dead_lettered > 0).then_some((target.name.as_str(), self.dead_lettered))
+        let elsewhere = !matches!(target.queue, TargetLock::Itself);
+        (elsewhere && self.dead_lettered > 0).then_some((target.name.as_str(), self.dead_lettered))
     }
 
     /// Counts a ReceiveMessage request that returned nothing. Kept apart from `receive`

@@ -45,6 +45,7 @@ impl Queue {
         message.state = State::Ready;
         message.receive_count = 0;
         message.first_receive_ms = 0;
+        message.late_deleted = false;
         if let Some(extras) = message.extras.as_mut() {
             extras.dead_letter_source = None;
             extras.message_id = None;
@@ -98,7 +99,8 @@ impl Queue {
         Some((key, source))
     }
 
-    /// Takes a message out of the queue, to move it elsewhere: it keeps its id there.
+    /// Takes a message out of the queue, to move it elsewhere: it keeps its id there if it is
+    /// dead-lettered (a move task's redrive gives it a new one, `accept_moved`).
     pub fn take_message(&mut self, key: MsgKey) -> Option<StoredMessage> {
         let mut message = self.remove(key)?;
         let id = self.message_id(key, &message);
