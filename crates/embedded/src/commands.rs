@@ -229,12 +229,21 @@ impl Messages for Embedded {
             return Ok(received);
         };
         // The receive's own commit is done, so every content it hands out is written.
+        let leased = received.deliveries.len();
         let deliveries = contents
             .fill_deliveries(received.deliveries)
             .await
             .map_err(|e| BackendError::Failed(e.to_string()))?;
+        // Every message it leased was deleted before its content was read (a late delete):
+        // the receive found nothing, and knows no delay or lease to wait for, so a long poll
+        // looks again at once rather than at the end of its wait (found by the simulation).
+        let next_due_in_ms = match (leased, deliveries.is_empty()) {
+            (1.., true) => Some(0),
+            _ => received.next_due_in_ms,
+        };
         Ok(Received {
             deliveries,
+            next_due_in_ms,
             ..received
         })
     }

@@ -125,7 +125,7 @@ impl Contents {
         }
         let keys: Vec<ContentKey> = missing.iter().map(|(_, at)| *at).collect();
         let reader = self.reader.clone();
-        let read = tokio::task::spawn_blocking(move || read_contents(&*reader, &keys))
+        let read = crate::off_async(move || read_contents(&*reader, &keys))
             .await
             .map_err(|e| StoreError::Failed(format!("a content read stopped: {e}")))??;
         for ((index, at), content) in missing.into_iter().zip(read) {

@@ -9,7 +9,14 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
+
+// The engine's lock and the failure's: std's, or under the `simulation` feature shuttle's, so
+// the node simulation (`tests/simulate_node.rs`) schedules every lock the node takes.
+#[cfg(feature = "simulation")]
+use shuttle::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(not(feature = "simulation"))]
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use leasehold_backend::{BackendError, Result, SendGate, Waiters};
 use leasehold_engine::{
@@ -19,6 +26,8 @@ use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
 
 mod commands;
 mod contents;
+#[cfg(feature = "simulation")]
+pub mod simulation;
 
 use contents::Contents;
 
@@ -228,7 +237,7 @@ impl Embedded {
             return;
         };
         let reader = contents.reader();
-        if let Ok(Some(space)) = tokio::task::spawn_blocking(move || reader.space()).await {
+        if let Ok(Some(space)) = off_async(move || reader.space()).await {
             self.disk.measured(space.available());
         }
     }
@@ -299,7 +308,7 @@ impl Embedded {
         }
         if !removed.is_empty() {
             // A purged or deleted queue of a million messages takes long to free: not here.
-            tokio::task::spawn_blocking(move || drop(removed));
+            drop_in_background(removed);
         }
         self.committed(commit).await?;
         Ok(value?)
@@ -458,6 +467,12 @@ impl Embedded {
         self.waiters.wake_all();
     }
 
+    /// Every queue's invariants (`Engine::check_invariants`), under a shared hold: what a
+    /// test asks between commands.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.engine_shared().check_invariants()
+    }
+
     /// Wakes one waiting receive on `queue` per entry that succeeded.
     fn wake_per_success<T, E>(&self, queue: &str, results: &[std::result::Result<T, E>]) {
         self.waiters
@@ -474,6 +489,9 @@ struct AbortOnPanic;
 impl Drop for AbortOnPanic {
     fn drop(&mut self) {
         if std::thread::panicking() {
+            #[cfg(feature = "simulation")]
+            simulation::abort_while_panicking();
+            #[cfg(not(feature = "simulation"))]
             poisoned();
         }
     }
@@ -482,5 +500,29 @@ impl Drop for AbortOnPanic {
 /// A panic while the engine was locked may have left it half changed: the process ends.
 fn poisoned() -> ! {
     tracing::error!("a request panicked while changing the engine; stopping so that a restart restores a consistent state from the store");
+    #[cfg(feature = "simulation")]
+    simulation::abort();
+    #[cfg(not(feature = "simulation"))]
     std::process::abort()
+}
+
+/// Drops `value` on tokio's blocking pool (under the simulation, in place).
+fn drop_in_background<T: Send + 'static>(value: T) {
+    #[cfg(feature = "simulation")]
+    drop(value);
+    #[cfg(not(feature = "simulation"))]
+    tokio::task::spawn_blocking(move || drop(value));
+}
+
+/// Runs blocking `work` off the async threads (tokio's blocking pool); under the simulation,
+/// which has no runtime, in place.
+async fn off_async<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, String> {
+    #[cfg(feature = "simulation")]
+    return Ok(work());
+    #[cfg(not(feature = "simulation"))]
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -10,6 +10,7 @@ mod clock;
 mod counters;
 mod engine;
 mod error;
+pub mod faults;
 mod fifo;
 mod handout;
 mod lease_stats;

@@ -390,6 +390,7 @@ impl Queue {
             };
         }
         let key = self.next_key(now);
+        crate::faults::point("a send, numbered but not stored");
         // Only a FIFO queue needs the id now (to answer duplicates with); otherwise it is
         // derived once the queue's lock is let go (`Accepted::sent`).
         let mut id = None;
@@ -546,6 +547,7 @@ impl Queue {
             return true;
         };
         message.receive_count = receive_no;
+        crate::faults::point("a receive, counted but not leased");
         message.lease_start_ms = lease.now;
         message.extensions = 0;
         if first {

@@ -2,9 +2,16 @@
 //! and, under `--fsync always`, one fsync; only then are their requests answered.
 
 use std::str::FromStr;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+// The writer thread and its channel: std's, or under the `shuttle` feature shuttle's, so the
+// node simulation schedules the writer among the requests (it runs `Durability::Always` or
+// `Never`: shuttle's `recv_timeout` never times out).
+#[cfg(feature = "shuttle")]
+use shuttle::{sync::mpsc, thread};
+#[cfg(not(feature = "shuttle"))]
+use std::{sync::mpsc, thread};
+use thread::JoinHandle;
 
 use tokio::sync::oneshot;
 
@@ -67,7 +74,7 @@ pub struct Committer {
 impl Committer {
     pub fn start(store: Box<dyn Store>, durability: Durability) -> Committer {
         let (jobs, rx) = mpsc::channel();
-        let writer = std::thread::Builder::new()
+        let writer = thread::Builder::new()
             .name("leasehold-commit".into())
             .spawn(move || run(store, durability, rx))
             .expect("the commit thread starts");

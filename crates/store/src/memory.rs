@@ -17,6 +17,14 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// A store holding `records`, as a file that held them would on opening.
+    pub fn from_records(records: Map) -> MemoryStore {
+        MemoryStore {
+            data: Arc::new(RwLock::new(records)),
+            syncs: 0,
+        }
+    }
+
     /// Every record it holds now.
     pub fn records(&self) -> Map {
         self.read().clone()

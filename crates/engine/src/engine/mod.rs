@@ -21,7 +21,6 @@ mod regions;
 mod spread;
 mod stripes;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -89,17 +88,29 @@ impl Default for EngineConfig {
     }
 }
 
+/// The engine's maps by name. Under the `shuttle` feature their hasher has fixed keys, so
+/// that what walks them (lock order included) is the same in every run of a seed, which the
+/// node simulation replays exactly; a server's are keyed at random (no flooding one bucket).
+#[cfg(not(feature = "shuttle"))]
+type Map<K, V> = std::collections::HashMap<K, V>;
+#[cfg(feature = "shuttle")]
+type Map<K, V> = std::collections::HashMap<
+    K,
+    V,
+    std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>,
+>;
+
 pub struct Engine {
     clock: Arc<dyn Clock>,
     config: EngineConfig,
     naming: Naming,
     sealer: ReceiptSealer,
     rng: StdRng,
-    queues: HashMap<String, QueueCell>,
+    queues: Map<String, QueueCell>,
     /// How many of `queues` each account holds, kept beside them so that CreateQueue's quota
     /// is one lookup, not a walk over a million keys.
-    queues_per_account: HashMap<String, usize>,
-    deleted_at: HashMap<String, u64>,
+    queues_per_account: Map<String, usize>,
+    deleted_at: Map<String, u64>,
     next_queue_id: u64,
     tasks: Vec<MoveTask>,
     /// Changes that do not belong to a live queue (deletions, purges), in order.
@@ -134,9 +145,9 @@ impl Engine {
                 account_id: config.account_id.clone(),
             },
             config,
-            queues: HashMap::new(),
-            queues_per_account: HashMap::new(),
-            deleted_at: HashMap::new(),
+            queues: Map::default(),
+            queues_per_account: Map::default(),
+            deleted_at: Map::default(),
             next_queue_id: 1,
             tasks: Vec::new(),
             pending: Vec::new(),

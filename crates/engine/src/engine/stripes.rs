@@ -15,7 +15,7 @@
 //! of, the head's (stripe 0) being the one changed (`HeadMut`) and copied on; what spans
 //! the stripes (attributes, reports, peeks) adds them up stripe by stripe.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::queue::Queue;
@@ -133,10 +133,14 @@ impl StripeCell {
         Some(QueueGuard::new(raw, &self.waiting_since))
     }
 
-    // A panic under shuttle's lock poisons it: the test fails either way.
+    // Shuttle's lock is poisoned when a panic lets it go, which `QueueGuard` never does:
+    // a thread that finds it poisoned took a stripe a panic left half changed.
     #[cfg(feature = "shuttle")]
     fn lock(&self) -> QueueGuard<'_> {
-        let raw = self.queue.lock().expect("a queue's lock is never poisoned");
+        let raw = self
+            .queue
+            .lock()
+            .expect("a thread took a stripe that a panic let go half changed");
         QueueGuard::new(raw, &self.waiting_since)
     }
 
@@ -156,10 +160,24 @@ impl StripeCell {
 }
 
 /// Numbers threads as they first touch a queue, so that each has a stripe of its own.
-static THREADS: AtomicUsize = AtomicUsize::new(0);
+#[cfg(not(feature = "shuttle"))]
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+#[cfg(not(feature = "shuttle"))]
 thread_local! {
     static THREAD: usize = THREADS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// This thread's number: under shuttle, whose threads share one thread of the system, its
+/// task's, the same in every run of a schedule.
+#[cfg(not(feature = "shuttle"))]
+fn thread_number() -> usize {
+    THREAD.with(|t| *t)
+}
+
+#[cfg(feature = "shuttle")]
+fn thread_number() -> usize {
+    shuttle::current::get_current_task().map_or(0, usize::from)
 }
 
 /// One queue's stripes, with the id of its incarnation beside them (fixed for the cell's
@@ -239,7 +257,7 @@ impl QueueCell {
 
     /// This thread's own stripe.
     pub(super) fn home(&self) -> usize {
-        THREAD.with(|t| *t) % self.count()
+        thread_number() % self.count()
     }
 
     /// This thread's own stripe if it was made, else the head.
