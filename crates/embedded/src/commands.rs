@@ -17,6 +17,10 @@ use tokio::sync::Notify;
 
 use crate::{Access, Embedded, REPORTS_PER_YIELD};
 
+/// When a long poll looks again after a receive whose every message was deleted before its
+/// content was read.
+const LOOK_AGAIN_AFTER_LOST_CONTENT_MS: u64 = 25;
+
 #[async_trait]
 impl Backend for Embedded {
     fn naming(&self) -> &Naming {
@@ -236,9 +240,10 @@ impl Messages for Embedded {
             .map_err(|e| BackendError::Failed(e.to_string()))?;
         // Every message it leased was deleted before its content was read (a late delete):
         // the receive found nothing, and knows no delay or lease to wait for, so a long poll
-        // looks again at once rather than at the end of its wait (found by the simulation).
+        // looks again shortly rather than at the end of its wait (found by the simulation);
+        // not at once, so that content lost for good cannot spin it.
         let next_due_in_ms = match (leased, deliveries.is_empty()) {
-            (1.., true) => Some(0),
+            (1.., true) => Some(LOOK_AGAIN_AFTER_LOST_CONTENT_MS),
             _ => received.next_due_in_ms,
         };
         Ok(Received {

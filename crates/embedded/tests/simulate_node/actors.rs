@@ -336,18 +336,18 @@ impl Client {
 
     async fn purge(&mut self, world: &World) {
         let queue = self.any_queue();
-        world.model.removal_started(queue, world.now());
+        let event = world.model.removal_started(queue, world.now());
         let purged = world.node.purge(queue).await;
-        world.model.removal_answered(queue);
+        world.model.removal_answered(queue, event, purged.is_ok());
         world
             .model
             .note(format!("c{} purges {queue}: {purged:?}", self.id));
     }
 
     async fn recreate_tmp(&mut self, world: &World) {
-        world.model.removal_started("tmp", world.now());
+        let event = world.model.removal_started("tmp", world.now());
         let deleted = world.node.delete_queue("tmp").await;
-        world.model.removal_answered("tmp");
+        world.model.removal_answered("tmp", event, deleted.is_ok());
         let created = world
             .node
             .create_queue("tmp", vec![visibility_attribute()], Vec::new())
@@ -391,15 +391,16 @@ fn seen(deliveries: &[leasehold_engine::Delivery]) -> Vec<Seen> {
 
 async fn delete(world: &World, who: &str, queue: &str, body: &str, handle: String) {
     let began = world.now();
-    let live_until = world.model.delete_begun(body, &handle, began);
+    let begun = world.model.delete_begun(body, &handle, began);
     let deleted = world.node.delete(queue, vec![handle]).await;
     let ended = world.now();
     let acked = matches!(&deleted, Ok(results) if results[0].is_ok());
     world.model.note(format!(
-        "{who} deletes {body:?} from {queue} at [{began}, {ended}] (lease live to {live_until}): {}",
+        "{who} deletes {body:?} from {queue} at [{began}, {ended}] (lease live to {}): {}",
+        begun.0,
         if acked { "ok" } else { "refused" }
     ));
-    world.model.delete_answered(body, acked, ended, live_until);
+    world.model.delete_answered(body, acked, ended, begun);
 }
 
 /// Moves the clock on, a little at a time, while the clients run.

@@ -20,6 +20,9 @@ mod disk;
 mod model;
 mod run;
 
+use std::io::BufRead;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use run::{Outcome, Tally};
@@ -29,7 +32,14 @@ struct Args {
     seeds: Option<u64>,
     minutes: Option<f64>,
     verbose: bool,
+    /// Run by a parent: print the tally as one `TALLY` line.
+    child: bool,
 }
+
+/// Seeds per child process. A run that a crash or an abort stopped leaves what its threads
+/// held for good (shuttle abandons their stacks): a child of this many seeds ends, and its
+/// memory with it, before that adds up.
+const CHUNK: u64 = 100;
 
 fn usage(why: &str) -> ! {
     eprintln!("simulate-node: {why}\nusage: scripts/simulate-node [--seeds N | --seed S | --minutes M] [--first S] [--verbose]");
@@ -42,6 +52,7 @@ fn parse() -> Args {
         seeds: Some(20),
         minutes: None,
         verbose: false,
+        child: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -77,6 +88,7 @@ fn parse() -> Args {
                 args.seeds = None;
             }
             "--verbose" => args.verbose = true,
+            "--child" => args.child = true,
             // What cargo's test runner passes on.
             "--nocapture" | "--quiet" | "-q" => {}
             other => usage(&format!("unknown argument {other:?}")),
@@ -96,6 +108,7 @@ fn main() {
     let started = Instant::now();
     let mut tally = Tally::default();
     let mut seed = args.first;
+    let in_chunks = !args.child && args.seeds.is_none_or(|n| n > CHUNK);
     loop {
         let done = match (args.seeds, args.minutes) {
             (Some(n), _) => seed >= args.first + n,
@@ -104,6 +117,14 @@ fn main() {
         };
         if done {
             break;
+        }
+        if in_chunks {
+            let count = args
+                .seeds
+                .map_or(CHUNK, |n| CHUNK.min(args.first + n - seed));
+            chunk(seed, count, &mut tally);
+            seed += count;
+            continue;
         }
         match run::seed(seed, args.verbose, &mut tally) {
             Outcome::Held => {}
@@ -124,6 +145,10 @@ fn main() {
         }
         seed += 1;
     }
+    if args.child {
+        println!("{}", tally.line());
+        return;
+    }
     let secs = started.elapsed().as_secs_f64();
     println!(
         "simulate-node: seeds {}..{} held in {secs:.1} s ({:.1} seeds/minute): {tally}",
@@ -131,4 +156,44 @@ fn main() {
         seed,
         (seed - args.first) as f64 * 60.0 / secs.max(0.001),
     );
+}
+
+/// Runs `count` seeds from `first` in a child process of this program (in a process group of
+/// its own), adding its tally; its failure is this run's.
+fn chunk(first: u64, count: u64, tally: &mut Tally) {
+    let program =
+        std::env::current_exe().unwrap_or_else(|e| usage(&format!("cannot find myself: {e}")));
+    let mut child = Command::new(program)
+        .args([
+            "--child",
+            "--first",
+            &first.to_string(),
+            "--seeds",
+            &count.to_string(),
+        ])
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| usage(&format!("cannot start a child: {e}")));
+    let mut tallied = false;
+    if let Some(out) = child.stdout.take() {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if !tally.add_line(&line) {
+                println!("{line}");
+            } else {
+                tallied = true;
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .unwrap_or_else(|e| usage(&format!("lost a child: {e}")));
+    if !status.success() || !tallied {
+        // The child said what failed, and how to replay it.
+        eprintln!(
+            "simulate-node: seeds {first}..{} failed ({status})",
+            first + count
+        );
+        std::process::exit(1);
+    }
 }

@@ -23,6 +23,9 @@ const FAMILIES: usize = 4;
 /// The FIFO queue whose first deliveries must come in send order (nothing moves into it).
 pub const ORDERED: &str = "f.fifo";
 
+/// The families of one queue, which nothing moves into or out of (`f.fifo`, `tmp`).
+const ALONE: [usize; 2] = [1, 3];
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Sent {
     Pending,
@@ -63,6 +66,11 @@ struct Body {
     deleted: Deleted,
     leases: Vec<Lease>,
     delivered_from_origin: bool,
+    /// Visibility changes begun on it with any handle: under AWS's rules on a standard queue
+    /// one may release the message to another receive while a delete of it runs.
+    changes_begun: u64,
+    /// The model's event count when its send was acknowledged.
+    acked_at: u64,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -81,6 +89,10 @@ struct Inner {
     bodies: HashMap<String, Body>,
     removals: [u64; FAMILIES],
     removals_done: [u64; FAMILIES],
+    /// Counts events, to order acknowledgements and removals.
+    events: u64,
+    /// Per family, the event at which each acknowledged removal began.
+    removed_at: [Vec<u64>; FAMILIES],
     /// The highest send number delivered so far per group of `ORDERED`.
     ordered_high: HashMap<String, u64>,
     trace: VecDeque<String>,
@@ -162,14 +174,19 @@ impl Model {
                 deleted: Deleted::No,
                 leases: Vec::new(),
                 delivered_from_origin: false,
+                changes_begun: 0,
+                acked_at: 0,
             },
         );
     }
 
     pub fn send_answered(&self, body: &str, acked: bool) {
         let mut inner = self.inner();
+        inner.events += 1;
+        let now = inner.events;
         if let Some(b) = inner.bodies.get_mut(body) {
             b.sent = if acked { Sent::Acked } else { Sent::Unknown };
+            b.acked_at = now;
         }
         if acked {
             inner.stats.sends_acked += 1;
@@ -177,15 +194,18 @@ impl Model {
     }
 
     /// A purge or deletion of `queue` begins at `began`: its family's earlier messages may
-    /// go, and the leases it granted with them.
-    pub fn removal_started(&self, queue: &str, began: u64) {
+    /// go, and the leases it granted with them. Answers the event it began at.
+    pub fn removal_started(&self, queue: &str, began: u64) -> u64 {
         let mut inner = self.inner();
+        inner.events += 1;
+        let event = inner.events;
         inner.removals[family(queue)] += 1;
         for body in inner.bodies.values_mut() {
             for lease in body.leases.iter_mut().filter(|l| l.queue == queue) {
                 lease.until = lease.until.min(began);
             }
         }
+        event
     }
 
     /// A receive from `queue` that began at `began` and ended at `ended`, with a visibility
@@ -280,14 +300,17 @@ impl Model {
     }
 
     /// Its holder begins to delete `body` with `handle` at `began`: the message may be gone
-    /// from then on. Answers until when its lease was certainly live.
-    pub fn delete_begun(&self, body: &str, handle: &str, began: u64) -> u64 {
+    /// from then on. Answers until when its lease was certainly live, and how many visibility
+    /// changes had begun on it (for `delete_answered`).
+    pub fn delete_begun(&self, body: &str, handle: &str, began: u64) -> (u64, u64) {
+        let mut changes = 0;
         if let Some(b) = self.inner().bodies.get_mut(body) {
             if b.deleted == Deleted::No {
                 b.deleted = Deleted::Maybe;
             }
+            changes = b.changes_begun;
         }
-        self.lease_touched(body, handle, began)
+        (self.lease_touched(body, handle, began), changes)
     }
 
     /// Its holder begins to delete or change the lease of `handle` at `began`: from then on
@@ -306,10 +329,16 @@ impl Model {
     }
 
     /// A delete of `body`'s `handle` was answered at `ended` (`acked`: with success), its
-    /// lease certainly live until `live_until`.
-    pub fn delete_answered(&self, body: &str, acked: bool, ended: u64, live_until: u64) {
+    /// lease certainly live until `live_until` unless a visibility change began on it since
+    /// (`changes`, as `delete_begun` answered).
+    pub fn delete_answered(&self, body: &str, acked: bool, ended: u64, begun: (u64, u64)) {
+        let (live_until, changes) = begun;
         let mut inner = self.inner();
-        let certain = acked && ended < live_until;
+        let unchanged = inner
+            .bodies
+            .get(body)
+            .is_some_and(|b| b.changes_begun == changes);
+        let certain = acked && ended < live_until && unchanged;
         if certain {
             inner.stats.deletes_certain += 1;
         }
@@ -328,6 +357,7 @@ impl Model {
         let mut inner = self.inner();
         let any_lease = inner.aws_leases && !queue.ends_with(".fifo");
         if let Some(b) = inner.bodies.get_mut(body) {
+            b.changes_begun += 1;
             for lease in b
                 .leases
                 .iter_mut()
@@ -393,6 +423,17 @@ impl Model {
                 Some(b) if b.sent == Sent::Pending => found.push(format!(
                     "{when}: the node holds {body:?}, whose send is still unanswered"
                 )),
+                // Nothing moves into or out of these queues: a message acknowledged before a
+                // purge or deletion of its queue that succeeded is gone for good.
+                Some(b)
+                    if b.sent == Sent::Acked
+                        && ALONE.contains(&b.family)
+                        && inner.removed_at[b.family].iter().any(|&at| at > b.acked_at) =>
+                {
+                    found.push(format!(
+                        "{when}: the node holds {body:?}, acknowledged before a purge or deletion of its queue that succeeded"
+                    ))
+                }
                 Some(_) => {}
             }
         }
@@ -412,9 +453,14 @@ impl Model {
         }
     }
 
-    /// A purge or deletion of `queue` was answered.
-    pub fn removal_answered(&self, queue: &str) {
-        self.inner().removals_done[family(queue)] += 1;
+    /// A purge or deletion of `queue`, begun at `event`, was answered (`acked`: with
+    /// success): what its family held when it began is gone for good.
+    pub fn removal_answered(&self, queue: &str, event: u64, acked: bool) {
+        let mut inner = self.inner();
+        inner.removals_done[family(queue)] += 1;
+        if acked {
+            inner.removed_at[family(queue)].push(event);
+        }
     }
 
     /// Sends not answered before the node stopped: stored or not; removals under way: done

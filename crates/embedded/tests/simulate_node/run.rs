@@ -50,6 +50,41 @@ pub struct Tally {
     writes: u64,
 }
 
+impl Tally {
+    fn fields(&mut self) -> [&mut u64; 11] {
+        [
+            &mut self.runs,
+            &mut self.clean,
+            &mut self.crashed,
+            &mut self.power_cuts,
+            &mut self.aborted,
+            &mut self.read_only,
+            &mut self.full,
+            &mut self.sends,
+            &mut self.deliveries,
+            &mut self.certain_deletes,
+            &mut self.writes,
+        ]
+    }
+
+    /// The tally as a child process hands it to its parent.
+    pub fn line(&mut self) -> String {
+        let numbers: Vec<String> = self.fields().iter().map(|n| n.to_string()).collect();
+        format!("TALLY {}", numbers.join(" "))
+    }
+
+    /// Adds a child's `line`; false if `line` is none.
+    pub fn add_line(&mut self, line: &str) -> bool {
+        let Some(numbers) = line.strip_prefix("TALLY ") else {
+            return false;
+        };
+        for (field, number) in self.fields().into_iter().zip(numbers.split(' ')) {
+            *field += number.parse::<u64>().unwrap_or(0);
+        }
+        true
+    }
+}
+
 impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -207,7 +242,10 @@ pub fn seed(seed: u64, verbose: bool, tally: &mut Tally) -> Outcome {
         disk.plan(plan.store_fault);
         panics();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            let scheduler = Stoppable(RandomScheduler::new_from_seed(seed * 1_000 + run, 1));
+            let scheduler = Stoppable(RandomScheduler::new_from_seed(
+                seed.wrapping_mul(1_000).wrapping_add(run),
+                1,
+            ));
             let mut config = Config::new();
             config.max_steps = MaxSteps::FailAfter(MAX_STEPS);
             config.failure_persistence = FailurePersistence::None;
@@ -283,7 +321,8 @@ fn one_run(start: &Start) {
         config: EngineConfig {
             lease_mode: start.lease_mode,
             receipt_key: [7; 16],
-            seed: start.seed,
+            // Move task ids come from it: each restart draws new ones.
+            seed: start.seed.wrapping_mul(31).wrapping_add(plan.run),
             defer_drops: true,
             stripes: start.stripes,
             ..EngineConfig::default()
