@@ -31,6 +31,8 @@ pub struct ConfigFile {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub public_url: Option<String>,
+    /// `allowed-host = ["queue.internal", "leasehold"]`.
+    pub allowed_host: Option<Vec<String>>,
     pub memory_limit: Option<String>,
     pub body_cache_mb: Option<u64>,
     pub disk_reserve_mb: Option<u64>,
@@ -119,6 +121,12 @@ impl ConfigFile {
                 let text = match value {
                     serde_json::Value::Null => return None,
                     serde_json::Value::String(s) => s,
+                    // A repeatable flag's list, as its comma-separated form.
+                    serde_json::Value::Array(items) => items
+                        .iter()
+                        .filter_map(|item| item.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
                     other => other.to_string(),
                 };
                 Some((key.replace('-', "_"), text))

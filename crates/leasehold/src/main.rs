@@ -226,6 +226,12 @@ struct ServeArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = "LEASEHOLD_TLS_KEY")]
     tls_key: Option<std::path::PathBuf>,
+    /// A name, besides loopback names and IP addresses, that requests may give as their Host
+    /// where it is checked: always on the admin routes, and on every route without
+    /// --credentials, so that a web page on another name cannot drive the server (DNS
+    /// rebinding). Repeat it, or separate names with commas; the host of --public-url is one.
+    #[arg(long = "allowed-host", env = "LEASEHOLD_ALLOWED_HOSTS", value_delimiter = ',', value_parser = parse_host_name)]
+    allowed_host: Vec<String>,
     /// What queue URLs start with, behind a proxy or in a container
     /// (https://sqs.example.com); otherwise the scheme and Host of each request.
     #[arg(long, env = "LEASEHOLD_PUBLIC_URL")]
@@ -254,6 +260,22 @@ struct ServeArgs {
     /// was created with). Default: one per core. 1: one order for a whole queue.
     #[arg(long, env = "LEASEHOLD_STRIPES", value_parser = stripes_range(), conflicts_with = "postgres")]
     stripes: Option<u64>,
+}
+
+/// A host name as `--allowed-host` takes it: letters, digits, dots, dashes and underscores,
+/// with an optional :PORT.
+fn parse_host_name(text: &str) -> Result<String, String> {
+    let name = text.rsplit_once(':').map_or(text, |(name, _)| name);
+    let fits = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    match fits {
+        true => Ok(text.to_string()),
+        false => Err(format!(
+            "expected a host name such as queue.internal, not {text:?}"
+        )),
+    }
 }
 
 fn parse_memory_limit(text: &str) -> Result<u64, String> {
@@ -450,6 +472,12 @@ fn check_exposure(args: &ServeArgs, signed: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The host (and port) of a `--public-url`.
+fn public_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or(rest).to_string()
+}
+
 fn tls_of(args: &ServeArgs) -> anyhow::Result<Option<leasehold_server::tls::TlsAcceptor>> {
     match (&args.tls_cert, &args.tls_key) {
         (None, None) => Ok(None),
@@ -491,6 +519,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         memory_limit: args.memory_limit,
         max_queues_per_account: args.max_queues_per_account as usize,
+        allowed_hosts: leasehold_server::hosts::AllowedHosts::new(
+            args.allowed_host
+                .iter()
+                .cloned()
+                .chain(args.public_url.as_deref().map(public_host)),
+        ),
     };
     let clock = Arc::new(WallClock::default());
     let backend = build_backend(&args, &config, &clock).await?;

@@ -1,7 +1,8 @@
 //! `leasehold serve --config FILE` and the rules about who may reach the server, against the
 //! real binary: declared queues are made at start and a second start changes nothing; a
 //! changed declaration is applied and logged; variables override the file; a wrong file is
-//! one line naming the key and its line, exit 2; an open server refuses a non-loopback bind.
+//! one line naming the key and its line, exit 2; an open server refuses a non-loopback bind;
+//! names given with `allowed-host` and the host of `public-url` pass the Host check.
 
 mod common;
 
@@ -398,4 +399,53 @@ async fn the_public_url_starts_every_queue_url() {
     );
     common::send(&sqs, &url, "through the proxy's URL").await;
     assert_eq!(common::stored(&sqs, &url).await, 1);
+}
+
+async fn status_by_name(port: u16, host: &str) -> u16 {
+    reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/?Action=ListQueues"))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn names_from_the_file_and_the_public_url_are_served_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "in-memory = true\nallowed-host = [\"leasehold\", \"queue.internal:9324\"]\npublic-url = \"https://sqs.example.com:8443\"\n",
+    );
+    let port = free_port();
+    let server = start(&config, port, &[]);
+    for host in [
+        "leasehold:9324",
+        "queue.internal",
+        "sqs.example.com:8443",
+        "localhost",
+    ] {
+        assert_eq!(status_by_name(port, host).await, 200, "{host}");
+    }
+    assert_eq!(status_by_name(port, "evil.example").await, 403);
+    stop(server);
+}
+
+#[test]
+fn an_allowed_host_that_is_not_a_name_is_a_usage_error_at_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve",
+            "--in-memory",
+            "--allowed-host",
+            "evil.example/path",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--allowed-host"), "{stderr}");
+    assert!(stderr.contains("expected a host name"), "{stderr}");
 }

@@ -12,6 +12,7 @@ pub mod auth;
 mod clock;
 pub mod dashboard;
 mod declare;
+pub mod hosts;
 mod lease_doc;
 mod leases;
 pub mod listen;
@@ -48,7 +49,11 @@ pub fn app(state: Arc<AppState>) -> Router {
             state.clone(),
             admin::guard,
         ))
-        .route_layer(axum::middleware::from_fn(admin::same_site));
+        .route_layer(axum::middleware::from_fn(admin::same_site))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            hosts::check_admin,
+        ));
     let router = Router::new()
         .route("/", get(dashboard::root).post(sqs::handle))
         .route("/{account}/{queue}", get(sqs::handle).post(sqs::handle))
@@ -56,6 +61,10 @@ pub fn app(state: Arc<AppState>) -> Router {
             "/queue/{region}/{account}/{queue}",
             get(sqs::handle).post(sqs::handle),
         )
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            hosts::check_sqs,
+        ))
         .merge(guarded)
         .route("/health", get(admin::health))
         .route("/ready", get(admin::ready));
@@ -67,6 +76,10 @@ pub fn app(state: Arc<AppState>) -> Router {
 pub fn admin_app(state: Arc<AppState>) -> Router {
     let router = admin_routes(&state)
         .route_layer(axum::middleware::from_fn(admin::same_site))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            hosts::check_admin,
+        ))
         .route(
             "/",
             get(|| async { axum::response::Redirect::to(dashboard::PATH) }),

@@ -34,6 +34,9 @@ pub struct ServerConfig {
     /// The backend's quota of queues per account (`--max-queues-per-account`), given to
     /// whichever backend the binary builds, as `lease_mode` is.
     pub max_queues_per_account: usize,
+    /// Names, besides loopback ones and IP addresses, a request's `Host` may give where the
+    /// server checks it (`hosts.rs`): `--allowed-host`, and the host of `--public-url`.
+    pub allowed_hosts: crate::hosts::AllowedHosts,
 }
 
 /// What bounds the server's work, so no client can stall the others.
@@ -73,6 +76,7 @@ impl Default for ServerConfig {
             tls: false,
             max_queues_per_account: leasehold_engine::MAX_QUEUES_PER_ACCOUNT,
             memory_limit: None,
+            allowed_hosts: crate::hosts::AllowedHosts::default(),
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::harness::{code, TestServer};
 
 pub(crate) const ALICE: (&str, &str, &str) = ("AKIDALICE", "alice-secret", "111111111111");
 pub(crate) const BOB: (&str, &str, &str) = ("AKIDBOB", "bob-secret", "222222222222");
-const ADMIN_TOKEN: &str = "admin-token-for-tests";
+pub(crate) const ADMIN_TOKEN: &str = "admin-token-for-tests";
 
 /// A call refused as AWS refuses a queue the caller may not see: it does not exist.
 fn assert_no_queue<

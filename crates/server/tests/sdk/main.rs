@@ -13,6 +13,7 @@ mod fuzz;
 mod grants;
 mod hardening;
 mod honest_leases;
+mod hosts;
 mod leases;
 mod long_poll;
 mod messages;
