@@ -88,6 +88,24 @@ impl SqliteStore {
         // Another server holding the file answers at once instead of after a long wait.
         conn.busy_timeout(std::time::Duration::from_millis(200))
             .map_err(sql_err)?;
+        if existed {
+            // Before anything that could write to it: a file this build cannot read is left
+            // exactly as it was.
+            match stored_format(&conn).map_err(sql_err)? {
+                None => {
+                    return Err(corrupt(
+                        "it holds no Leasehold data (a foreign or truncated file)".into(),
+                    ))
+                }
+                Some(format) if format > FORMAT => {
+                    return Err(open_err(format!(
+                        "it was written by a newer Leasehold (data format {format}; this release reads format {FORMAT}) and is left as it is: run that release or a newer one, or restore a backup this release made"
+                    )))
+                }
+                Some(FORMAT) => {}
+                Some(format) => return Err(corrupt(format!("unknown data format {format}"))),
+            }
+        }
         // Normal locking, not exclusive: a backup may read a consistent snapshot while the
         // server writes. One writer is the directory lock's to ensure.
         let mode: String = conn
@@ -104,34 +122,13 @@ impl SqliteStore {
         // it is cut back to this instead of keeping its high-water mark on disk.
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
             .map_err(sql_err)?;
-        let has_meta: bool = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map_err(sql_err)?
-            > 0;
-        if existed && !has_meta {
-            // (`make_private` has not created it: it existed, so it is someone's file.)
-            return Err(corrupt(
-                "it holds no Leasehold data (a foreign or truncated file)".into(),
-            ));
-        }
-        if !has_meta {
+        if !existed {
             conn.execute_batch(&format!(
                 "CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;
                  CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
                  INSERT INTO meta (k, v) VALUES ('format', {FORMAT});"
             ))
             .map_err(sql_err)?;
-        }
-        let format: Option<i64> = conn
-            .query_row("SELECT v FROM meta WHERE k = 'format'", [], |r| r.get(0))
-            .optional()
-            .map_err(sql_err)?;
-        if format != Some(FORMAT) {
-            return Err(corrupt(format!("unknown data format {format:?}")));
         }
         crate::ballast::restore(dir);
         Ok(SqliteStore {
@@ -378,4 +375,19 @@ impl Reader for SqliteReader {
             reusable_in_file,
         })
     }
+}
+
+/// The data format a file's `meta` table names; None when it has no `meta` table or no
+/// format in it (not a Leasehold file). Reads only.
+fn stored_format(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    let has_meta: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+        [],
+        |r| r.get(0),
+    )?;
+    if has_meta == 0 {
+        return Ok(None);
+    }
+    conn.query_row("SELECT v FROM meta WHERE k = 'format'", [], |r| r.get(0))
+        .optional()
 }
