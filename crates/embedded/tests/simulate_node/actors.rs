@@ -336,18 +336,24 @@ impl Client {
 
     async fn purge(&mut self, world: &World) {
         let queue = self.any_queue();
-        let event = world.model.removal_started(queue, world.now());
+        let began = world.now();
+        let event = world.model.removal_started(queue, began);
         let purged = world.node.purge(queue).await;
-        world.model.removal_answered(queue, event, purged.is_ok());
+        world
+            .model
+            .removal_answered(queue, (began, event), purged.is_ok());
         world
             .model
             .note(format!("c{} purges {queue}: {purged:?}", self.id));
     }
 
     async fn recreate_tmp(&mut self, world: &World) {
-        let event = world.model.removal_started("tmp", world.now());
+        let began = world.now();
+        let event = world.model.removal_started("tmp", began);
         let deleted = world.node.delete_queue("tmp").await;
-        world.model.removal_answered("tmp", event, deleted.is_ok());
+        world
+            .model
+            .removal_answered("tmp", (began, event), deleted.is_ok());
         let created = world
             .node
             .create_queue("tmp", vec![visibility_attribute()], Vec::new())

@@ -453,13 +453,19 @@ impl Model {
         }
     }
 
-    /// A purge or deletion of `queue`, begun at `event`, was answered (`acked`: with
-    /// success): what its family held when it began is gone for good.
-    pub fn removal_answered(&self, queue: &str, event: u64, acked: bool) {
+    /// A purge or deletion of `queue`, begun at `began` (the clock) and `event`, was
+    /// answered (`acked`: with success): what its family held when it began is gone for
+    /// good, and so may be what `queue` leased while it ran.
+    pub fn removal_answered(&self, queue: &str, (began, event): (u64, u64), acked: bool) {
         let mut inner = self.inner();
         inner.removals_done[family(queue)] += 1;
         if acked {
             inner.removed_at[family(queue)].push(event);
+        }
+        for body in inner.bodies.values_mut() {
+            for lease in body.leases.iter_mut().filter(|l| l.queue == queue) {
+                lease.until = lease.until.min(began.max(lease.ended));
+            }
         }
     }
 
