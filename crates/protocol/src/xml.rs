@@ -10,10 +10,13 @@ pub const XML_NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
 pub const XML_CONTENT_TYPE: &str = "text/xml";
 
 /// Escapes text for XML. Carriage returns are written as references, since a parser would
-/// otherwise turn them into line feeds and change message bodies.
+/// otherwise turn them into line feeds and change message bodies. A character XML 1.0 cannot
+/// hold at all (a NUL, U+FFFE; only an error can echo one, since a message body may not
+/// contain them) is written as U+FFFD, so the answer still parses.
 fn escape(text: &str, out: &mut String) {
     for c in text.chars() {
         match c {
+            c if !leasehold_engine::is_allowed_char(c) => out.push('\u{fffd}'),
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -175,6 +178,13 @@ pub fn xml_error(error: &ProtocolError, request_id: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn characters_xml_cannot_hold_become_replacement_characters() {
+        let mut out = String::new();
+        escape("a\u{0}b\u{fffe}c\u{1}\t", &mut out);
+        assert_eq!(out, "a\u{fffd}b\u{fffd}c\u{fffd}\t");
+    }
 
     #[test]
     fn actions_without_a_result_are_listed_actions() {

@@ -19,4 +19,5 @@ mod long_poll;
 mod messages;
 mod query;
 mod queues;
+mod shapes_fuzz;
 mod tls;
