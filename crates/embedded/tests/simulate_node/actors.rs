@@ -180,6 +180,7 @@ impl Client {
             attempt_id: None,
         };
         let began = world.now();
+        let event = world.model.receive_begun();
         let Ok(received) = world.node.receive(queue, request).await else {
             return;
         };
@@ -190,9 +191,12 @@ impl Client {
             self.id,
             seen.iter().map(|s| &s.body).collect::<Vec<_>>()
         ));
-        world
-            .model
-            .delivered(queue, &seen, began, ended, u64::from(visibility) * 1000);
+        world.model.delivered(
+            queue,
+            &seen,
+            (began, ended, event),
+            u64::from(visibility) * 1000,
+        );
         for s in seen {
             self.held.push(Held {
                 queue,
@@ -454,6 +458,7 @@ pub async fn long_poll(world: &World, queue: &'static str) {
             break;
         }
         let began = world.now();
+        let event = world.model.receive_begun();
         let Ok(received) = world.node.receive(queue, request(2)).await else {
             break;
         };
@@ -464,7 +469,9 @@ pub async fn long_poll(world: &World, queue: &'static str) {
                 "{who} receives {:?} at [{began}, {ended}]",
                 seen.iter().map(|s| &s.body).collect::<Vec<_>>()
             ));
-            world.model.delivered(queue, &seen, began, ended, 2_000);
+            world
+                .model
+                .delivered(queue, &seen, (began, ended, event), 2_000);
             for s in seen {
                 delete(world, &who, queue, &s.body, s.handle).await;
             }

@@ -71,6 +71,11 @@ struct Body {
     changes_begun: u64,
     /// The model's event count when its send was acknowledged.
     acked_at: u64,
+    /// Visibility changes on it under way, and the event the last one was answered at: a
+    /// receive that overlapped one (under AWS's rules on a standard queue) got a lease that
+    /// change may have ended before the receive's answer was seen.
+    changes_under_way: u32,
+    last_change_answered: u64,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -93,6 +98,10 @@ struct Inner {
     events: u64,
     /// Per family, the event at which each acknowledged removal began.
     removed_at: [Vec<u64>; FAMILIES],
+    /// Per queue, purges and deletions under way, and the event the last one was answered at
+    /// (a receive that overlapped one may have leased what it removed).
+    removals_under_way: HashMap<String, u32>,
+    last_removal_answered: HashMap<String, u64>,
     /// The highest send number delivered so far per group of `ORDERED`.
     ordered_high: HashMap<String, u64>,
     trace: VecDeque<String>,
@@ -176,6 +185,8 @@ impl Model {
                 delivered_from_origin: false,
                 changes_begun: 0,
                 acked_at: 0,
+                changes_under_way: 0,
+                last_change_answered: 0,
             },
         );
     }
@@ -200,6 +211,10 @@ impl Model {
         inner.events += 1;
         let event = inner.events;
         inner.removals[family(queue)] += 1;
+        *inner
+            .removals_under_way
+            .entry(queue.to_string())
+            .or_default() += 1;
         for body in inner.bodies.values_mut() {
             for lease in body.leases.iter_mut().filter(|l| l.queue == queue) {
                 lease.until = lease.until.min(began);
@@ -210,16 +225,28 @@ impl Model {
 
     /// A receive from `queue` that began at `began` and ended at `ended`, with a visibility
     /// of `visibility_ms`, handed out `seen`.
+    /// A receive begins: the event it began at, for `delivered`.
+    pub fn receive_begun(&self) -> u64 {
+        let mut inner = self.inner();
+        inner.events += 1;
+        inner.events
+    }
+
     pub fn delivered(
         &self,
         queue: &str,
         seen: &[Seen],
-        began: u64,
-        ended: u64,
+        (began, ended, event): (u64, u64, u64),
         visibility_ms: u64,
     ) {
         let mut inner = self.inner();
         let until = began + visibility_ms;
+        let removal_overlapped = inner.removals_under_way.get(queue).is_some_and(|n| *n > 0)
+            || inner
+                .last_removal_answered
+                .get(queue)
+                .is_some_and(|e| *e > event);
+        let any_handle = inner.aws_leases && !queue.ends_with(".fifo");
         let mut found = Vec::new();
         for s in seen {
             inner.stats.deliveries += 1;
@@ -282,9 +309,16 @@ impl Model {
             }
         }
         // One receive may hand out several messages of a group, in order: their leases count
-        // against later receives only.
+        // against later receives only. A lease a concurrent change or removal may have ended
+        // counts for nothing.
         for s in seen.iter().filter(|_| visibility_ms > 0) {
             if let Some(body) = inner.bodies.get_mut(&s.body) {
+                let change_overlapped =
+                    any_handle && (body.changes_under_way > 0 || body.last_change_answered > event);
+                let until = match removal_overlapped || change_overlapped {
+                    true => ended,
+                    false => until,
+                };
                 body.leases.push(Lease {
                     queue: queue.to_string(),
                     handle: s.handle.clone(),
@@ -358,6 +392,7 @@ impl Model {
         let any_lease = inner.aws_leases && !queue.ends_with(".fifo");
         if let Some(b) = inner.bodies.get_mut(body) {
             b.changes_begun += 1;
+            b.changes_under_way += 1;
             for lease in b
                 .leases
                 .iter_mut()
@@ -384,10 +419,14 @@ impl Model {
         visibility_ms: u64,
     ) {
         let mut inner = self.inner();
+        inner.events += 1;
+        let event = inner.events;
         let any_lease = inner.aws_leases && !queue.ends_with(".fifo");
         let Some(b) = inner.bodies.get_mut(body) else {
             return;
         };
+        b.changes_under_way = b.changes_under_way.saturating_sub(1);
+        b.last_change_answered = event;
         if any_lease {
             for lease in &mut b.leases {
                 lease.until = lease.until.min(began.max(lease.ended));
@@ -458,6 +497,14 @@ impl Model {
     /// good, and so may be what `queue` leased while it ran.
     pub fn removal_answered(&self, queue: &str, (began, event): (u64, u64), acked: bool) {
         let mut inner = self.inner();
+        inner.events += 1;
+        let answered = inner.events;
+        inner
+            .last_removal_answered
+            .insert(queue.to_string(), answered);
+        if let Some(n) = inner.removals_under_way.get_mut(queue) {
+            *n = n.saturating_sub(1);
+        }
         inner.removals_done[family(queue)] += 1;
         if acked {
             inner.removed_at[family(queue)].push(event);
@@ -474,6 +521,10 @@ impl Model {
     pub fn crashed(&self) {
         let mut inner = self.inner();
         inner.removals_done = inner.removals;
+        inner.removals_under_way.clear();
+        for b in inner.bodies.values_mut() {
+            b.changes_under_way = 0;
+        }
         for b in inner.bodies.values_mut() {
             if b.sent == Sent::Pending {
                 b.sent = Sent::Unknown;
