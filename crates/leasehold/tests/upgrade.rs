@@ -5,9 +5,13 @@
 //! measurement and move task. The real binary serves it; a file of a newer format is refused
 //! at start with one line and left byte for byte as it was.
 //!
-//! Regenerate the fixture only when the format changes on purpose (then add a directory
-//! beside the old one, which must keep passing):
-//! `cargo test -p leasehold --test upgrade -- --ignored write_the_fixture`
+//! The PostgreSQL fixture, `fixtures/postgres-schema-N/`, is a dump of a schema the same
+//! writing made, with what that release read back from it; a test restores it into a schema
+//! of its own and reads it back the same way.
+//!
+//! Regenerate a fixture only when its format changes on purpose (then add a directory beside
+//! the old one, which must keep passing):
+//! `cargo test -p leasehold --test upgrade -- --ignored write_the_`
 
 mod common;
 
@@ -16,9 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use leasehold_backend::{
-    Backend, Measurements, Messages, MoveTaskStart, Page, Permission, QueueAdmin, QueueListing,
-};
+use leasehold_backend::{Backend, MoveTaskStart, Page, Permission, QueueListing};
 use leasehold_embedded::{Embedded, EngineSetup};
 use leasehold_engine::{
     AttributeData, Clock, EngineConfig, ManualClock, MessageAttribute, NewMessage, ReceiveRequest,
@@ -39,6 +41,57 @@ const QUEUES: [&str; 5] = [
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/store-format-1")
+}
+
+fn postgres_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/postgres-schema-8")
+}
+
+/// The schema the PostgreSQL fixture's dump names; a test restores it under a name of its own.
+const DUMPED_SCHEMA: &str = "leasehold_upgrade_fixture";
+const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A node of either backend, and how its clock is set.
+enum Node {
+    Embedded(Embedded, Arc<ManualClock>),
+    Postgres(leasehold_postgres::Postgres),
+}
+
+impl Node {
+    fn backend(&self) -> &dyn Backend {
+        match self {
+            Node::Embedded(node, _) => node,
+            Node::Postgres(node) => node,
+        }
+    }
+
+    async fn set_time(&self, ms: u64) {
+        match self {
+            Node::Embedded(_, clock) => clock.advance_ms(ms - clock.now_ms()),
+            Node::Postgres(node) => node.freeze_clock(Some(ms)).await.unwrap(),
+        }
+    }
+}
+
+fn embedded_node(dir: &Path, at_ms: u64) -> Node {
+    let clock = Arc::new(ManualClock::new(at_ms));
+    Node::Embedded(open(dir, clock.clone()), clock)
+}
+
+async fn postgres_node(schema: &str, at_ms: u64) -> Node {
+    let naming = leasehold_engine::Naming {
+        region: "us-east-1".into(),
+        account_id: "000000000000".into(),
+    };
+    let options = leasehold_postgres::Options {
+        schema: Some(schema.to_string()),
+        ..leasehold_postgres::Options::default()
+    };
+    let node = leasehold_postgres::Postgres::connect(POSTGRES_URL, naming, options)
+        .await
+        .expect("the schema opens");
+    node.freeze_clock(Some(at_ms)).await.unwrap();
+    Node::Postgres(node)
 }
 
 fn arn(queue: &str) -> String {
@@ -95,10 +148,11 @@ fn receive(max: u32, visibility_s: u32) -> ReceiveRequest {
     }
 }
 
-/// Every kind of state a release keeps, made through the backend as a server makes it.
-async fn write(dir: &Path) {
-    let clock = Arc::new(ManualClock::new(WRITTEN_AT_MS - 120_000));
-    let node = open(dir, clock.clone());
+/// Every kind of state a release keeps, made through the backend as a server makes it, from
+/// `WRITTEN_AT_MS - 120 s` to a second before `WRITTEN_AT_MS`.
+async fn write(clocked: &Node) {
+    clocked.set_time(WRITTEN_AT_MS - 120_000).await;
+    let node = clocked.backend();
     node.create_queue("orders-dlq", vec![], vec![])
         .await
         .unwrap();
@@ -148,7 +202,7 @@ async fn write(dir: &Path) {
     node.send("orders", delayed).await.unwrap();
     // Two leased, one of them deleted after 1.5 s: a lease measured.
     let leased = node.receive("orders", receive(2, 600)).await.unwrap();
-    clock.advance_ms(1_500);
+    clocked.set_time(WRITTEN_AT_MS - 118_500).await;
     let handle = leased.deliveries[0].receipt_handle.clone();
     node.delete("orders", vec![handle]).await.unwrap();
     // Three received twice and let go: the next receive moves them to the dead-letter queue.
@@ -177,7 +231,7 @@ async fn write(dir: &Path) {
         .await
         .unwrap();
     // A second before the read: the move task still runs, and "gone" cannot be made again.
-    clock.advance_ms(WRITTEN_AT_MS - 1_000 - clock.now_ms());
+    clocked.set_time(WRITTEN_AT_MS - 1_000).await;
     node.delete_queue("gone").await.unwrap();
     node.start_move_task(MoveTaskStart {
         source_arn: arn("orders-dlq"),
@@ -189,11 +243,12 @@ async fn write(dir: &Path) {
     node.flush().await;
 }
 
-/// What a build reads back from the data in `dir` at `WRITTEN_AT_MS`, as JSON: every
-/// queue's attributes, tags, messages and lease report, the move tasks, and what a receive
-/// hands out (bodies, attributes, their MD5s, FIFO sequence numbers).
-async fn read_back(dir: &Path) -> Value {
-    let node = open(dir, Arc::new(ManualClock::new(WRITTEN_AT_MS)));
+/// What a build reads back from a node at `WRITTEN_AT_MS`, as JSON: every queue's
+/// attributes, tags, messages and lease report, the move tasks, and what a receive hands out
+/// (bodies, attributes, their MD5s, FIFO sequence numbers).
+async fn read_back(clocked: &Node) -> Value {
+    clocked.set_time(WRITTEN_AT_MS).await;
+    let node = clocked.backend();
     let listed = node.list_queues(QueueListing::default()).await.unwrap();
     let mut queues = BTreeMap::new();
     for name in QUEUES {
@@ -285,11 +340,14 @@ fn copy_of_fixture() -> tempfile::TempDir {
 
 #[test]
 #[ignore = "writes the fixture: run it only when the data format changes on purpose"]
-fn write_the_fixture() {
+fn write_the_store_fixture() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    runtime.block_on(write(dir.path()));
-    let read = runtime.block_on(read_back(&copy_in(dir.path())));
+    runtime.block_on(async {
+        write(&embedded_node(dir.path(), WRITTEN_AT_MS - 120_000)).await;
+    });
+    let copy = copy_in(dir.path());
+    let read = runtime.block_on(read_back(&embedded_node(&copy, WRITTEN_AT_MS)));
     std::fs::create_dir_all(fixture()).unwrap();
     std::fs::copy(
         dir.path().join("leasehold.db"),
@@ -311,9 +369,13 @@ fn copy_in(dir: &Path) -> PathBuf {
 #[tokio::test]
 async fn this_build_reads_the_last_releases_data_file_as_that_release_did() {
     let dir = copy_of_fixture();
-    let read = read_back(&dir.path().join("data")).await;
+    let read = read_back(&embedded_node(&dir.path().join("data"), WRITTEN_AT_MS)).await;
+    same_as_written(read, &fixture());
+}
+
+fn same_as_written(read: Value, fixture: &Path) {
     let expected: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture().join("expected.json")).unwrap())
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap())
             .unwrap();
     if read != expected {
         panic!(
@@ -321,6 +383,73 @@ async fn this_build_reads_the_last_releases_data_file_as_that_release_did() {
             serde_json::to_string_pretty(&read).unwrap()
         );
     }
+}
+
+#[test]
+#[ignore = "writes the fixture: run it only when the schema changes on purpose"]
+fn write_the_postgres_fixture() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let read = runtime.block_on(async {
+        let admin = common::postgres_admin().await;
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {DUMPED_SCHEMA} CASCADE; CREATE SCHEMA {DUMPED_SCHEMA}"
+            ))
+            .await
+            .unwrap();
+        write(&postgres_node(DUMPED_SCHEMA, WRITTEN_AT_MS - 120_000).await).await;
+        let dump = Command::new("pg_dump")
+            .args([
+                "--schema",
+                DUMPED_SCHEMA,
+                "--inserts",
+                "--no-owner",
+                "--no-privileges",
+            ])
+            .arg(POSTGRES_URL)
+            .output()
+            .unwrap();
+        assert!(
+            dump.status.success(),
+            "{}",
+            String::from_utf8_lossy(&dump.stderr)
+        );
+        admin
+            .batch_execute(&format!("DROP SCHEMA {DUMPED_SCHEMA} CASCADE"))
+            .await
+            .unwrap();
+        std::fs::create_dir_all(postgres_fixture()).unwrap();
+        std::fs::write(postgres_fixture().join("dump.sql"), &dump.stdout).unwrap();
+        read_back_the_postgres_fixture().await
+    });
+    let text = serde_json::to_string_pretty(&read).unwrap() + "\n";
+    std::fs::write(postgres_fixture().join("expected.json"), text).unwrap();
+}
+
+/// The fixture's dump restored into a schema of its own, read back, and dropped.
+async fn read_back_the_postgres_fixture() -> Value {
+    let admin = common::postgres_admin().await;
+    let name = format!("upgrade_{}", rand::random::<u32>());
+    let dump = std::fs::read_to_string(postgres_fixture().join("dump.sql")).unwrap();
+    // What psql alone reads (pg_dump's `\restrict` lines) is not SQL.
+    let sql: Vec<&str> = dump.lines().filter(|l| !l.starts_with('\\')).collect();
+    admin
+        .batch_execute(&sql.join("\n").replace(DUMPED_SCHEMA, &name))
+        .await
+        .unwrap();
+    let node = postgres_node(&name, WRITTEN_AT_MS).await;
+    let read = read_back(&node).await;
+    drop(node);
+    admin
+        .batch_execute(&format!("DROP SCHEMA {name} CASCADE"))
+        .await
+        .unwrap();
+    read
+}
+
+#[tokio::test]
+async fn this_build_reads_the_last_releases_postgres_schema_as_that_release_did() {
+    same_as_written(read_back_the_postgres_fixture().await, &postgres_fixture());
 }
 
 #[tokio::test]
