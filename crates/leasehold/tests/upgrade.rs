@@ -53,14 +53,14 @@ const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// A node of either backend, and how its clock is set.
 enum Node {
-    Embedded(Embedded, Arc<ManualClock>),
+    Embedded(Box<Embedded>, Arc<ManualClock>),
     Postgres(leasehold_postgres::Postgres),
 }
 
 impl Node {
     fn backend(&self) -> &dyn Backend {
         match self {
-            Node::Embedded(node, _) => node,
+            Node::Embedded(node, _) => &**node,
             Node::Postgres(node) => node,
         }
     }
@@ -75,7 +75,7 @@ impl Node {
 
 fn embedded_node(dir: &Path, at_ms: u64) -> Node {
     let clock = Arc::new(ManualClock::new(at_ms));
-    Node::Embedded(open(dir, clock.clone()), clock)
+    Node::Embedded(Box::new(open(dir, clock.clone())), clock)
 }
 
 async fn postgres_node(schema: &str, at_ms: u64) -> Node {
