@@ -54,14 +54,14 @@ const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// A node of either backend, and how its clock is set.
 enum Node {
     Embedded(Box<Embedded>, Arc<ManualClock>),
-    Postgres(leasehold_postgres::Postgres),
+    Postgres(Box<leasehold_postgres::Postgres>),
 }
 
 impl Node {
     fn backend(&self) -> &dyn Backend {
         match self {
             Node::Embedded(node, _) => &**node,
-            Node::Postgres(node) => node,
+            Node::Postgres(node) => &**node,
         }
     }
 
@@ -91,7 +91,7 @@ async fn postgres_node(schema: &str, at_ms: u64) -> Node {
         .await
         .expect("the schema opens");
     node.freeze_clock(Some(at_ms)).await.unwrap();
-    Node::Postgres(node)
+    Node::Postgres(Box::new(node))
 }
 
 fn arn(queue: &str) -> String {
