@@ -274,11 +274,12 @@ impl Embedded {
     /// being put back to what the store holds. Asked under a hold of the engine's lock, so no
     /// command changes the engine after it was put back.
     fn admit(&self, access: Access) -> Result<()> {
-        match (self.health.load(Ordering::SeqCst), access) {
-            (HEALTHY, _) | (READ_ONLY, Access::Read) => Ok(()),
-            (RECOVERING, Access::Read) => Err(BackendError::Unavailable(self.failure_reason())),
-            _ => Err(BackendError::Failed(self.failure_reason())),
-        }
+        admission(self.health.load(Ordering::SeqCst), access).map_err(|unavailable| {
+            match unavailable {
+                true => BackendError::Unavailable(self.failure_reason()),
+                false => BackendError::Failed(self.failure_reason()),
+            }
+        })
     }
 
     /// The engine, locked alone for `access` (see `admit`).
@@ -480,6 +481,17 @@ impl Embedded {
     }
 }
 
+/// Whether a command of `access` may run in `health`: Err(true) while the engine is being put
+/// back to what the store holds (503: it passes, and after a full disk writes resume), Err(false)
+/// once the store has failed for good (500).
+fn admission(health: u8, access: Access) -> std::result::Result<(), bool> {
+    match (health, access) {
+        (HEALTHY, _) | (READ_ONLY, Access::Read) => Ok(()),
+        (RECOVERING, _) => Err(true),
+        _ => Err(false),
+    }
+}
+
 /// Held while a queue's lock is: a panic then may have left the queue half changed, so the
 /// process ends at once. A queue's lock is not poisoned by a panic, but the engine never lets
 /// it go while its thread panics (`QueueGuard`), so no other thread sees the torn queue
@@ -525,4 +537,21 @@ async fn off_async<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 46, defect 8: while the engine is put back to what the store holds, a change is
+    /// answered 503 (retry), as the full disk that caused it is, not 500; once the store has
+    /// failed for good, 500.
+    #[test]
+    fn changes_during_a_recovery_are_unavailable_and_after_a_failure_failed() {
+        assert_eq!(admission(HEALTHY, Access::Change), Ok(()));
+        assert_eq!(admission(RECOVERING, Access::Change), Err(true));
+        assert_eq!(admission(RECOVERING, Access::Read), Err(true));
+        assert_eq!(admission(READ_ONLY, Access::Read), Ok(()));
+        assert_eq!(admission(READ_ONLY, Access::Change), Err(false));
+    }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use leasehold_engine::{
     Change, Content, ContentKey, DedupKey, Delivery, Engine, EngineConfig, EngineError,
-    EngineRecord, LeaseMode, ManualClock, MetricsRecord, MsgKey, NewMessage, Original, QueueRecord,
-    ReceiveRequest, Snapshot, StoredMessage,
+    EngineRecord, LeaseMode, ManualClock, MetricsRecord, MoveTask, MsgKey, NewMessage, Original,
+    QueueRecord, ReceiveRequest, Snapshot, StoredMessage,
 };
 use proptest::prelude::*;
 
@@ -410,4 +410,36 @@ fn the_queue_quota_counts_restored_queues_per_account() {
     engine.create_queue("222222222222:c", &[], &[]).unwrap();
     engine.delete_queue("a").unwrap();
     engine.create_queue("c", &[], &[]).unwrap();
+}
+
+/// Issue 46, defect 6: the generator of move-task ids starts again from the configured seed at
+/// every restart, so the first task after one drew the id of the first task ever, which the
+/// engine still keeps: a handle named two tasks. A new task's id is never a kept task's.
+#[test]
+fn a_move_task_started_after_a_restart_never_takes_a_kept_tasks_id() {
+    let clock = ManualClock::new(5_000_000);
+    let config = EngineConfig {
+        track_changes: true,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(Arc::new(clock.clone()), config.clone());
+    let mut store = MapStore::default();
+    let dlq = "arn:aws:sqs:us-east-1:000000000000:dlq";
+    let redrive = format!(r#"{{"deadLetterTargetArn":"{dlq}","maxReceiveCount":1}}"#);
+    engine.create_queue("dlq", &[], &[]).unwrap();
+    engine
+        .create_queue("src", &[("RedrivePolicy".to_string(), redrive)], &[])
+        .unwrap();
+    for i in 0..5 {
+        engine
+            .send("dlq", NewMessage::new(format!("m{i}")))
+            .unwrap();
+    }
+    let first = engine.start_move_task(dlq, None, Some(1)).unwrap();
+    let _ = engine.cancel_move_task(&first);
+    store.apply(engine.take_changes());
+    let mut engine = Engine::restore(Arc::new(clock.clone()), config, store.snapshot());
+    let second = engine.start_move_task(dlq, None, Some(1)).unwrap();
+    let id = |handle: &str| MoveTask::read_handle(handle).unwrap().0;
+    assert_ne!(id(&first), id(&second));
 }

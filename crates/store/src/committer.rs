@@ -26,6 +26,9 @@ const MAX_GROUP: usize = 4096;
 /// Records one step of a background range delete removes: a few milliseconds of work, so a
 /// purge of a million messages delays no request by more than that.
 const SWEEP_STEP: usize = 1_000;
+/// How long range deletes wait after one found the file system full, rather than try again
+/// at once and spin a core while freeing nothing.
+const SWEEP_FULL_PAUSE: Duration = Duration::from_millis(250);
 
 /// When acknowledged writes reach the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,13 +166,20 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
     let mut unsynced_since: Option<Instant> = None;
     // Range deletes still to do, in steps, whenever no request is waiting.
     let mut sweeps: VecDeque<RangeDelete> = VecDeque::new();
+    // Until when they wait, after one found the file system full.
+    let mut sweeps_paused_until: Option<Instant> = None;
     loop {
-        let first = if sweeps.is_empty() || failed.is_some() {
-            match next_job(&rx, durability, unsynced_since) {
+        let paused = sweeps_paused_until.filter(|until| *until > Instant::now());
+        let first = if sweeps.is_empty() || failed.is_some() || paused.is_some() {
+            match next_job(&rx, durability, unsynced_since, paused) {
                 Next::Job(job) => job,
                 Next::SyncDue => {
                     sync(&mut *store, &mut failed);
                     unsynced_since = None;
+                    continue;
+                }
+                Next::SweepDue => {
+                    sweeps_paused_until = None;
                     continue;
                 }
                 Next::Closed => break,
@@ -178,7 +188,9 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
             match rx.try_recv() {
                 Ok(job) => job,
                 Err(mpsc::TryRecvError::Empty) => {
-                    sweep_step(&mut *store, &mut sweeps, &mut failed);
+                    if sweep_step(&mut *store, &mut sweeps, &mut failed) == Swept::FoundFull {
+                        sweeps_paused_until = Some(Instant::now() + SWEEP_FULL_PAUSE);
+                    }
                     let sync_due = match durability {
                         Durability::Always => sweeps.is_empty(),
                         Durability::Interval(period) => {
@@ -260,20 +272,33 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
 enum Next {
     Job(Job),
     SyncDue,
+    /// Range deletes paused by a full file system may go on.
+    SweepDue,
     Closed,
 }
 
-/// Waits for the next job; under `interval-ms=N`, no longer than until the sync is due.
-fn next_job(rx: &mpsc::Receiver<Job>, durability: Durability, unsynced: Option<Instant>) -> Next {
-    match (durability, unsynced) {
-        (Durability::Interval(period), Some(since)) => {
-            match rx.recv_timeout(period.saturating_sub(since.elapsed())) {
-                Ok(job) => Next::Job(job),
-                Err(mpsc::RecvTimeoutError::Timeout) => Next::SyncDue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => Next::Closed,
-            }
+/// Waits for the next job; under `interval-ms=N`, no longer than until the sync is due, and
+/// no longer than until paused range deletes may go on (`resume_sweeps`).
+fn next_job(
+    rx: &mpsc::Receiver<Job>,
+    durability: Durability,
+    unsynced: Option<Instant>,
+    resume_sweeps: Option<Instant>,
+) -> Next {
+    let sync_at = match (durability, unsynced) {
+        (Durability::Interval(period), Some(since)) => Some(since + period),
+        _ => None,
+    };
+    let Some(wake_at) = [sync_at, resume_sweeps].into_iter().flatten().min() else {
+        return rx.recv().map_or(Next::Closed, Next::Job);
+    };
+    match rx.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
+        Ok(job) => Next::Job(job),
+        Err(mpsc::RecvTimeoutError::Timeout) if sync_at.is_some_and(|at| at <= Instant::now()) => {
+            Next::SyncDue
         }
-        _ => rx.recv().map_or(Next::Closed, Next::Job),
+        Err(mpsc::RecvTimeoutError::Timeout) => Next::SweepDue,
+        Err(mpsc::RecvTimeoutError::Disconnected) => Next::Closed,
     }
 }
 
@@ -287,25 +312,35 @@ fn range_deletes(batches: &[WriteBatch]) -> impl Iterator<Item = RangeDelete> + 
         })
 }
 
+#[derive(PartialEq, Eq)]
+enum Swept {
+    Done,
+    FoundFull,
+}
+
 /// One step of the oldest range delete. A range that came back short is done.
 fn sweep_step(
     store: &mut dyn Store,
     sweeps: &mut VecDeque<RangeDelete>,
     failed: &mut Option<StoreError>,
-) {
-    let Some(range) = sweeps.front() else { return };
+) -> Swept {
+    let Some(range) = sweeps.front() else {
+        return Swept::Done;
+    };
     match store.delete_some(range, SWEEP_STEP) {
         Ok(deleted) if deleted < SWEEP_STEP => {
             sweeps.pop_front();
         }
         Ok(_) => {}
-        // Deleting needs room in the write-ahead log too; the step is tried again later.
-        Err(StoreError::Full { .. }) => {}
+        // Deleting needs room in the write-ahead log too; the step is tried again after a
+        // pause (`SWEEP_FULL_PAUSE`).
+        Err(StoreError::Full { .. }) => return Swept::FoundFull,
         Err(error) => {
             tracing::error!(%error, "background delete failed; refusing further writes");
             *failed = Some(error);
         }
     }
+    Swept::Done
 }
 
 fn sync(store: &mut dyn Store, failed: &mut Option<StoreError>) {

@@ -100,6 +100,8 @@ fn a_restart_before_the_background_deletes_skips_purged_messages_and_finishes_th
 struct Shared {
     inner: Arc<Mutex<MemoryStore>>,
     steps: Arc<Mutex<usize>>,
+    /// While set, range deletes find the file system full.
+    full: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Store for Shared {
@@ -116,6 +118,12 @@ impl Store for Shared {
     }
     fn delete_some(&mut self, range: &RangeDelete, limit: usize) -> Result<usize, StoreError> {
         *self.steps.lock().unwrap() += 1;
+        if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Full {
+                path: "(shared)".into(),
+                reason: "no space left (test)".into(),
+            });
+        }
         self.inner.lock().unwrap().delete_some(range, limit)
     }
     fn sync(&mut self) -> Result<(), StoreError> {
@@ -189,4 +197,46 @@ fn a_streamed_restore_finds_what_a_snapshot_finds() {
         bodies(&mut snapshotted, "kept", &store)
     );
     assert!(streamed.queue_exists("gone").is_err());
+}
+
+/// Issue 46, defect 3: a purge on a full disk (the remedy an operator reaches for) paused its
+/// range deletes instead of trying them again at once: one second of a full file system costs
+/// a handful of tries, not a core; once space returns, the purge finishes by itself.
+#[tokio::test]
+async fn a_purge_on_a_full_disk_waits_for_space_without_spinning_and_then_finishes() {
+    let clock = ManualClock::new(1_000_000);
+    let mut e = engine(&clock);
+    e.create_queue("big", &[], &[]).unwrap();
+    send(&mut e, "big", (0..2_000).map(|i| format!("m{i}")));
+    let shared = Shared::default();
+    let committer = Committer::start(Box::new(shared.clone()), Durability::Always);
+    committer
+        .submit(codec::encode(&e.take_changes()))
+        .await
+        .unwrap();
+    shared.full.store(true, std::sync::atomic::Ordering::SeqCst);
+    e.purge("big").unwrap();
+    committer
+        .submit(codec::encode(&e.take_changes()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let tries = *shared.steps.lock().unwrap();
+    assert!(
+        (1..=10).contains(&tries),
+        "{tries} tries in a second of a full disk"
+    );
+    shared
+        .full
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Left once swept: the engine's and the queue's records.
+    while shared.inner.lock().unwrap().records().len() > 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the purge never finished once space returned"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    committer.close();
 }

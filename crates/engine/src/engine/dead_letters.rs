@@ -353,7 +353,14 @@ impl Engine {
             .fold((None, 0), |(limit, count), (newest, held)| {
                 (limit.max(newest), count + held)
             });
-        let id = format_message_id(self.rng.random());
+        // The generator starts again from the configured seed at every restart: an id a kept
+        // task already has is drawn again, so that a handle never names two tasks.
+        let id = loop {
+            let id = format_message_id(self.rng.random());
+            if !self.tasks.iter().any(|task| task.id == id) {
+                break id;
+            }
+        };
         let start = (source_arn, destination_arn, rate);
         let task = MoveTask::new(id, &source, start, (limit, to_move as u64), now);
         let handle = task.handle();
