@@ -137,18 +137,24 @@ impl Store for Shared {
     }
 }
 
-#[tokio::test]
-async fn the_committer_deletes_a_purged_queue_in_steps_and_keeps_later_sends() {
+/// A queue `big` of `count` messages, written through a committer to a `Shared` store.
+async fn big_queue_written(count: usize) -> (ManualClock, Engine, Shared, Committer) {
     let clock = ManualClock::new(1_000_000);
     let mut e = engine(&clock);
     e.create_queue("big", &[], &[]).unwrap();
-    send(&mut e, "big", (0..5_000).map(|i| format!("m{i}")));
+    send(&mut e, "big", (0..count).map(|i| format!("m{i}")));
     let shared = Shared::default();
     let committer = Committer::start(Box::new(shared.clone()), Durability::Always);
     committer
         .submit(codec::encode(&e.take_changes()))
         .await
         .unwrap();
+    (clock, e, shared, committer)
+}
+
+#[tokio::test]
+async fn the_committer_deletes_a_purged_queue_in_steps_and_keeps_later_sends() {
+    let (clock, mut e, shared, committer) = big_queue_written(5_000).await;
     e.purge("big").unwrap();
     send(&mut e, "big", ["after".to_string()]);
     committer
@@ -204,16 +210,7 @@ fn a_streamed_restore_finds_what_a_snapshot_finds() {
 /// a handful of tries, not a core; once space returns, the purge finishes by itself.
 #[tokio::test]
 async fn a_purge_on_a_full_disk_waits_for_space_without_spinning_and_then_finishes() {
-    let clock = ManualClock::new(1_000_000);
-    let mut e = engine(&clock);
-    e.create_queue("big", &[], &[]).unwrap();
-    send(&mut e, "big", (0..2_000).map(|i| format!("m{i}")));
-    let shared = Shared::default();
-    let committer = Committer::start(Box::new(shared.clone()), Durability::Always);
-    committer
-        .submit(codec::encode(&e.take_changes()))
-        .await
-        .unwrap();
+    let (_clock, mut e, shared, committer) = big_queue_written(2_000).await;
     shared.full.store(true, std::sync::atomic::Ordering::SeqCst);
     e.purge("big").unwrap();
     committer
