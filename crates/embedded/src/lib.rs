@@ -282,10 +282,13 @@ impl Embedded {
         })
     }
 
-    /// The engine, locked alone for `access` (see `admit`).
+    /// The engine, locked alone for `access` (see `admit`), its move tasks held while the
+    /// disk is below its reserve (they copy bodies: on a tight disk their write would fail,
+    /// be put back, and be tried again without end).
     fn lock(&self, access: Access) -> Result<RwLockWriteGuard<'_, Engine>> {
-        let engine = self.engine();
+        let mut engine = self.engine();
         self.admit(access)?;
+        engine.hold_moves(self.disk.gate.is_refusing());
         Ok(engine)
     }
 

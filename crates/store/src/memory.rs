@@ -14,6 +14,8 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 pub struct MemoryStore {
     data: Arc<RwLock<Map>>,
     pub syncs: u64,
+    /// The free space its readers report (`with_free_space`); None: no file system.
+    free: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl MemoryStore {
@@ -22,7 +24,15 @@ impl MemoryStore {
         MemoryStore {
             data: Arc::new(RwLock::new(records)),
             syncs: 0,
+            free: None,
         }
+    }
+
+    /// A store whose readers report a file system of 1 GiB with `free` bytes free (which the
+    /// caller may change): for tests of what a server does near its disk reserve.
+    pub fn with_free_space(mut self, free: Arc<std::sync::atomic::AtomicU64>) -> MemoryStore {
+        self.free = Some(free);
+        self
     }
 
     /// Every record it holds now.
@@ -46,7 +56,11 @@ impl Reader for MemoryStore {
     }
 
     fn space(&self) -> Option<Space> {
-        None
+        self.free.as_ref().map(|free| Space {
+            file_system_size: 1 << 30,
+            file_system_free: free.load(std::sync::atomic::Ordering::SeqCst),
+            reusable_in_file: 0,
+        })
     }
 }
 

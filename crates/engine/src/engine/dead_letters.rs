@@ -436,6 +436,9 @@ impl Engine {
     /// Moves what every running task may move by now, noting the queues that received
     /// messages for `take_woken`.
     fn progress_move_tasks(&mut self) {
+        if self.moves_held {
+            return;
+        }
         let now = self.clock.now_ms();
         let mut woken = std::mem::take(&mut self.woken);
         for index in 0..self.tasks.len() {

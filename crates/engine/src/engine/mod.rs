@@ -123,6 +123,8 @@ pub struct Engine {
     woken: Vec<String>,
     /// Looks change nothing, not even by the clock (`freeze`).
     frozen: bool,
+    /// Move tasks move nothing for now (`hold_moves`).
+    moves_held: bool,
 }
 
 /// One page of a listing of queue names.
@@ -156,6 +158,7 @@ impl Engine {
             removed: Vec::new(),
             woken: Vec::new(),
             frozen: false,
+            moves_held: false,
         }
     }
 
@@ -164,6 +167,13 @@ impl Engine {
     /// its store holds. Commands that change a queue are the caller's to refuse.
     pub fn freeze(&mut self) {
         self.frozen = true;
+    }
+
+    /// Whether running move tasks move nothing for now: a durable server's disk is below its
+    /// reserve, where sends are refused too (a task copies bodies, which needs room).
+    /// Starting, listing and cancelling tasks go on.
+    pub fn hold_moves(&mut self, held: bool) {
+        self.moves_held = held;
     }
 
     /// Notes that engine-wide state changed, when a store is listening.

@@ -1,0 +1,86 @@
+//! The embedded backend at its disk reserve (issue 46): what it does when the file system its
+//! store writes to is nearly full (`MemoryStore::with_free_space` reports what a test sets).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use leasehold_backend::{Backend, Messages, MoveTaskStart, QueueAdmin};
+use leasehold_embedded::{Embedded, EngineSetup, StoreOptions};
+use leasehold_engine::{EngineConfig, ManualClock, NewMessage, ReceiveRequest};
+use leasehold_store::{Durability, MemoryStore};
+
+const RESERVE: u64 = 64 << 20;
+
+async fn count(backend: &Embedded, queue: &str) -> String {
+    let counts = backend
+        .get_attributes(queue, vec!["ApproximateNumberOfMessages".into()])
+        .await
+        .unwrap();
+    counts[0].1.clone()
+}
+
+/// Issue 46, defect 1: below the reserve a move task copied bodies anyway; on a tight disk its
+/// write failed, was put back, and the same batch was tried again without end. Now running
+/// tasks move nothing below the reserve, and go on by themselves once space returns.
+#[tokio::test]
+async fn a_move_task_waits_below_the_disk_reserve_and_goes_on_once_space_returns() {
+    let clock = ManualClock::new(1_000_000);
+    let free = Arc::new(AtomicU64::new(1 << 30));
+    let store = MemoryStore::default().with_free_space(free.clone());
+    let setup = EngineSetup {
+        clock: Arc::new(clock.clone()),
+        config: EngineConfig::default(),
+    };
+    let options = StoreOptions {
+        disk_reserve_bytes: Some(RESERVE),
+        ..StoreOptions::from(Durability::Always)
+    };
+    let backend = Embedded::durable(setup, Box::new(store), options).unwrap();
+    let redrive =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}"#;
+    backend.create_queue("dlq", vec![], vec![]).await.unwrap();
+    let attributes = vec![("RedrivePolicy".to_string(), redrive.to_string())];
+    backend
+        .create_queue("src", attributes, vec![])
+        .await
+        .unwrap();
+    for i in 0..20 {
+        backend
+            .send("src", NewMessage::new(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    let bounce = ReceiveRequest {
+        max_messages: 10,
+        visibility_s: Some(0),
+        attempt_id: None,
+    };
+    for _ in 0..4 {
+        backend.receive("src", bounce.clone()).await.unwrap();
+    }
+    assert_eq!(count(&backend, "dlq").await, "20");
+    free.store(RESERVE / 2, Ordering::SeqCst);
+    backend.tick().await;
+    assert!(backend.refusing_sends().is_some());
+    let task = MoveTaskStart {
+        source_arn: "arn:aws:sqs:us-east-1:000000000000:dlq".into(),
+        destination_arn: None,
+        per_second: None,
+    };
+    backend.start_move_task(task).await.unwrap();
+    for _ in 0..5 {
+        clock.advance_ms(1_000);
+        backend.tick().await;
+    }
+    assert_eq!(
+        count(&backend, "dlq").await,
+        "20",
+        "moved below the reserve"
+    );
+    assert_eq!(count(&backend, "src").await, "0");
+    free.store(1 << 30, Ordering::SeqCst);
+    backend.tick().await;
+    backend.tick().await;
+    assert_eq!(count(&backend, "dlq").await, "0");
+    assert_eq!(count(&backend, "src").await, "20");
+}
