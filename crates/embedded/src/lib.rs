@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 // The engine's lock and the failure's: std's, or under the `simulation` feature shuttle's, so
-// the node simulation (`tests/simulate_node.rs`) schedules every lock the node takes.
+// the node simulation (`tests/simulate_node/`) schedules every lock the node takes.
 #[cfg(feature = "simulation")]
 use shuttle::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(not(feature = "simulation"))]

@@ -1,4 +1,4 @@
-//! What the node simulation (`tests/simulate_node.rs`, feature `simulation`) needs from inside
+//! What the node simulation (`tests/simulate_node/`, feature `simulation`) needs from inside
 //! the node: a way to stop it as a crash would, and to tell an abort from a failure.
 //!
 //! A real node that panics under a lock aborts (`poisoned`); under the simulation there is no
