@@ -182,7 +182,7 @@ impl Messages for Embedded {
     }
 
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
-        self.admit_send()?;
+        self.admit_send([&message])?;
         // What needs no queue is checked, and the id written out, with no lock held.
         let message = message.checked();
         let accepted = self
@@ -198,7 +198,7 @@ impl Messages for Embedded {
         queue: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent, EngineError>>> {
-        self.admit_send()?;
+        self.admit_send(&messages)?;
         let messages = messages.into_iter().map(NewMessage::checked).collect();
         let results: Vec<_> = self
             .on_queue(|e, sink| e.on_stripe(queue, None, sink, |q| q.send_batch(messages))?)
@@ -234,10 +234,13 @@ impl Messages for Embedded {
         };
         // The receive's own commit is done, so every content it hands out is written.
         let leased = received.deliveries.len();
-        let deliveries = contents
+        let (deliveries, unread) = contents
             .fill_deliveries(received.deliveries)
             .await
             .map_err(|e| BackendError::Failed(e.to_string()))?;
+        if !unread.is_empty() {
+            self.drop_contentless(queue, unread).await;
+        }
         // Every message it leased was deleted before its content was read (a late delete):
         // the receive found nothing, and knows no delay or lease to wait for, so a long poll
         // looks again shortly rather than at the end of its wait (found by the simulation);

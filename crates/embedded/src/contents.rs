@@ -95,15 +95,15 @@ impl Contents {
         }
     }
 
-    /// Fills in the contents of what a receive handed out. A message deleted between the
-    /// receive's commit and this read (through another receive's handle) is left out: the
-    /// receive answers as if the delete had come first.
+    /// Fills in the contents of what a receive handed out, and answers apart those whose
+    /// content the store does not hold: a message deleted between the receive's commit and
+    /// this read (through another receive's handle), or one whose content is lost.
     pub async fn fill_deliveries(
         &self,
         deliveries: Vec<Delivery>,
-    ) -> Result<Vec<Delivery>, StoreError> {
+    ) -> Result<(Vec<Delivery>, Vec<Delivery>), StoreError> {
         let filled = self.fill(deliveries).await?;
-        Ok(filled.into_iter().filter(|d| d.unread.is_none()).collect())
+        Ok(filled.into_iter().partition(|d| d.unread.is_none()))
     }
 
     /// Fills in the bodies of what a peek shows; one whose message is gone shows none.

@@ -20,7 +20,8 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use leasehold_backend::{BackendError, Result, SendGate, Waiters};
 use leasehold_engine::{
-    Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming, ReceiptSealer, Sink,
+    Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming, NewMessage, ReceiptSealer,
+    Sink,
 };
 use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
 
@@ -59,17 +60,29 @@ impl From<Durability> for StoreOptions {
     }
 }
 
+/// What a message adds to the store besides its body and attributes (its record, its keys,
+/// the b-tree's share), as sends are counted against the disk reserve between measurements.
+const STORED_MESSAGE_OVERHEAD: u64 = 512;
+
 /// The disk reserve: whether the store's file system has room for new messages.
 struct DiskReserve {
     reserve: u64,
     /// Bytes the store's writes may still use, as last measured (`u64::MAX` until then).
     available: AtomicU64,
+    /// Bytes of sends taken since that measurement: space is measured ten times a second,
+    /// and a burst of big sends in between must not pass the reserve together.
+    taken_since: AtomicU64,
     gate: SendGate,
 }
 
 impl DiskReserve {
     fn measured(&self, available: u64) {
         self.available.store(available, Ordering::Relaxed);
+        self.taken_since.store(0, Ordering::Relaxed);
+        self.decide(available);
+    }
+
+    fn decide(&self, available: u64) {
         self.gate.decide(available < self.reserve, || {
             format!(
                 "{} MiB left for writes, reserve {} MiB",
@@ -77,6 +90,19 @@ impl DiskReserve {
                 self.reserve >> 20
             )
         });
+    }
+
+    /// Counts a send of `bytes` against what is left, and refuses it when the reserve would
+    /// be reached (or already is).
+    fn take(&self, bytes: u64) -> Option<String> {
+        if !self.gate.is_refusing() {
+            let taken = self.taken_since.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            let left = self.available.load(Ordering::Relaxed).saturating_sub(taken);
+            if left < self.reserve {
+                self.decide(left);
+            }
+        }
+        self.refusal()
     }
 
     /// Why sends are refused now, if they are.
@@ -215,6 +241,7 @@ impl Embedded {
             disk: DiskReserve {
                 reserve: 0,
                 available: AtomicU64::new(u64::MAX),
+                taken_since: AtomicU64::new(0),
                 gate: SendGate::new("disk space"),
             },
             health: AtomicU8::new(HEALTHY),
@@ -222,9 +249,13 @@ impl Embedded {
         }
     }
 
-    /// Refuses a send while the disk is below its reserve.
-    fn admit_send(&self) -> Result<()> {
-        match self.disk.refusal() {
+    /// Refuses a send of `messages` while the disk is below its reserve, or would be with it.
+    fn admit_send<'m>(&self, messages: impl IntoIterator<Item = &'m NewMessage>) -> Result<()> {
+        let bytes = messages
+            .into_iter()
+            .map(|m| m.size() as u64 + STORED_MESSAGE_OVERHEAD)
+            .sum();
+        match self.disk.take(bytes) {
             Some(why) => Err(BackendError::Throttled(why)),
             None => Ok(()),
         }
@@ -445,10 +476,9 @@ impl Embedded {
         let Some(committer) = &self.committer else {
             return;
         };
-        match committer.load().await {
-            Ok(snapshot) => {
-                let EngineSetup { clock, config } = self.setup.clone();
-                let mut restored = Engine::restore(clock, config, snapshot);
+        let EngineSetup { clock, config } = self.setup.clone();
+        match committer.rebuild(clock, config).await {
+            Ok(mut restored) => {
                 if !transient {
                     // Serving reads only: memory must stay what the store holds, so no look
                     // brings a queue up to the present (a tick ends leases, drops messages).
@@ -475,6 +505,32 @@ impl Embedded {
     /// test asks between commands.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         self.engine_shared().check_invariants()
+    }
+
+    /// Deliveries whose content the store did not hold: each one's message was deleted
+    /// meanwhile (a late delete through an earlier handle: the receive answers as if it had
+    /// come first), or its record is there without its body (a damaged or edited data file).
+    /// The latter could never be delivered, yet each receive would lease it and count a
+    /// receive, and in a FIFO queue it would hold its group until retention ends: it is
+    /// deleted through the lease just taken, and said in the log.
+    async fn drop_contentless(&self, queue: &str, unread: Vec<leasehold_engine::Delivery>) {
+        let handles = unread.iter().map(|d| d.receipt_handle.clone()).collect();
+        let deleted = match leasehold_backend::Messages::delete(self, queue, handles).await {
+            Ok(results) => results,
+            Err(error) => {
+                tracing::warn!(%error, queue, "cannot drop messages whose body is lost");
+                return;
+            }
+        };
+        for (delivery, deleted) in unread.iter().zip(deleted) {
+            if deleted.is_ok() {
+                tracing::error!(
+                    queue,
+                    message_id = %delivery.message_id,
+                    "a message's record has no body in the store (the data file is damaged or was changed): it cannot be delivered, and is dropped"
+                );
+            }
+        }
     }
 
     /// Wakes one waiting receive on `queue` per entry that succeeded.
@@ -549,6 +605,28 @@ mod tests {
     /// Issue 46, defect 8: while the engine is put back to what the store holds, a change is
     /// answered 503 (retry), as the full disk that caused it is, not 500; once the store has
     /// failed for good, 500.
+    /// Issue 46, defect 2: space is measured ten times a second; between two measurements a
+    /// burst of big sends passed the reserve together. Each send now counts against what the
+    /// last measurement left.
+    #[test]
+    fn sends_between_two_measurements_count_against_the_reserve() {
+        let disk = DiskReserve {
+            reserve: 64 << 20,
+            available: AtomicU64::new(u64::MAX),
+            taken_since: AtomicU64::new(0),
+            gate: SendGate::new("disk space"),
+        };
+        disk.measured(100 << 20);
+        for _ in 0..3 {
+            assert_eq!(disk.take(10 << 20), None);
+        }
+        assert!(disk.take(10 << 20).is_some(), "a send past the reserve");
+        assert!(disk.take(1).is_some());
+        // The next measurement decides again, from what it finds.
+        disk.measured(100 << 20);
+        assert_eq!(disk.take(1 << 20), None);
+    }
+
     #[test]
     fn changes_during_a_recovery_are_unavailable_and_after_a_failure_failed() {
         assert_eq!(admission(HEALTHY, Access::Change), Ok(()));

@@ -10,7 +10,7 @@ use deadpool_postgres::Transaction;
 use leasehold_backend::{BackendError, MoveTaskStart};
 use leasehold_engine::{
     format_message_id, EngineError, MoveTask, MoveTaskInfo, MoveTaskStatus, MsgKey,
-    MOVE_TASK_QUEUE_GONE,
+    MOVE_BATCH_STORED, MOVE_TASK_QUEUE_GONE,
 };
 
 use crate::dead_letters::Destination;
@@ -244,7 +244,7 @@ impl Postgres {
         task: &mut MoveTask,
         now: u64,
     ) -> Result<Vec<String>> {
-        let budget = task.budget(now);
+        let budget = task.budget(now, MOVE_BATCH_STORED);
         let mut woken = Vec::new();
         let mut destinations: HashMap<String, Option<Found>> = HashMap::new();
         let mut moved = 0;

@@ -76,6 +76,20 @@ impl WriteBatch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+
+    /// The bytes its puts, deletes and copies name: what a group commit is bounded by (a
+    /// copy's value is the store's, and not counted).
+    pub fn bytes(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::Put(k, v) => k.len() + v.len(),
+                Op::Delete(k) => k.len(),
+                Op::Copy { from, to } => from.len() + to.len(),
+                Op::DeleteRange(range) => range.start.len() + range.end.len(),
+            })
+            .sum()
+    }
 }
 
 /// The ops of a group of batches that still matter, in order: every put or delete that a

@@ -19,10 +19,15 @@ use std::collections::VecDeque;
 
 use crate::batch::{Op, RangeDelete, WriteBatch};
 use crate::{Store, StoreError};
-use leasehold_engine::Snapshot;
+use leasehold_engine::{Clock, Engine, EngineConfig};
+use std::sync::Arc;
 
 /// At most this many requests share one commit, bounding its latency.
 const MAX_GROUP: usize = 4096;
+/// A commit takes no more requests once its batches hold this many bytes: a group of big
+/// sends that finds the disk full fails as one, and takes the small deletes and receives
+/// queued with it down too; the disk reserve must hold a whole group.
+pub const MAX_GROUP_BYTES: usize = 8 << 20;
 /// Records one step of a background range delete removes: a few milliseconds of work, so a
 /// purge of a million messages delays no request by more than that.
 const SWEEP_STEP: usize = 1_000;
@@ -62,11 +67,29 @@ impl FromStr for Durability {
     }
 }
 
+/// What an engine is rebuilt from, and where it goes.
+struct Rebuild {
+    clock: Arc<dyn Clock>,
+    config: EngineConfig,
+    reply: oneshot::Sender<Result<Engine, StoreError>>,
+}
+
+impl Rebuild {
+    /// Streams the records into a new engine on the writer's thread (`crate::restore`), so
+    /// that no list of every message is held beside the live engine; the range deletes still
+    /// to do are already the writer's.
+    fn answer(self, store: &mut dyn Store) {
+        let rebuilt = crate::restore(store, self.clock, self.config).map(|(engine, _)| engine);
+        let _ = self.reply.send(rebuilt);
+    }
+}
+
 struct Job {
     batch: WriteBatch,
     done: Option<oneshot::Sender<Result<(), StoreError>>>,
-    /// Instead of writing: read back everything the store holds, after every earlier write.
-    load: Option<oneshot::Sender<Result<Snapshot, StoreError>>>,
+    /// Instead of writing: rebuild an engine from everything the store holds, after every
+    /// earlier write.
+    load: Option<Rebuild>,
 }
 
 pub struct Committer {
@@ -115,14 +138,23 @@ impl Committer {
         });
     }
 
-    /// What the store holds once every batch submitted before is written (or refused): the
-    /// state to go back to when a write failed and memory holds changes the disk does not.
-    pub fn load(&self) -> impl std::future::Future<Output = Result<Snapshot, StoreError>> {
-        let (done, wait) = oneshot::channel();
+    /// An engine rebuilt from what the store holds once every batch submitted before is
+    /// written (or refused): the state to go back to when a write failed and memory holds
+    /// changes the disk does not.
+    pub fn rebuild(
+        &self,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> impl std::future::Future<Output = Result<Engine, StoreError>> {
+        let (reply, wait) = oneshot::channel();
         let queued = self.send(Job {
             batch: WriteBatch::default(),
             done: None,
-            load: Some(done),
+            load: Some(Rebuild {
+                clock,
+                config,
+                reply,
+            }),
         });
         async move {
             queued?;
@@ -160,7 +192,7 @@ impl Drop for Committer {
 fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job>) {
     let mut failed: Option<StoreError> = None;
     // A write the full file system refused (`StoreError::Full`): every write queued behind it
-    // was made on top of it, so they are refused too, up to the next `load`, which the
+    // was made on top of it, so they are refused too, up to the next `rebuild`, which the
     // backend asks for once it stopped changing its engine, to go back to what is stored.
     let mut refusing: Option<StoreError> = None;
     let mut unsynced_since: Option<Instant> = None;
@@ -207,22 +239,27 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
                 Err(mpsc::TryRecvError::Disconnected) => break,
             }
         };
-        if let Some(reply) = first.load {
+        if let Some(rebuild) = first.load {
             refusing = None;
-            let _ = reply.send(crate::load(&mut *store));
+            rebuild.answer(&mut *store);
             continue;
         }
+        let mut bytes = first.batch.bytes();
         let mut jobs = vec![first];
         let mut load_after = None;
-        while jobs.len() < MAX_GROUP {
+        while jobs.len() < MAX_GROUP && bytes < MAX_GROUP_BYTES {
             match rx.try_recv() {
                 Ok(Job {
-                    load: Some(reply), ..
+                    load: Some(rebuild),
+                    ..
                 }) => {
-                    load_after = Some(reply);
+                    load_after = Some(rebuild);
                     break;
                 }
-                Ok(job) => jobs.push(job),
+                Ok(job) => {
+                    bytes += job.batch.bytes();
+                    jobs.push(job);
+                }
                 Err(_) => break,
             }
         }
@@ -252,9 +289,9 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
         for waiter in waiters.into_iter().flatten() {
             let _ = waiter.send(result.clone());
         }
-        if let Some(reply) = load_after {
+        if let Some(rebuild) = load_after {
             refusing = None;
-            let _ = reply.send(crate::load(&mut *store));
+            rebuild.answer(&mut *store);
         }
         if let Durability::Interval(period) = durability {
             let since = *unsynced_since.get_or_insert_with(Instant::now);
@@ -362,6 +399,87 @@ fn sync(store: &mut dyn Store, failed: &mut Option<StoreError>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MemoryStore;
+    use std::sync::{Arc, Condvar, Mutex};
+
+    /// Records the bytes of each group it is given; its first write waits until `open`.
+    struct Recording {
+        inner: MemoryStore,
+        open: Arc<(Mutex<bool>, Condvar)>,
+        groups: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Store for Recording {
+        fn scan_range(
+            &mut self,
+            start: &[u8],
+            end: &[u8],
+            visit: &mut crate::Visitor,
+        ) -> Result<(), StoreError> {
+            self.inner.scan_range(start, end, visit)
+        }
+
+        fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError> {
+            let (open, opened) = &*self.open;
+            let mut is_open = open.lock().unwrap();
+            while !*is_open {
+                is_open = opened.wait(is_open).unwrap();
+            }
+            let bytes = batches.iter().map(WriteBatch::bytes).sum();
+            self.groups.lock().unwrap().push(bytes);
+            self.inner.write(batches, sync)
+        }
+
+        fn delete_some(&mut self, range: &RangeDelete, limit: usize) -> Result<usize, StoreError> {
+            self.inner.delete_some(range, limit)
+        }
+
+        fn sync(&mut self) -> Result<(), StoreError> {
+            self.inner.sync()
+        }
+
+        fn describe(&self) -> String {
+            "recording".into()
+        }
+
+        fn reader(&self) -> Result<Arc<dyn crate::Reader>, StoreError> {
+            self.inner.reader()
+        }
+    }
+
+    /// Issue 46, defect 2: a group commit had no bound in bytes, so eight batches of 10 MiB
+    /// queued together were written (and, on a tight disk, failed) as one.
+    #[cfg(not(feature = "shuttle"))]
+    #[test]
+    fn a_group_commit_takes_no_more_batches_once_it_holds_its_bytes() {
+        let open = Arc::new((Mutex::new(false), Condvar::new()));
+        let groups = Arc::new(Mutex::new(Vec::new()));
+        let store = Recording {
+            inner: MemoryStore::default(),
+            open: open.clone(),
+            groups: groups.clone(),
+        };
+        let committer = Committer::start(Box::new(store), Durability::Never);
+        let mut first = WriteBatch::default();
+        first.put(b"first".to_vec(), vec![0; 10]);
+        committer.submit_detached(first);
+        const BIG: usize = 2 << 20;
+        for i in 0..10u8 {
+            let mut big = WriteBatch::default();
+            big.put(vec![i], vec![i; BIG]);
+            committer.submit_detached(big);
+        }
+        *open.0.lock().unwrap() = true;
+        open.1.notify_all();
+        committer.close();
+        let groups = groups.lock().unwrap();
+        let total: usize = groups.iter().sum();
+        assert_eq!(total, 10 * (BIG + 1) + 15);
+        assert!(
+            groups.iter().all(|&g| g < MAX_GROUP_BYTES + BIG + 16),
+            "a group past its bound: {groups:?}"
+        );
+    }
 
     #[test]
     fn durability_parses_the_three_modes() {

@@ -1,6 +1,9 @@
 //! A store that fails on purpose: the Nth write or sync errors, to prove that a failed write
 //! is an error to the client and never an acknowledgement.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::batch::{RangeDelete, WriteBatch};
 use crate::{Store, StoreError, Visitor};
 
@@ -14,6 +17,8 @@ pub struct FaultyStore<S> {
     pub fail_sync: Option<u64>,
     /// Find the file system full at the write with this number, and that one only.
     pub full_at_write: Option<u64>,
+    /// Find the file system full at every write while this is set (by the test, any time).
+    pub full_while: Option<Arc<AtomicBool>>,
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -25,6 +30,7 @@ impl<S: Store> FaultyStore<S> {
             fail_write: None,
             fail_sync: None,
             full_at_write: None,
+            full_while: None,
         }
     }
 }
@@ -44,7 +50,11 @@ impl<S: Store> Store for FaultyStore<S> {
         if self.fail_write.is_some_and(|n| self.writes >= n) {
             return Err(StoreError::Injected(format!("write {} fails", self.writes)));
         }
-        if self.full_at_write == Some(self.writes) {
+        let full_now = self
+            .full_while
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst));
+        if full_now || self.full_at_write == Some(self.writes) {
             return Err(StoreError::Full {
                 path: self.describe(),
                 reason: format!("write {} finds no space (injected)", self.writes),
@@ -80,7 +90,7 @@ impl<S: Store> Store for FaultyStore<S> {
         format!("faulty {}", self.inner.describe())
     }
 
-    fn reader(&self) -> Result<std::sync::Arc<dyn crate::Reader>, StoreError> {
+    fn reader(&self) -> Result<Arc<dyn crate::Reader>, StoreError> {
         self.inner.reader()
     }
 }

@@ -25,7 +25,7 @@ use thiserror::Error;
 
 pub use backup::{backup, BackupSummary};
 pub use batch::{Op, RangeDelete, WriteBatch};
-pub use committer::{Committer, Durability};
+pub use committer::{Committer, Durability, MAX_GROUP_BYTES};
 pub use faulty::FaultyStore;
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
@@ -100,11 +100,23 @@ pub struct Space {
     pub file_system_size: u64,
     pub file_system_free: u64,
     pub reusable_in_file: u64,
+    /// The write-ahead log's length: after a checkpoint a write reuses it before growing it.
+    pub write_ahead_log: u64,
 }
 
+/// What the write-ahead log must be able to hold: the pages written between two checkpoints
+/// (SQLite checkpoints every 1,000 pages of 4 KiB) and a whole group commit on top.
+pub const WRITE_AHEAD_LOG_ROOM: u64 = (4 << 20) + committer::MAX_GROUP_BYTES as u64;
+
 impl Space {
+    /// Bytes new writes may use. Every write goes to the write-ahead log first, and only at
+    /// a checkpoint into the data file, where free pages are reused: those pages count only
+    /// once the file system has room for the log to grow to what it must hold.
     pub fn available(&self) -> u64 {
-        self.file_system_free.saturating_add(self.reusable_in_file)
+        let log_growth = WRITE_AHEAD_LOG_ROOM.saturating_sub(self.write_ahead_log);
+        self.file_system_free
+            .checked_sub(log_growth)
+            .map_or(0, |rest| rest.saturating_add(self.reusable_in_file))
     }
 }
 
@@ -189,4 +201,30 @@ pub fn read_contents(
 
 fn printable(key: &[u8]) -> String {
     key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 46, defect 2: free pages inside the data file counted as room though a write
+    /// needs the write-ahead log to grow first: with the file system full they are no room.
+    #[test]
+    fn free_pages_in_the_file_count_only_while_the_log_has_room_to_grow() {
+        let space = |free: u64, log: u64| Space {
+            file_system_size: 1 << 30,
+            file_system_free: free,
+            reusable_in_file: 100 << 20,
+            write_ahead_log: log,
+        };
+        assert_eq!(space(0, 0).available(), 0);
+        assert_eq!(space(WRITE_AHEAD_LOG_ROOM - 1, 0).available(), 0);
+        assert_eq!(space(WRITE_AHEAD_LOG_ROOM, 0).available(), 100 << 20);
+        // A log already as long as it must be needs no more of the file system.
+        assert_eq!(space(0, WRITE_AHEAD_LOG_ROOM).available(), 100 << 20);
+        assert_eq!(
+            space(1 << 20, WRITE_AHEAD_LOG_ROOM - (1 << 20)).available(),
+            100 << 20
+        );
+    }
 }

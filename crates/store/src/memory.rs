@@ -35,6 +35,21 @@ impl MemoryStore {
         self
     }
 
+    /// Removes the oldest `n` message contents, leaving their messages' records: what a
+    /// damaged file holds, for tests.
+    pub fn lose_contents(&self, n: usize) {
+        let mut data = self.write_lock();
+        let lost: Vec<Vec<u8>> = data
+            .keys()
+            .filter(|k| is_content(k))
+            .take(n)
+            .cloned()
+            .collect();
+        for key in lost {
+            data.remove(&key);
+        }
+    }
+
     /// Every record it holds now.
     pub fn records(&self) -> Map {
         self.read().clone()
@@ -60,6 +75,7 @@ impl Reader for MemoryStore {
             file_system_size: 1 << 30,
             file_system_free: free.load(std::sync::atomic::Ordering::SeqCst),
             reusable_in_file: 0,
+            write_ahead_log: crate::WRITE_AHEAD_LOG_ROOM,
         })
     }
 }

@@ -369,10 +369,12 @@ impl Reader for SqliteReader {
                 Ok(pages.saturating_mul(size))
             })
             .unwrap_or(0);
+        let write_ahead_log = std::fs::metadata(wal_path(&self.path)).map_or(0, |m| m.len());
         Some(Space {
             file_system_size: stat.f_blocks.saturating_mul(stat.f_frsize),
             file_system_free,
             reusable_in_file,
+            write_ahead_log,
         })
     }
 }

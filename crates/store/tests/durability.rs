@@ -299,7 +299,11 @@ async fn a_full_disk_refuses_its_write_and_those_behind_it_until_the_store_is_re
     // Made on top of the refused one: refused too, though the disk would take it.
     let behind = committer.submit(put(3)).await;
     assert!(matches!(behind, Err(StoreError::Full { .. })), "{behind:?}");
-    committer.load().await.unwrap();
+    let clock = Arc::new(leasehold_engine::ManualClock::new(0));
+    committer
+        .rebuild(clock, leasehold_engine::EngineConfig::default())
+        .await
+        .unwrap();
     committer.submit(put(4)).await.unwrap();
     committer.close();
 }

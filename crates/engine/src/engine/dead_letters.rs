@@ -15,6 +15,10 @@ use crate::settings::QueueSettings;
 
 /// At most this many messages move per task per call, so one call never holds the engine long.
 const MOVE_BATCH: u64 = 10_000;
+/// At most this many where a store keeps the bodies: each call's moves are one write that
+/// copies every body it moves (up to 1 MiB each), which must stay well inside the disk
+/// reserve. Ten calls a second move 500 a second, AWS's highest MaxNumberOfMessagesPerSecond.
+pub const MOVE_BATCH_STORED: u64 = 50;
 const MAX_MOVE_RATE: u32 = 500;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,13 +229,14 @@ impl MoveTask {
         }
     }
 
-    /// How many more messages the task may move by `now`, at its rate, in one batch.
-    pub fn budget(&self, now: u64) -> u64 {
+    /// How many more messages the task may move by `now`, at its rate, in one batch of at
+    /// most `batch`.
+    pub fn budget(&self, now: u64, batch: u64) -> u64 {
         let allowed = match self.rate {
             Some(rate) => now.saturating_sub(self.started_ms) * u64::from(rate) / 1000,
             None => u64::MAX,
         };
-        allowed.saturating_sub(self.moved).min(MOVE_BATCH)
+        allowed.saturating_sub(self.moved).min(batch)
     }
 }
 
@@ -461,7 +466,11 @@ impl Engine {
     fn progress_task(&mut self, index: usize, now: u64, woken: &mut Vec<String>) {
         self.engine_changed();
         let task = &self.tasks[index];
-        let budget = task.budget(now);
+        let batch = match self.config.track_changes {
+            true => MOVE_BATCH_STORED,
+            false => MOVE_BATCH,
+        };
+        let budget = task.budget(now, batch);
         let (source, limit, fixed_destination, task_moved) = (
             task.source.clone(),
             task.limit,

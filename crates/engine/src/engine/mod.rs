@@ -35,7 +35,9 @@ use crate::queue::Removed;
 use crate::receipt::ReceiptSealer;
 use crate::rules::LeaseMode;
 
-pub use dead_letters::{MoveTask, MoveTaskInfo, MoveTaskStatus, MOVE_TASK_QUEUE_GONE};
+pub use dead_letters::{
+    MoveTask, MoveTaskInfo, MoveTaskStatus, MOVE_BATCH_STORED, MOVE_TASK_QUEUE_GONE,
+};
 pub use leases::LeaseReport;
 pub use locked::Locked;
 pub use messages::{check_batch, ReceiveRequest};
