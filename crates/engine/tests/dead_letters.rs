@@ -332,3 +332,29 @@ fn a_move_task_to_a_queue_of_the_other_type_is_refused() {
         "#]],
     );
 }
+
+/// A RedrivePolicy is checked against its target when it is set, not each time another
+/// attribute changes: once the dead-letter queue is gone (dead-lettering is off), the source's
+/// other attributes still change (found by the PostgreSQL contention test, which loads only
+/// the queues a command names).
+#[test]
+fn other_attributes_change_while_the_dead_letter_target_is_gone() {
+    check(
+        r#"
+        create dlq
+        create src RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":3}
+        drop dlq
+        set src VisibilityTimeout=5
+        attrs src VisibilityTimeout
+        set src RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":2}
+        "#,
+        expect![[r#"
+            create dlq                   -> ok
+            create src RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":3} -> ok
+            drop dlq                     -> ok
+            set src VisibilityTimeout=5  -> ok
+            attrs src VisibilityTimeout  -> VisibilityTimeout=5
+            set src RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":2} -> error InvalidParameterValue("Value {\"deadLetterTargetArn\":\"arn:aws:sqs:us-east-1:000000000000:dlq\",\"maxReceiveCount\":2} for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist.")
+        "#]],
+    );
+}

@@ -34,7 +34,13 @@ impl Postgres {
         };
         let row = tx
             .query_opt(
-                &cached(tx, "SELECT id FROM leasehold_queues WHERE key = $1").await?,
+                // Held until the receive commits: a DeleteQueue of the target on another
+                // server waits, rather than take the messages this receive moves there with it.
+                &cached(
+                    tx,
+                    "SELECT id FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
+                )
+                .await?,
                 &[&target],
             )
             .await

@@ -110,15 +110,21 @@ impl Postgres {
             .query(
                 &cached(
                     tx,
-                    "WITH target AS (
+                    "WITH locked AS MATERIALIZED (
+                         -- In sequence order, the one order every batch locks rows in.
+                         SELECT m.seq, m.receive_count, m.visible_ms, m.extensions, m.released
+                         FROM leasehold_messages m
+                         WHERE m.queue_id = $1 AND m.seq = ANY($2::bigint[])
+                         ORDER BY m.seq
+                         FOR UPDATE),
+                     target AS (
                          SELECT m.seq, m.receive_count, m.visible_ms, m.extensions, m.released,
                                 leasehold_lease_live(m.receive_count, h.receive_no,
                                                      m.visible_ms, $5) AS live,
                                 h.n
                          FROM unnest($2::bigint[], $3::integer[]) WITH ORDINALITY
                               AS h(seq, receive_no, n)
-                         JOIN leasehold_messages m ON m.queue_id = $1 AND m.seq = h.seq
-                         FOR UPDATE OF m),
+                         JOIN locked m ON m.seq = h.seq),
                      gone AS (
                          DELETE FROM leasehold_messages m USING target
                          WHERE m.queue_id = $1 AND m.seq = target.seq
@@ -185,6 +191,7 @@ impl Postgres {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let opened = self.open_queue(&tx, queue).await?;
+        self.lock_in_order(&tx, &opened, &changes).await?;
         let mut results = Vec::with_capacity(changes.len());
         for (handle, timeout_s) in changes {
             let outcome = match self.open(opened.id, &handle) {
@@ -206,6 +213,38 @@ impl Postgres {
             .collect();
         self.measure_changes(queue, &changes);
         Ok(results.into_iter().map(|r| r.map(drop)).collect())
+    }
+
+    /// Locks the rows a batch of visibility changes names, in sequence order, before they
+    /// are changed one by one in the batch's order: locking each as its turn came, two
+    /// batches (or a batch and a FIFO walk) could each hold a row the other waited for.
+    async fn lock_in_order(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+        changes: &[(String, u32)],
+    ) -> Result<()> {
+        if changes.len() < 2 {
+            return Ok(());
+        }
+        let seqs: Vec<i64> = changes
+            .iter()
+            .filter_map(|(handle, _)| self.open(opened.id, handle).ok())
+            .map(|receipt| to_i64(receipt.key.seq))
+            .collect();
+        tx.execute(
+            &cached(
+                tx,
+                "SELECT 1 FROM leasehold_messages
+                 WHERE queue_id = $1 AND seq = ANY($2::bigint[])
+                 ORDER BY seq FOR UPDATE",
+            )
+            .await?,
+            &[&to_i64(opened.id), &seqs],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(())
     }
 
     async fn change_one(

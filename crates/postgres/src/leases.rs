@@ -84,6 +84,13 @@ impl Measurements {
                 },
             ));
         }
+        // One lock order on every server: queues by key, a queue's rows by their own key
+        // (`write_deltas` upserts them in this order). Two servers flushing the same queues
+        // in their maps' orders took the rows' locks in opposite orders and deadlocked.
+        deltas.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, delta) in &mut deltas {
+            delta.rows.sort_unstable();
+        }
         deltas
     }
 }
@@ -268,6 +275,7 @@ impl Postgres {
              SELECT q.id, u.s, u.w, u.v, u.n FROM leasehold_queues q,
                  unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS u(s, w, v, n)
              WHERE q.key = $1
+             ORDER BY u.s, u.w, u.v
              ON CONFLICT (queue_id, series, window_ms, value_ms)
              DO UPDATE SET count = c.count + excluded.count";
         for (queue, delta) in deltas {

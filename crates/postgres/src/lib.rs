@@ -105,9 +105,15 @@ impl Postgres {
             .map_err(|e: tokio_postgres::Error| StartError::Url(e.to_string()))?;
         config.connect_timeout(options.connect_timeout);
         let at = describe(&config);
+        // The statements rely on READ COMMITTED (each sees what committed before it; a row
+        // lock waits for its holder, then takes the newest version): a database whose default
+        // is stricter would turn every contention into a serialization failure.
+        let mut startup = config.get_options().unwrap_or_default().to_string();
+        startup.push_str(" -c default_transaction_isolation=read\\ committed");
         if let Some(schema) = &options.schema {
-            config.options(format!("-c search_path={schema}"));
+            startup.push_str(&format!(" -c search_path={schema}"));
         }
+        config.options(startup.trim());
         let manager = Manager::from_config(
             config.clone(),
             NoTls,

@@ -60,8 +60,16 @@ struct Found {
     fifo: bool,
 }
 
+/// A round's messages to move, and whether rows another transaction held stopped it short.
+struct Ready {
+    rows: Vec<(i64, Option<String>)>,
+    held: bool,
+}
+
 impl Postgres {
     pub(crate) async fn start_task(&self, start: MoveTaskStart) -> Result<(String, Vec<String>)> {
+        // The round stands even when this start is refused, as in the engine.
+        let mut woken = self.run_tasks().await?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let source_arn = start.source_arn.as_str();
@@ -104,7 +112,6 @@ impl Postgres {
             (Some(key), Some(found)) => (key, found),
             _ => return Err(EngineError::QueueDoesNotExist.into()),
         };
-        let mut woken = self.run_tasks(&tx).await?;
         let now = now(&tx).await?;
         let newest = self.newest(&tx, source_found.id, now).await?;
         let id = format_message_id(rand::random());
@@ -144,7 +151,6 @@ impl Postgres {
         if started.is_ok() {
             woken.extend(self.progress(&tx, &mut task, now).await?);
         }
-        // The round run above stands even when this start is refused, as in the engine.
         tx.commit().await.map_err(|e| unavailable(&e))?;
         started?;
         Ok((task.handle(), woken))
@@ -153,9 +159,14 @@ impl Postgres {
     pub(crate) async fn cancel_task(&self, handle: &str) -> Result<(u64, Vec<String>)> {
         let (task_id, source_arn) = MoveTask::read_handle(handle)?;
         let mut client = self.client().await?;
+        self.source_exists(
+            &client.transaction().await.map_err(|e| unavailable(&e))?,
+            &source_arn,
+        )
+        .await?;
+        // The round stands even when this cancel is refused, as in the engine.
+        let woken = self.run_tasks().await?;
         let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        self.source_exists(&tx, &source_arn).await?;
-        let woken = self.run_tasks(&tx).await?;
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
              WHERE id = $1 AND source_arn = $2 FOR UPDATE"
@@ -172,7 +183,6 @@ impl Postgres {
         if let (Some(task), Ok(_)) = (&task, &cancelled) {
             self.save(&tx, task).await?;
         }
-        // The round run above stands even when this cancel is refused, as in the engine.
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok((cancelled?, woken))
     }
@@ -182,11 +192,15 @@ impl Postgres {
         source_arn: &str,
         max: Option<u32>,
     ) -> Result<(Vec<MoveTaskInfo>, Vec<String>)> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        self.source_exists(&tx, source_arn).await?;
         let max = MoveTask::list_max(max)?;
-        let woken = self.run_tasks(&tx).await?;
+        let mut client = self.client().await?;
+        self.source_exists(
+            &client.transaction().await.map_err(|e| unavailable(&e))?,
+            source_arn,
+        )
+        .await?;
+        let woken = self.run_tasks().await?;
+        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
              WHERE source_arn = $1 ORDER BY n DESC LIMIT $2"
@@ -208,27 +222,43 @@ impl Postgres {
         if !self.tasks_clock.due() {
             return Ok(Vec::new());
         }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let woken = self.run_tasks(&tx).await?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
-        Ok(woken)
+        self.run_tasks().await
     }
 
-    /// One round of every running task, each skipped if another server is running it;
-    /// answers the queues that received messages. Any command on move tasks runs one first,
-    /// as the engine's do, so what it reports is up to date.
-    pub(crate) async fn run_tasks(&self, tx: &Transaction<'_>) -> Result<Vec<String>> {
+    /// One round of every running task, each in a transaction of its own and skipped if
+    /// another server is running it; answers the queues that received messages. Any command
+    /// on move tasks runs one first, as the engine's do, so what it reports is up to date.
+    /// A round takes the send locks of the FIFO groups it moves into in one order; two
+    /// rounds in one transaction would hold the first's while taking the second's, out of
+    /// that order.
+    pub(crate) async fn run_tasks(&self) -> Result<Vec<String>> {
+        let mut client = self.client().await?;
+        let running = client
+            .query(
+                "SELECT id FROM leasehold_move_tasks WHERE status = 'RUNNING' ORDER BY n",
+                &[],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
-             WHERE status = 'RUNNING' ORDER BY n FOR UPDATE SKIP LOCKED"
+             WHERE id = $1 AND status = 'RUNNING' FOR UPDATE SKIP LOCKED"
         );
-        let rows = tx.query(&sql, &[]).await.map_err(|e| unavailable(&e))?;
-        let now = now(tx).await?;
         let mut woken = Vec::new();
-        for row in &rows {
-            let mut task = task_of_row(row)?;
-            woken.extend(self.progress(tx, &mut task, now).await?);
+        for row in &running {
+            let id: String = row.get(0);
+            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+            let Some(row) = tx
+                .query_opt(&sql, &[&id])
+                .await
+                .map_err(|e| unavailable(&e))?
+            else {
+                continue;
+            };
+            let mut task = task_of_row(&row)?;
+            let now = now(&tx).await?;
+            woken.extend(self.progress(&tx, &mut task, now).await?);
+            tx.commit().await.map_err(|e| unavailable(&e))?;
         }
         woken.sort();
         woken.dedup();
@@ -258,16 +288,21 @@ impl Postgres {
             let Some(source) = self.find_queue(tx, &task.source).await? else {
                 break Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
             };
-            let ready = self
+            let Ready { rows, held } = self
                 .oldest_ready(tx, source.id, limit, now, (budget - moved).min(MOVE_CHUNK))
                 .await?;
-            if ready.is_empty() {
-                break Some((MoveTaskStatus::Completed, None));
+            if rows.is_empty() {
+                // Rows another transaction holds now are still to move: next round.
+                break if held {
+                    None
+                } else {
+                    Some((MoveTaskStatus::Completed, None))
+                };
             }
-            // Consecutive messages bound for one queue move together, in order.
-            let mut run: Vec<i64> = Vec::new();
-            let mut run_to: Option<(String, Found)> = None;
-            for (seq, origin) in ready {
+            // Where each goes, up to the first whose queue is gone.
+            let mut plan: Vec<(i64, String, Found)> = Vec::with_capacity(rows.len());
+            let mut gone = false;
+            for (seq, origin) in rows {
                 let arn = task.destination_arn.clone().or(origin);
                 let key = arn.as_deref().and_then(|arn| self.naming.key_of_arn(arn));
                 let found = match &key {
@@ -282,11 +317,16 @@ impl Postgres {
                     None => None,
                 };
                 let (Some(key), Some(found)) = (key, found) else {
-                    moved += self
-                        .move_run(tx, source.id, &run_to, &mut run, now, &mut woken)
-                        .await?;
-                    break 'round Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
+                    gone = true;
+                    break;
                 };
+                plan.push((seq, key, found));
+            }
+            self.lock_destination_groups(tx, source.id, &plan).await?;
+            // Consecutive messages bound for one queue move together, in order.
+            let mut run: Vec<i64> = Vec::new();
+            let mut run_to: Option<(String, Found)> = None;
+            for (seq, key, found) in plan {
                 if run_to.as_ref().is_some_and(|(k, _)| *k != key) {
                     moved += self
                         .move_run(tx, source.id, &run_to, &mut run, now, &mut woken)
@@ -298,6 +338,13 @@ impl Postgres {
             moved += self
                 .move_run(tx, source.id, &run_to, &mut run, now, &mut woken)
                 .await?;
+            if gone {
+                break 'round Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
+            }
+            if held {
+                // Moving on past a held row would put a FIFO group out of order.
+                break None;
+            }
         };
         task.moved += moved;
         if let Some((status, failure)) = outcome {
@@ -338,7 +385,10 @@ impl Postgres {
     }
 
     /// The source's receivable messages up to `limit`, oldest first, with the queue each
-    /// was dead-lettered from.
+    /// was dead-lettered from, locked: those up to the first another transaction holds now
+    /// (`held`), which a later round moves. Taking the ones after it (SKIP LOCKED alone) would
+    /// move a FIFO group's later messages before its earlier ones, and a round that found
+    /// none but held ones would call the task complete with messages left.
     async fn oldest_ready(
         &self,
         tx: &Transaction<'_>,
@@ -346,18 +396,27 @@ impl Postgres {
         limit: MsgKey,
         now: u64,
         count: u64,
-    ) -> Result<Vec<(i64, Option<String>)>> {
+    ) -> Result<Ready> {
         let rows = tx
             .query(
                 &cached(
                     tx,
-                    "SELECT m.seq, m.dead_letter_source_arn
-                     FROM leasehold_messages m JOIN leasehold_queues q ON q.id = m.queue_id
-                     WHERE m.queue_id = $1 AND m.visible_ms <= $2
-                       AND m.sent_ms > $2 - q.retention_ms AND (m.sent_ms, m.seq) <= ($3, $4)
-                     ORDER BY m.sent_ms, m.seq
-                     LIMIT $5
-                     FOR UPDATE OF m SKIP LOCKED",
+                    "WITH candidates AS MATERIALIZED (
+                         SELECT m.seq, m.sent_ms, m.dead_letter_source_arn
+                         FROM leasehold_messages m JOIN leasehold_queues q ON q.id = m.queue_id
+                         WHERE m.queue_id = $1 AND m.visible_ms <= $2
+                           AND m.sent_ms > $2 - q.retention_ms AND (m.sent_ms, m.seq) <= ($3, $4)
+                         ORDER BY m.sent_ms, m.seq
+                         LIMIT $5),
+                     locked AS MATERIALIZED (
+                         SELECT m.seq FROM leasehold_messages m
+                         WHERE m.queue_id = $1 AND m.seq IN (SELECT seq FROM candidates)
+                           AND m.visible_ms <= $2
+                         ORDER BY m.seq
+                         FOR UPDATE SKIP LOCKED)
+                     SELECT c.seq, c.dead_letter_source_arn, c.seq IN (SELECT seq FROM locked)
+                     FROM candidates c
+                     ORDER BY c.sent_ms, c.seq",
                 )
                 .await?,
                 &[
@@ -370,7 +429,50 @@ impl Postgres {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+        let taken = rows.iter().take_while(|row| row.get::<_, bool>(2)).count();
+        Ok(Ready {
+            held: taken < rows.len(),
+            rows: rows[..taken]
+                .iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect(),
+        })
+    }
+
+    /// Takes the send locks of every FIFO group a round moves messages into, in one order
+    /// (destination, then group, as batch sends and dead-letter moves take theirs), before
+    /// the round's first transfer: taken transfer by transfer, a round could hold one group's
+    /// lock while a batch send held the next and waited for it.
+    async fn lock_destination_groups(
+        &self,
+        tx: &Transaction<'_>,
+        source: u64,
+        plan: &[(i64, String, Found)],
+    ) -> Result<()> {
+        let (destinations, seqs): (Vec<i64>, Vec<i64>) = plan
+            .iter()
+            .filter(|(_, _, found)| found.fifo)
+            .map(|(seq, _, found)| (to_i64(found.id), *seq))
+            .unzip();
+        if seqs.len() < 2 {
+            return Ok(());
+        }
+        tx.execute(
+            &cached(
+                tx,
+                "SELECT pg_advisory_xact_lock(hashtextextended('send ' || g, d))
+                 FROM (SELECT DISTINCT t.d, m.group_id AS g
+                       FROM unnest($1::bigint[], $2::bigint[]) AS t(d, s)
+                       JOIN leasehold_messages m ON m.queue_id = $3 AND m.seq = t.s
+                       WHERE m.group_id IS NOT NULL
+                       ORDER BY 1, 2) sorted",
+            )
+            .await?,
+            &[&destinations, &seqs, &to_i64(source)],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(())
     }
 
     /// The newest message of a queue and how many it holds: what a task starting now moves.

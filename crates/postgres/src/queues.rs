@@ -294,33 +294,33 @@ async fn write_change(
     Ok(None)
 }
 
-/// Deletes a queue's messages, deduplication ids and receive attempts: AWS forgets the
-/// deduplication window with the messages, so a purged id may be sent again.
-/// Answers how many of the messages had a lease run out that no receive had counted.
+/// Deletes a queue's messages, deduplication ids and receive attempts in one statement, so
+/// in one snapshot: a send that commits meanwhile keeps both its message and its
+/// deduplication id (in two statements it could keep the one and lose the other). AWS forgets
+/// the deduplication window with the messages, so a purged id may be sent again. The messages
+/// are locked in sequence order, the one order every batch locks them in. Answers how many of
+/// the messages had a lease run out that no receive had counted.
 async fn forget_messages(tx: &Transaction<'_>, queue_id: u64, now: u64) -> Result<u64> {
-    let id = to_i64(queue_id);
     let row = tx
         .query_one(
             &cached(
                 tx,
-                "WITH gone AS (
-                     DELETE FROM leasehold_messages WHERE queue_id = $1
+                "WITH locked AS MATERIALIZED (
+                     SELECT seq FROM leasehold_messages WHERE queue_id = $1
+                     ORDER BY seq FOR UPDATE),
+                 gone AS (
+                     DELETE FROM leasehold_messages m USING locked
+                     WHERE m.queue_id = $1 AND m.seq = locked.seq
                      RETURNING leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
-                               AS expired)
+                               AS expired),
+                 dedup AS (DELETE FROM leasehold_dedup WHERE queue_id = $1),
+                 attempts AS (DELETE FROM leasehold_receive_attempts WHERE queue_id = $1)
                  SELECT count(*) FILTER (WHERE expired) FROM gone",
             )
             .await?,
-            &[&id, &to_i64(now)],
+            &[&to_i64(queue_id), &to_i64(now)],
         )
         .await
         .map_err(|e| unavailable(&e))?;
-    for sql in [
-        "DELETE FROM leasehold_dedup WHERE queue_id = $1",
-        "DELETE FROM leasehold_receive_attempts WHERE queue_id = $1",
-    ] {
-        tx.execute(&cached(tx, sql).await?, &[&id])
-            .await
-            .map_err(|e| unavailable(&e))?;
-    }
     Ok(to_u64(row.get(0)))
 }

@@ -95,20 +95,28 @@ impl Postgres {
             .await
             .map_err(|e| unavailable(&e))?;
         // FIFO deduplication ids and receive attempts past their five minutes: lookups
-        // already ignore them.
+        // already ignore them. Rows another transaction holds are left for a later round
+        // (the sweep waits for no one, so it is in no cycle of waits), and each row's expiry
+        // is checked again as it is deleted: one renewed by a send or a receive since the
+        // inner select read it (PostgreSQL rechecks the outer conditions on the newest
+        // version of a row it waited for) stays, else a resend within the window would be
+        // taken as new.
         for sql in [
             "DELETE FROM leasehold_dedup d USING (
                  SELECT queue_id, scope, dedup_id FROM leasehold_dedup
-                 WHERE expires_ms <= leasehold_now() LIMIT $1) old
-             WHERE (d.queue_id, d.scope, d.dedup_id) = (old.queue_id, old.scope, old.dedup_id)",
+                 WHERE expires_ms <= leasehold_now() LIMIT $1 FOR UPDATE SKIP LOCKED) old
+             WHERE (d.queue_id, d.scope, d.dedup_id) = (old.queue_id, old.scope, old.dedup_id)
+               AND d.expires_ms <= leasehold_now()",
             "DELETE FROM leasehold_receive_attempts a USING (
                  SELECT queue_id, attempt_id FROM leasehold_receive_attempts
-                 WHERE expires_ms <= leasehold_now() LIMIT $1) old
-             WHERE (a.queue_id, a.attempt_id) = (old.queue_id, old.attempt_id)",
+                 WHERE expires_ms <= leasehold_now() LIMIT $1 FOR UPDATE SKIP LOCKED) old
+             WHERE (a.queue_id, a.attempt_id) = (old.queue_id, old.attempt_id)
+               AND a.expires_ms <= leasehold_now()",
             // Lease measurements' recent windows once past the last 15 minutes.
             "DELETE FROM leasehold_lease_counts c USING (
                  SELECT queue_id, series, window_ms, value_ms FROM leasehold_lease_counts
-                 WHERE window_ms >= 0 AND window_ms < leasehold_now() - 1080000 LIMIT $1) old
+                 WHERE window_ms >= 0 AND window_ms < leasehold_now() - 1080000 LIMIT $1
+                 FOR UPDATE SKIP LOCKED) old
              WHERE (c.queue_id, c.series, c.window_ms, c.value_ms)
                  = (old.queue_id, old.series, old.window_ms, old.value_ms)",
         ] {

@@ -289,9 +289,15 @@ impl Engine {
                 _ => changed.push((key.as_str(), value.as_str())),
             }
         }
+        let redrive_set = changed.iter().any(|(key, _)| *key == "RedrivePolicy");
         let settings = queue.meta.settings.with_applied(changed)?;
         drop(queue);
-        self.check_redrive(name, &settings)?;
+        // Only a RedrivePolicy being set is checked against its target: one set before
+        // stands (its target may since be gone, which turns dead-lettering off), and a
+        // change of any other attribute must not fail because of it.
+        if redrive_set {
+            self.check_redrive(name, &settings)?;
+        }
         let (mut queue, _) = self.queue_mut(name)?;
         queue.meta.settings = settings;
         queue.meta.modified_ms = now;
