@@ -232,9 +232,13 @@ pub struct RecentDeletes {
     by_key: BTreeMap<MsgKey, u32>,
 }
 
-/// How many deletes a queue remembers, and for how long.
-const RECENT_DELETES: usize = 65_536;
-const RECENT_DELETES_MS: u64 = 15 * 60 * 1000;
+/// How many deletes a queue remembers, and for how long: an SDK retries a delete within
+/// seconds (a client timeout, then backoffs of at most 20 s), so five minutes cover it; the
+/// count bounds what a busy queue holds (about 1 MiB at most, where 65,536 entries for 15
+/// minutes held four times that in every busy queue, outside the memory budget's reach:
+/// deletes go on while sends are refused).
+const RECENT_DELETES: usize = 16_384;
+const RECENT_DELETES_MS: u64 = 5 * 60 * 1000;
 
 impl RecentDeletes {
     pub fn remember(&mut self, now: u64, key: MsgKey, receive_no: u32) {
@@ -405,5 +409,27 @@ impl LeaseMetrics {
             extensions_per_message: record.extensions_per_message.clone(),
             ..LeaseMetrics::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 46, defect 5: what a queue remembers of its deletes is bounded by count and
+    /// age, so a busy queue's memory stays small while deletes go on under memory pressure.
+    #[test]
+    fn recent_deletes_are_forgotten_past_their_count_or_their_five_minutes() {
+        let key = |seq| MsgKey { sent_ms: 0, seq };
+        let mut recent = RecentDeletes::default();
+        for seq in 0..(RECENT_DELETES as u64 + 10) {
+            recent.remember(1_000, key(seq), 1);
+        }
+        assert_eq!(recent.order.len(), RECENT_DELETES);
+        assert_eq!(recent.deleted_by(key(9)), None, "the oldest are forgotten");
+        assert_eq!(recent.deleted_by(key(10)), Some(1));
+        recent.remember(1_000 + RECENT_DELETES_MS, key(u64::MAX), 2);
+        assert_eq!(recent.order.len(), 1, "five minutes later only the newest");
+        assert_eq!(recent.deleted_by(key(u64::MAX)), Some(2));
     }
 }

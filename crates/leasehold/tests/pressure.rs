@@ -98,3 +98,79 @@ async fn a_backlog_four_times_a_memory_cgroup_is_kept_and_survives_a_restart_in_
     assert_eq!(cgroup.oom_kills(), 0, "the kernel killed for memory");
     again.kill();
 }
+
+/// Issue 46, defect 5: receives were outside the memory budget. A receive of ten 1 MiB
+/// messages holds several copies of them at once (the store's, the decoded, the rendered
+/// answer); many at once in a 256 MiB cgroup must not bring the kernel's OOM killer, and
+/// every message is received once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_receives_of_big_messages_stay_inside_a_memory_cgroup() {
+    const LIMIT: u64 = 256 << 20;
+    const SIZE: usize = (1 << 20) - 4096;
+    const MESSAGES: usize = 200;
+    const RECEIVERS: usize = 48;
+    let cgroup = Cgroup::new(LIMIT);
+    let data = tempfile::tempdir().unwrap();
+    let mut server = Serving::start(data.path(), &[], Some(&cgroup));
+    let sqs = client(&server, 10);
+    let url = common::create_queue(&sqs, "big").await;
+    for n in 0..MESSAGES {
+        send(&sqs, &url, n, SIZE).await.unwrap();
+    }
+    let running = Arc::new(AtomicBool::new(true));
+    let (peak, watcher) = watch_rss(server.child.id(), running.clone());
+    let mut receivers = Vec::new();
+    for _ in 0..RECEIVERS {
+        let (sqs, url) = (sqs.clone(), url.clone());
+        receivers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let received = sqs
+                    .receive_message()
+                    .queue_url(&url)
+                    .max_number_of_messages(10)
+                    .visibility_timeout(600)
+                    .send()
+                    .await;
+                let Ok(received) = received else {
+                    return Err(format!("{received:?}"));
+                };
+                let messages = received.messages.unwrap_or_default();
+                if messages.is_empty() {
+                    return Ok(got);
+                }
+                for m in messages {
+                    let body = m.body.unwrap_or_default();
+                    assert_eq!(body.len(), SIZE);
+                    got.push(body[..8].parse::<usize>().unwrap());
+                }
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    let mut failed = Vec::new();
+    for receiver in receivers {
+        match receiver.await.unwrap() {
+            Ok(got) => {
+                for n in got {
+                    assert!(seen.insert(n), "message {n} received twice");
+                }
+            }
+            Err(error) => failed.push(error),
+        }
+    }
+    running.store(false, Ordering::Relaxed);
+    watcher.join().unwrap();
+    let peak = peak.load(Ordering::Relaxed);
+    println!(
+        "{} of {MESSAGES} messages of 1 MiB received by {RECEIVERS} receivers; peak resident {} MiB of {} MiB",
+        seen.len(),
+        peak >> 20,
+        LIMIT >> 20
+    );
+    assert!(server.alive(), "the server died");
+    assert_eq!(cgroup.oom_kills(), 0, "the kernel killed for memory");
+    assert!(failed.is_empty(), "receives failed: {failed:?}");
+    assert_eq!(seen.len(), MESSAGES);
+    server.kill();
+}

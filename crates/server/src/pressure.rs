@@ -16,6 +16,27 @@ const RESUME_AT: f64 = 0.70;
 /// (RabbitMQ's default high watermark is the same share).
 const SHARE_OF_RAM: f64 = 0.6;
 
+/// What one receive may hold at its peak: ten messages of 1 MiB, each in several copies at
+/// once (the store's, the decoded, the answer's own, the rendered bytes).
+const RECEIVE_PEAK_BYTES: u64 = 48 << 20;
+/// The share of the memory limit receives may hold together.
+const RECEIVES_SHARE: f64 = 0.35;
+
+/// How many receives may take and render messages at once: receives are what drains a
+/// backlog, so they are never refused for memory, but without a bound a crowd of them over
+/// big messages holds far more than the limit (48 receives of ten 1 MiB messages took a
+/// server in a 256 MiB cgroup past it). Each receive's attempt waits for one of these; a
+/// receive waiting for messages holds none. At least 2; none bound without a limit.
+pub fn receives_at_once(limit: u64) -> usize {
+    if limit == 0 {
+        return usize::MAX >> 4;
+    }
+    let share = (limit as f64 * RECEIVES_SHARE) as u64;
+    usize::try_from(share / RECEIVE_PEAK_BYTES)
+        .unwrap_or(usize::MAX >> 4)
+        .max(2)
+}
+
 /// Where a memory limit came from, for the log line at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LimitSource {
@@ -189,6 +210,14 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receives_at_once_follow_the_memory_limit() {
+        assert_eq!(receives_at_once(256 << 20), 2);
+        assert_eq!(receives_at_once(1 << 30), 7);
+        assert_eq!(receives_at_once(16 << 30), 119);
+        assert!(receives_at_once(0) > 1_000_000);
+    }
 
     #[test]
     fn sizes_read_with_or_without_units() {

@@ -51,7 +51,8 @@ pub async fn handle(
     let started = Instant::now();
     let mut seen = Seen::default();
     let rendered = match answer(&state, (&method, &uri), &http, &headers, body, &mut seen).await {
-        Ok((action, answer)) => wire.render(action, answer, &request_id),
+        // A receive's turn (`AppState::receiving_turn`) ends once its answer is rendered.
+        Ok((action, answer, _turn)) => wire.render(action, answer, &request_id),
         Err(error) => wire.render_error(&error, &request_id),
     };
     tracing::debug!(
@@ -90,7 +91,7 @@ async fn answer(
     headers: &HeaderMap,
     body: Body,
     seen: &mut Seen,
-) -> Result<(&'static str, Answer), ProtocolError> {
+) -> Result<(&'static str, Answer, Option<OwnedSemaphorePermit>), ProtocolError> {
     refuse_browsers_of_other_sites(headers)?;
     check_the_head_early(state, method, uri, headers)?;
     let slot = state.request_slot().ok_or_else(|| {
@@ -124,7 +125,8 @@ async fn answer(
         // A query request names its action in its body: checked now that it is read.
         refuse_growth_when_short(state, action)?;
     }
-    Ok((action, run(state, &ctx, request, slot).await?))
+    let (answer, turn) = run(state, &ctx, request, slot).await?;
+    Ok((action, answer, turn))
 }
 
 /// Short of memory or disk, what would grow the server's state (new messages, new queues,
@@ -237,16 +239,17 @@ async fn read_body(body: Body, http: &HttpRequest<'_>) -> Result<Vec<u8>, Protoc
 /// Step two, and for a receive the waiting: an answer as soon as a message is receivable,
 /// woken by the backend (a send, a release, a delete that frees a FIFO group) or by the timer
 /// of the next delay or lease to end. While it waits it gives its work slot back and holds a
-/// waiting slot instead; at shutdown it returns at once with what it has (nothing).
+/// waiting slot instead; at shutdown it returns at once with what it has (nothing). Each
+/// attempt takes a receiving turn first, kept with a taken answer until it is rendered.
 async fn run(
     state: &AppState,
     ctx: &Context,
     request: Request,
     slot: OwnedSemaphorePermit,
-) -> Result<Answer, ProtocolError> {
+) -> Result<(Answer, Option<OwnedSemaphorePermit>), ProtocolError> {
     let backend = &*state.backend;
     let receive = match request.apply(backend, ctx).await? {
-        Step::Answer(answer) => return Ok(answer),
+        Step::Answer(answer) => return Ok((answer, None)),
         Step::Receive(receive) => receive,
     };
     let notify = backend.waiter(receive.queue());
@@ -256,16 +259,18 @@ async fn run(
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
+        let turn = state.receiving_turn().await;
         let (wait, look_again_in) = match receive.attempt(backend).await? {
-            Attempt::Taken(answer) => return Ok(answer),
+            Attempt::Taken(answer) => return Ok((answer, Some(turn))),
             Attempt::Empty {
                 wait,
                 look_again_in,
             } => (wait, look_again_in),
         };
+        drop(turn);
         let deadline = *deadline.get_or_insert_with(|| Instant::now() + wait);
         if Instant::now() >= deadline || state.is_shutting_down() {
-            return Ok(receive.nothing(backend).await);
+            return Ok((receive.nothing(backend).await, None));
         }
         slot = slot.into_waiting(state)?;
         let wake_at = look_again_in.map_or(deadline, |due| deadline.min(Instant::now() + due));

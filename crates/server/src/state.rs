@@ -88,6 +88,8 @@ pub struct AppState {
     pub backend: Arc<dyn Backend>,
     in_progress: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
+    /// Receives taking and rendering messages at once (`pressure::receives_at_once`).
+    receiving: Arc<Semaphore>,
     shutting_down: AtomicBool,
     /// Resident memory against the limit: near it, sends are refused.
     pub memory: MemoryBudget,
@@ -118,10 +120,12 @@ impl AppState {
         tracing::info!(limit_mb = limit >> 20, ?source, "memory limit");
         let memory = MemoryBudget::new(limit);
         memory.sample();
+        let receiving = crate::pressure::receives_at_once(limit);
         AppState {
             memory,
             in_progress: Arc::new(Semaphore::new(config.limits.requests_in_progress)),
             waiting: Arc::new(Semaphore::new(config.limits.waiting_receives)),
+            receiving: Arc::new(Semaphore::new(receiving.min(Semaphore::MAX_PERMITS))),
             config,
             clock,
             backend,
@@ -143,6 +147,16 @@ impl AppState {
     /// A slot for a request's work, or None when too many are in progress.
     pub fn request_slot(&self) -> Option<OwnedSemaphorePermit> {
         self.in_progress.clone().try_acquire_owned().ok()
+    }
+
+    /// A turn to take and render messages, waited for (a receive is never refused for
+    /// memory: it drains the backlog), held until its answer is rendered.
+    pub async fn receiving_turn(&self) -> OwnedSemaphorePermit {
+        self.receiving
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the receiving semaphore is never closed")
     }
 
     /// A slot for a receive to wait in, or None when too many are waiting.
