@@ -34,13 +34,7 @@ impl Postgres {
         };
         let row = tx
             .query_opt(
-                // Held until the receive commits: a DeleteQueue of the target on another
-                // server waits, rather than take the messages this receive moves there with it.
-                &cached(
-                    tx,
-                    "SELECT id FROM leasehold_queues WHERE key = $1 FOR KEY SHARE",
-                )
-                .await?,
+                &cached(tx, "SELECT id FROM leasehold_queues WHERE key = $1").await?,
                 &[&target],
             )
             .await
@@ -110,6 +104,27 @@ impl Postgres {
         route: &DeadLetterRoute,
         seqs: &[i64],
     ) -> Result<Vec<(u32, bool)>> {
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The target, held until the receive commits: a DeleteQueue of it on another server
+        // waits, rather than commit while the messages are on their way to it. Gone since
+        // the route was read: dead-lettering is off, and the messages stay where they are.
+        // Only when something moves: a lock is a write, which a plain receive need not make.
+        let target = tx
+            .query_opt(
+                &cached(
+                    tx,
+                    "SELECT 1 FROM leasehold_queues WHERE id = $1 FOR KEY SHARE",
+                )
+                .await?,
+                &[&to_i64(route.target_id)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if target.is_none() {
+            return Ok(Vec::new());
+        }
         let to = Destination {
             id: route.target_id,
             fifo: opened.settings.fifo,

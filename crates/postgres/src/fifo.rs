@@ -3,8 +3,9 @@
 //! minutes answers the original); a receive replays a ReceiveRequestAttemptId it answered in
 //! the last five minutes, or walks the groups whose oldest message is receivable, in the
 //! order they became so, taking each group's messages in order. The walk and the reservation
-//! are functions in the schema (`V3__fifo.sql`): one round trip each, and group locks that
-//! keep two servers from serving one group out of order.
+//! are functions in the schema (`V3__fifo.sql`, the walk as `V9__lock_order.sql` has it): one
+//! round trip each, and group locks that keep two servers from serving one group out of
+//! order.
 
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
@@ -17,34 +18,59 @@ use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
+/// Where a FIFO message's deduplication id counts (its group, or '' for the whole queue: a
+/// group id is never empty), and the id: the explicit one, or its body's hash.
+fn deduplication_key(opened: &Opened, message: &NewMessage) -> (String, String) {
+    let scope = match opened.settings.dedup_per_group {
+        true => message.group_id.clone().unwrap_or_default(),
+        false => String::new(),
+    };
+    let id = match &message.deduplication_id {
+        Some(explicit) => explicit.clone(),
+        None => content_deduplication_id(&message.body),
+    };
+    (scope, id)
+}
+
 impl Postgres {
     /// Takes the send locks of a batch's groups in one order (`leasehold_fifo_reserve` takes
     /// each again, which holds no longer), so two batches naming the same groups in other
-    /// orders wait for each other instead of deadlocking.
+    /// orders wait for each other instead of deadlocking; then, in one order too, a lock on
+    /// each deduplication id the batch reserves: two batches of other groups naming the same
+    /// ids in other orders (identical bodies under content-based deduplication, say) would
+    /// otherwise each hold one id's row while waiting for the other's.
     pub(crate) async fn lock_groups(
         &self,
         tx: &Transaction<'_>,
         opened: &Opened,
         messages: &[NewMessage],
     ) -> Result<()> {
-        let mut groups: Vec<&str> = messages
+        if messages.len() < 2 {
+            return Ok(());
+        }
+        let groups: Vec<&str> = messages
             .iter()
             .filter_map(|m| m.group_id.as_deref())
             .filter(|g| storable(g))
             .collect();
-        groups.sort_unstable();
-        groups.dedup();
-        if groups.len() < 2 {
-            return Ok(());
-        }
+        let (scopes, ids): (Vec<String>, Vec<String>) = messages
+            .iter()
+            .map(|m| deduplication_key(opened, m))
+            .filter(|(scope, id)| storable(scope) && storable(id))
+            .unzip();
+        // One statement, the groups' locks first, then the ids', each set sorted.
         tx.execute(
             &cached(
                 tx,
-                "SELECT pg_advisory_xact_lock(hashtextextended('send ' || g, $1))
-                 FROM (SELECT unnest($2::text[]) AS g ORDER BY 1) sorted",
+                "SELECT pg_advisory_xact_lock(hashtextextended(
+                     CASE WHEN part = 1 THEN 'send ' || a ELSE 'dedup ' || a || ' ' || b END, $1))
+                 FROM (SELECT 1 AS part, g AS a, '' AS b FROM unnest($2::text[]) AS g
+                       UNION
+                       SELECT 2, s, d FROM unnest($3::text[], $4::text[]) AS k(s, d)
+                       ORDER BY 1, 2, 3) sorted",
             )
             .await?,
-            &[&to_i64(opened.id), &groups],
+            &[&to_i64(opened.id), &groups, &scopes, &ids],
         )
         .await
         .map_err(|e| unavailable(&e))?;
@@ -60,16 +86,7 @@ impl Postgres {
         message: NewMessage,
     ) -> Result<(Sent, bool)> {
         let group = message.group_id.clone().unwrap_or_default();
-        let dedup = match &message.deduplication_id {
-            Some(explicit) => explicit.clone(),
-            None => content_deduplication_id(&message.body),
-        };
-        // A group id is never empty: '' is the whole queue's scope.
-        let scope = if opened.settings.dedup_per_group {
-            group.as_str()
-        } else {
-            ""
-        };
+        let (scope, dedup) = deduplication_key(opened, &message);
         let row = tx
             .query_one(
                 &cached(
@@ -249,13 +266,19 @@ impl Postgres {
             return Ok(None);
         };
         let (seqs, counts): (Vec<i64>, Vec<i32>) = (remembered.get(0), remembered.get(1));
+        // The rows locked first in sequence order, the one order every batch locks them in
+        // (the attempt remembers them in the walk's order, by group).
         let sql = concat!(
-            "UPDATE leasehold_messages m
+            "WITH locked AS MATERIALIZED (
+                 SELECT seq FROM leasehold_messages
+                 WHERE queue_id = $1 AND seq = ANY($4::bigint[])
+                 ORDER BY seq FOR UPDATE)
+             UPDATE leasehold_messages m
              SET visible_ms = $3,
                  ready_order = CASE WHEN $3::bigint <= $6::bigint THEN nextval('leasehold_message_seqs') END
              FROM unnest($4::bigint[], $5::integer[]) WITH ORDINALITY AS a(seq, receive_count, n)
              WHERE m.queue_id = $1 AND m.seq = a.seq AND m.receive_count = a.receive_count
-               AND m.sent_ms > $2
+               AND m.sent_ms > $2 AND m.seq IN (SELECT seq FROM locked)
              RETURNING ",
             delivery_columns!(),
             ", a.n"

@@ -39,7 +39,7 @@ impl Postgres {
         handles: Vec<String>,
     ) -> Result<Vec<std::result::Result<(), EngineError>>> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let opened = self.open_queue(&tx, queue).await?;
         let opened_handles: Vec<_> = handles
             .into_iter()
@@ -91,6 +91,8 @@ impl Postgres {
         seqs.sort_unstable();
         seqs.dedup();
         if seqs.len() < receipts.len() {
+            // One by one in the batch's order, their rows locked first in sequence order.
+            self.lock_rows(tx, opened, &seqs).await?;
             let mut found = Vec::with_capacity(receipts.len());
             for receipt in receipts {
                 found.extend(
@@ -189,7 +191,7 @@ impl Postgres {
         changes: Vec<(String, u32)>,
     ) -> Result<Vec<std::result::Result<(), EngineError>>> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let opened = self.open_queue(&tx, queue).await?;
         self.lock_in_order(&tx, &opened, &changes).await?;
         let mut results = Vec::with_capacity(changes.len());
@@ -217,7 +219,7 @@ impl Postgres {
 
     /// Locks the rows a batch of visibility changes names, in sequence order, before they
     /// are changed one by one in the batch's order: locking each as its turn came, two
-    /// batches (or a batch and a FIFO walk) could each hold a row the other waited for.
+    /// batches (or a batch and a purge) could each hold a row the other waited for.
     async fn lock_in_order(
         &self,
         tx: &Transaction<'_>,
@@ -232,6 +234,11 @@ impl Postgres {
             .filter_map(|(handle, _)| self.open(opened.id, handle).ok())
             .map(|receipt| to_i64(receipt.key.seq))
             .collect();
+        self.lock_rows(tx, opened, &seqs).await
+    }
+
+    /// Locks the queue's rows `seqs` names, in sequence order.
+    async fn lock_rows(&self, tx: &Transaction<'_>, opened: &Opened, seqs: &[i64]) -> Result<()> {
         tx.execute(
             &cached(
                 tx,

@@ -256,7 +256,7 @@ impl Postgres {
 
     async fn write_deltas(&self, deltas: &[(String, Delta)]) -> Result<()> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let adds = STATS
             .map(|c| format!("{c} = s.{c} + excluded.{c}"))
             .join(", ");
@@ -310,7 +310,7 @@ impl Postgres {
     pub(crate) async fn cluster_report(&self, queue: &str) -> Result<LeaseReport> {
         self.flush_measurements(true).await?;
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let columns = STATS.map(|c| format!("coalesce(s.{c}, 0)")).join(", ");
         let sql = format!(
             "SELECT q.record, leasehold_now(), {columns}

@@ -105,15 +105,9 @@ impl Postgres {
             .map_err(|e: tokio_postgres::Error| StartError::Url(e.to_string()))?;
         config.connect_timeout(options.connect_timeout);
         let at = describe(&config);
-        // The statements rely on READ COMMITTED (each sees what committed before it; a row
-        // lock waits for its holder, then takes the newest version): a database whose default
-        // is stricter would turn every contention into a serialization failure.
-        let mut startup = config.get_options().unwrap_or_default().to_string();
-        startup.push_str(" -c default_transaction_isolation=read\\ committed");
         if let Some(schema) = &options.schema {
-            startup.push_str(&format!(" -c search_path={schema}"));
+            config.options(format!("-c search_path={schema}"));
         }
-        config.options(startup.trim());
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -159,6 +153,22 @@ impl Postgres {
 
     async fn client(&self) -> Result<deadpool_postgres::Object, BackendError> {
         self.pool.get().await.map_err(|e| unavailable(&e))
+    }
+
+    /// A transaction at READ COMMITTED, which every statement here is written for (each
+    /// sees what committed before it; a row lock waits for its holder, then takes the
+    /// newest version), whatever the database's default: a stricter one would turn every
+    /// contention into a serialization failure. One statement (`BEGIN ISOLATION LEVEL READ
+    /// COMMITTED`), and no startup parameter a connection pooler might refuse.
+    async fn begin<'c>(
+        client: &'c mut deadpool_postgres::Object,
+    ) -> Result<deadpool_postgres::Transaction<'c>, BackendError> {
+        client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+            .start()
+            .await
+            .map_err(|e| unavailable(&e))
     }
 
     /// Moves every server's clock `by_ms` forward (time travel); answers the new instant.

@@ -109,7 +109,7 @@ impl Postgres {
         batch: bool,
     ) -> Result<Vec<std::result::Result<Sent, EngineError>>> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let opened = self.open_queue(&tx, queue).await?;
         if batch {
             check_batch(&opened.settings, &messages)?;
@@ -222,7 +222,7 @@ impl Postgres {
     pub(crate) async fn claim(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
         request.check()?;
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let opened = self.open_queue(&tx, queue).await?;
         let (now, settings) = (opened.now, &opened.settings);
         let lease_s = request
@@ -411,7 +411,7 @@ impl Postgres {
     /// by a lease running out (counted as expired when they are received or deleted again).
     pub(crate) async fn counts(&self, queue_id: u64, settings: &QueueSettings) -> Result<[u64; 5]> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let now = now(&tx).await?;
         let row = tx
             .query_one(
@@ -442,7 +442,7 @@ impl Postgres {
     /// queue's retention, as the counts.
     pub(crate) async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<Peeked>> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let opened = self.open_queue(&tx, queue).await?;
         let oldest_kept = opened
             .now

@@ -24,9 +24,6 @@ type Result<T> = std::result::Result<T, BackendError>;
 const TASK_COLUMNS: &str = "id, source_key, source_arn, destination_arn, rate, status, moved, \
                             to_move, limit_sent_ms, limit_seq, started_ms, failure";
 
-/// Messages moved at most per statement.
-const MOVE_CHUNK: u64 = 1_000;
-
 fn task_of_row(row: &tokio_postgres::Row) -> Result<MoveTask> {
     let status: String = row.get(5);
     let limit = match (row.get::<_, Option<i64>>(8), row.get::<_, Option<i64>>(9)) {
@@ -68,10 +65,8 @@ struct Ready {
 
 impl Postgres {
     pub(crate) async fn start_task(&self, start: MoveTaskStart) -> Result<(String, Vec<String>)> {
-        // The round stands even when this start is refused, as in the engine.
-        let mut woken = self.run_tasks().await?;
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let source_arn = start.source_arn.as_str();
         let source = self.naming.key_of_arn(source_arn);
         let source_found = match &source {
@@ -112,6 +107,13 @@ impl Postgres {
             (Some(key), Some(found)) => (key, found),
             _ => return Err(EngineError::QueueDoesNotExist.into()),
         };
+        drop(tx);
+        drop(client);
+        // Checked first, as the engine does; then every running task's round, in
+        // transactions of their own (it stands even when this start is refused below).
+        let mut woken = self.run_tasks().await?;
+        let mut client = self.client().await?;
+        let tx = Self::begin(&mut client).await?;
         let now = now(&tx).await?;
         let newest = self.newest(&tx, source_found.id, now).await?;
         let id = format_message_id(rand::random());
@@ -158,15 +160,11 @@ impl Postgres {
 
     pub(crate) async fn cancel_task(&self, handle: &str) -> Result<(u64, Vec<String>)> {
         let (task_id, source_arn) = MoveTask::read_handle(handle)?;
-        let mut client = self.client().await?;
-        self.source_exists(
-            &client.transaction().await.map_err(|e| unavailable(&e))?,
-            &source_arn,
-        )
-        .await?;
+        self.check_source(&source_arn).await?;
         // The round stands even when this cancel is refused, as in the engine.
         let woken = self.run_tasks().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let mut client = self.client().await?;
+        let tx = Self::begin(&mut client).await?;
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
              WHERE id = $1 AND source_arn = $2 FOR UPDATE"
@@ -192,15 +190,11 @@ impl Postgres {
         source_arn: &str,
         max: Option<u32>,
     ) -> Result<(Vec<MoveTaskInfo>, Vec<String>)> {
+        self.check_source(source_arn).await?;
         let max = MoveTask::list_max(max)?;
-        let mut client = self.client().await?;
-        self.source_exists(
-            &client.transaction().await.map_err(|e| unavailable(&e))?,
-            source_arn,
-        )
-        .await?;
         let woken = self.run_tasks().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let mut client = self.client().await?;
+        let tx = Self::begin(&mut client).await?;
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
              WHERE source_arn = $1 ORDER BY n DESC LIMIT $2"
@@ -247,21 +241,38 @@ impl Postgres {
         let mut woken = Vec::new();
         for row in &running {
             let id: String = row.get(0);
-            let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
-            let Some(row) = tx
-                .query_opt(&sql, &[&id])
-                .await
-                .map_err(|e| unavailable(&e))?
-            else {
-                continue;
-            };
-            let mut task = task_of_row(&row)?;
-            let now = now(&tx).await?;
-            woken.extend(self.progress(&tx, &mut task, now).await?);
-            tx.commit().await.map_err(|e| unavailable(&e))?;
+            // One task's failed round (the rows it met, a queue gone mid-round) neither stops
+            // the others nor loses the wake-ups of the rounds already committed.
+            match self.round(&mut client, &sql, &id).await {
+                Ok(queues) => woken.extend(queues),
+                Err(error) => tracing::warn!(%error, task = %id, "a move task's round did not run"),
+            }
         }
         woken.sort();
         woken.dedup();
+        Ok(woken)
+    }
+
+    /// One round of the running task `id`, in a transaction of its own, unless another
+    /// server holds it.
+    async fn round(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        sql: &str,
+        id: &str,
+    ) -> Result<Vec<String>> {
+        let tx = Self::begin(client).await?;
+        let Some(row) = tx
+            .query_opt(sql, &[&id])
+            .await
+            .map_err(|e| unavailable(&e))?
+        else {
+            return Ok(Vec::new());
+        };
+        let mut task = task_of_row(&row)?;
+        let now = now(&tx).await?;
+        let woken = self.progress(&tx, &mut task, now).await?;
+        tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok(woken)
     }
 
@@ -276,31 +287,25 @@ impl Postgres {
     ) -> Result<Vec<String>> {
         let budget = task.budget(now, MOVE_BATCH_STORED);
         let mut woken = Vec::new();
-        let mut destinations: HashMap<String, Option<Found>> = HashMap::new();
         let mut moved = 0;
-        let outcome = 'round: loop {
-            if moved >= budget {
-                break None;
+        // One pass: a round takes the send locks of its destination groups once, sorted; a
+        // second pass in the same transaction would take more while holding those.
+        let outcome = 'round: {
+            if budget == 0 {
+                break 'round None;
             }
             let Some(limit) = task.limit else {
-                break Some((MoveTaskStatus::Completed, None));
+                break 'round Some((MoveTaskStatus::Completed, None));
             };
             let Some(source) = self.find_queue(tx, &task.source).await? else {
-                break Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
+                break 'round Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
             };
-            let Ready { rows, held } = self
-                .oldest_ready(tx, source.id, limit, now, (budget - moved).min(MOVE_CHUNK))
-                .await?;
-            if rows.is_empty() {
-                // Rows another transaction holds now are still to move: next round.
-                break if held {
-                    None
-                } else {
-                    Some((MoveTaskStatus::Completed, None))
-                };
-            }
+            let Ready { rows, held } = self.oldest_ready(tx, source.id, limit, now, budget).await?;
+            // Fewer than asked, none held: nothing from before the task started is left.
+            let finished = !held && (rows.len() as u64) < budget;
             // Where each goes, up to the first whose queue is gone.
             let mut plan: Vec<(i64, String, Found)> = Vec::with_capacity(rows.len());
+            let mut destinations: HashMap<String, Option<Found>> = HashMap::new();
             let mut gone = false;
             for (seq, origin) in rows {
                 let arn = task.destination_arn.clone().or(origin);
@@ -338,12 +343,12 @@ impl Postgres {
             moved += self
                 .move_run(tx, source.id, &run_to, &mut run, now, &mut woken)
                 .await?;
-            if gone {
-                break 'round Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE)));
-            }
-            if held {
-                // Moving on past a held row would put a FIFO group out of order.
-                break None;
+            match (gone, finished) {
+                (true, _) => Some((MoveTaskStatus::Failed, Some(MOVE_TASK_QUEUE_GONE))),
+                (false, true) => Some((MoveTaskStatus::Completed, None)),
+                // Budget spent, or stopped at a held row (moving past it would put a FIFO
+                // group out of order): the next round goes on.
+                (false, false) => None,
             }
         };
         task.moved += moved;
@@ -545,6 +550,14 @@ impl Postgres {
             })
         })
         .transpose()
+    }
+
+    /// AWS's error for a SourceArn that names no queue, on a connection given back before
+    /// the rounds `run_tasks` runs on its own.
+    async fn check_source(&self, source_arn: &str) -> Result<()> {
+        let mut client = self.client().await?;
+        let tx = Self::begin(&mut client).await?;
+        self.source_exists(&tx, source_arn).await
     }
 
     /// AWS's error for a SourceArn that names no queue.

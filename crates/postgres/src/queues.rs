@@ -49,7 +49,7 @@ impl Postgres {
         command: impl FnOnce(&mut Engine) -> std::result::Result<T, EngineError>,
     ) -> Result<T> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let db = |e: tokio_postgres::Error| unavailable(&e);
         let account = made.map(|key| self.naming.key_account(key));
         if let Some(account) = account {
@@ -295,11 +295,13 @@ async fn write_change(
 }
 
 /// Deletes a queue's messages, deduplication ids and receive attempts in one statement, so
-/// in one snapshot: a send that commits meanwhile keeps both its message and its
-/// deduplication id (in two statements it could keep the one and lose the other). AWS forgets
-/// the deduplication window with the messages, so a purged id may be sent again. The messages
-/// are locked in sequence order, the one order every batch locks them in. Answers how many of
-/// the messages had a lease run out that no receive had counted.
+/// in one snapshot (in two, a send committing between them kept its message and lost its
+/// deduplication id). AWS forgets the deduplication window with the messages, so a purged id
+/// may be sent again. The messages are locked in sequence order, the one order every batch
+/// locks them in; deduplication ids and attempts a send or a receive holds at that moment are
+/// theirs, after the purge, and are left (waiting for them, in whatever order the table is
+/// read, could close a cycle with a batch send). Answers how many of the messages had a lease
+/// run out that no receive had counted.
 async fn forget_messages(tx: &Transaction<'_>, queue_id: u64, now: u64) -> Result<u64> {
     let row = tx
         .query_one(
@@ -313,8 +315,16 @@ async fn forget_messages(tx: &Transaction<'_>, queue_id: u64, now: u64) -> Resul
                      WHERE m.queue_id = $1 AND m.seq = locked.seq
                      RETURNING leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
                                AS expired),
-                 dedup AS (DELETE FROM leasehold_dedup WHERE queue_id = $1),
-                 attempts AS (DELETE FROM leasehold_receive_attempts WHERE queue_id = $1)
+                 dedup AS (
+                     DELETE FROM leasehold_dedup d USING (
+                         SELECT scope, dedup_id FROM leasehold_dedup WHERE queue_id = $1
+                         FOR UPDATE SKIP LOCKED) free
+                     WHERE d.queue_id = $1 AND (d.scope, d.dedup_id) = (free.scope, free.dedup_id)),
+                 attempts AS (
+                     DELETE FROM leasehold_receive_attempts a USING (
+                         SELECT attempt_id FROM leasehold_receive_attempts WHERE queue_id = $1
+                         FOR UPDATE SKIP LOCKED) free
+                     WHERE a.queue_id = $1 AND a.attempt_id = free.attempt_id)
                  SELECT count(*) FILTER (WHERE expired) FROM gone",
             )
             .await?,

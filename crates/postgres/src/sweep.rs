@@ -66,7 +66,7 @@ impl Postgres {
             return Ok(0);
         }
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| unavailable(&e))?;
+        let tx = Self::begin(&mut client).await?;
         let taken = tx
             .query_one(
                 &cached(&tx, "SELECT pg_try_advisory_xact_lock($1)").await?,
@@ -96,11 +96,10 @@ impl Postgres {
             .map_err(|e| unavailable(&e))?;
         // FIFO deduplication ids and receive attempts past their five minutes: lookups
         // already ignore them. Rows another transaction holds are left for a later round
-        // (the sweep waits for no one, so it is in no cycle of waits), and each row's expiry
-        // is checked again as it is deleted: one renewed by a send or a receive since the
-        // inner select read it (PostgreSQL rechecks the outer conditions on the newest
-        // version of a row it waited for) stays, else a resend within the window would be
-        // taken as new.
+        // (the sweep waits for no row, so it is in no cycle of waits), and a row's expiry is
+        // checked on the version the sweep locked, not on what its first look saw: one
+        // renewed by a send or a receive meanwhile stays, else a resend within the window
+        // would be taken as new.
         for sql in [
             "DELETE FROM leasehold_dedup d USING (
                  SELECT queue_id, scope, dedup_id FROM leasehold_dedup
@@ -152,9 +151,11 @@ impl Postgres {
             let (queue_id, old): (i64, bool) = (row.get(0), row.get(1));
             let mut left = 0;
             for table in DROPPED_TABLES {
+                // Rows a command still in flight holds are left for a later round.
                 let sql = format!(
                     "DELETE FROM {table} WHERE ctid IN (
-                         SELECT ctid FROM {table} WHERE queue_id = $1 LIMIT $2)"
+                         SELECT ctid FROM {table} WHERE queue_id = $1 LIMIT $2
+                         FOR UPDATE SKIP LOCKED)"
                 );
                 let gone = tx
                     .execute(&cached(tx, &sql).await?, &[&queue_id, &SWEEP_ROWS])
