@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod checker;
 pub mod pressure;
 pub mod proxy;
 
