@@ -219,12 +219,7 @@ async fn postgres_a_primary_killed_under_load_fails_over_to_its_standby_losing_n
         ledger.sent.len(),
         ledger.refusals
     );
-    let unexpected: Vec<_> = ledger
-        .refusals
-        .keys()
-        .filter(|kind| *kind != "5xx")
-        .collect();
-    assert!(unexpected.is_empty(), "{:?}", ledger.refusals);
+    ledger.assert_refused_only_with("5xx");
     assert!(
         back < Duration::from_secs(5),
         "service came back {back:?} after the promotion"

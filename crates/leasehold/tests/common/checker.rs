@@ -61,6 +61,17 @@ impl Ledger {
         self.refusing = Some((first, now));
     }
 
+    /// Asserts every refusal was of `kind` ("5xx", "no answer"), and that some were.
+    pub fn assert_refused_only_with(&self, kind: &str) {
+        let unexpected: Vec<_> = self.refusals.keys().filter(|k| *k != kind).collect();
+        assert!(unexpected.is_empty(), "{:?}", self.refusals);
+        assert!(
+            self.refusals.get(kind).is_some_and(|n| *n > 0),
+            "no request met the fault: {:?}",
+            self.refusals
+        );
+    }
+
     /// A delivery: it must not be of a message whose delete was acknowledged, nor come while
     /// an earlier delivery's lease is live.
     fn delivered(&mut self, body: &str, at: Instant) {
