@@ -21,7 +21,7 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use leasehold_backend::{BackendError, Result, SendGate, Waiters};
 use leasehold_engine::{
     Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming, NewMessage, ReceiptSealer,
-    Sink,
+    Sink, MOVE_BATCH_STORED,
 };
 use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
 
@@ -76,13 +76,12 @@ struct DiskReserve {
 }
 
 impl DiskReserve {
+    /// Takes a measurement. Sends taken since the last one and already written are in it;
+    /// those still on their way to the disk are not (a few milliseconds' worth, inside the
+    /// reserve's margin).
     fn measured(&self, available: u64) {
         self.available.store(available, Ordering::Relaxed);
         self.taken_since.store(0, Ordering::Relaxed);
-        self.decide(available);
-    }
-
-    fn decide(&self, available: u64) {
         self.gate.decide(available < self.reserve, || {
             format!(
                 "{} MiB left for writes, reserve {} MiB",
@@ -92,17 +91,38 @@ impl DiskReserve {
         });
     }
 
-    /// Counts a send of `bytes` against what is left, and refuses it when the reserve would
-    /// be reached (or already is).
+    /// Counts a send of `bytes` against what the last measurement left, and refuses it when
+    /// the reserve would be reached (or already is). Only the measurements open and close the
+    /// gate (its log line, `/ready`, held move tasks), so it does not flap between them.
     fn take(&self, bytes: u64) -> Option<String> {
-        if !self.gate.is_refusing() {
-            let taken = self.taken_since.fetch_add(bytes, Ordering::Relaxed) + bytes;
-            let left = self.available.load(Ordering::Relaxed).saturating_sub(taken);
-            if left < self.reserve {
-                self.decide(left);
-            }
+        if let Some(why) = self.refusal() {
+            return Some(why);
         }
-        self.refusal()
+        let taken = self.taken_since.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        let left = self.available.load(Ordering::Relaxed).saturating_sub(taken);
+        if left >= self.reserve {
+            return None;
+        }
+        // Refused: it takes nothing.
+        self.taken_since.fetch_sub(bytes, Ordering::Relaxed);
+        Some(format!(
+            "The data directory's file system is about to go below its reserve of {} MiB: sends are refused until space returns.",
+            self.reserve >> 20
+        ))
+    }
+
+    /// How many messages move tasks may move in one write: none below the reserve, else as
+    /// many bodies of the largest size (1 MiB) as the room above it holds, at most a round's.
+    fn room_for_moves(&self) -> u64 {
+        if self.gate.is_refusing() {
+            return 0;
+        }
+        let room = self
+            .available
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.taken_since.load(Ordering::Relaxed))
+            .saturating_sub(self.reserve);
+        (room / u64::from(leasehold_engine::MAX_MESSAGE_SIZE)).min(MOVE_BATCH_STORED)
     }
 
     /// Why sends are refused now, if they are.
@@ -319,7 +339,9 @@ impl Embedded {
     fn lock(&self, access: Access) -> Result<RwLockWriteGuard<'_, Engine>> {
         let mut engine = self.engine();
         self.admit(access)?;
-        engine.hold_moves(self.disk.gate.is_refusing());
+        // A store keeps the bodies: moves copy them, within the room above the reserve.
+        let room = self.contents.is_some().then(|| self.disk.room_for_moves());
+        engine.limit_moves(room);
         Ok(engine)
     }
 
@@ -508,22 +530,33 @@ impl Embedded {
     }
 
     /// Deliveries whose content the store did not hold: each one's message was deleted
-    /// meanwhile (a late delete through an earlier handle: the receive answers as if it had
-    /// come first), or its record is there without its body (a damaged or edited data file).
-    /// The latter could never be delivered, yet each receive would lease it and count a
+    /// meanwhile (a late delete through an earlier handle, a purge: the receive answers as if
+    /// it had come first), or its record is there without its body (a damaged or edited data
+    /// file). The latter could never be delivered, yet each receive would lease it and count a
     /// receive, and in a FIFO queue it would hold its group until retention ends: it is
-    /// deleted through the lease just taken, and said in the log.
+    /// removed while this receive is still its latest (`Queue::forget_lost`, which counts
+    /// nothing), and said in the log.
     async fn drop_contentless(&self, queue: &str, unread: Vec<leasehold_engine::Delivery>) {
-        let handles = unread.iter().map(|d| d.receipt_handle.clone()).collect();
-        let deleted = match leasehold_backend::Messages::delete(self, queue, handles).await {
+        let handles: Vec<String> = unread.iter().map(|d| d.receipt_handle.clone()).collect();
+        let opened: Vec<_> = handles.iter().map(|h| self.sealer.open(h)).collect();
+        let forgotten = self
+            .on_queue(|e, sink| {
+                e.on_handles(queue, opened, sink, |q, i, receipt| {
+                    q.forget_lost_opened(&handles[i], receipt)
+                })
+            })
+            .await;
+        let forgotten = match forgotten {
             Ok(results) => results,
             Err(error) => {
                 tracing::warn!(%error, queue, "cannot drop messages whose body is lost");
                 return;
             }
         };
-        for (delivery, deleted) in unread.iter().zip(deleted) {
-            if deleted.is_ok() {
+        let mut dropped = 0;
+        for (delivery, forgotten) in unread.iter().zip(forgotten) {
+            if forgotten.is_ok_and(|removed| removed) {
+                dropped += 1;
                 tracing::error!(
                     queue,
                     message_id = %delivery.message_id,
@@ -531,6 +564,8 @@ impl Embedded {
                 );
             }
         }
+        // In a FIFO queue its group's next message may now go.
+        self.waiters.wake_some(queue, dropped);
     }
 
     /// Wakes one waiting receive on `queue` per entry that succeeded.
@@ -602,9 +637,6 @@ async fn off_async<T: Send + 'static>(
 mod tests {
     use super::*;
 
-    /// Issue 46, defect 8: while the engine is put back to what the store holds, a change is
-    /// answered 503 (retry), as the full disk that caused it is, not 500; once the store has
-    /// failed for good, 500.
     /// Issue 46, defect 2: space is measured ten times a second; between two measurements a
     /// burst of big sends passed the reserve together. Each send now counts against what the
     /// last measurement left.
@@ -621,12 +653,19 @@ mod tests {
             assert_eq!(disk.take(10 << 20), None);
         }
         assert!(disk.take(10 << 20).is_some(), "a send past the reserve");
+        // A refused send took nothing: a small one still fits; the gate stays open.
+        assert_eq!(disk.take(1 << 20), None);
+        assert!(!disk.gate.is_refusing());
+        // The next measurement decides, from what it finds.
+        disk.measured(60 << 20);
         assert!(disk.take(1).is_some());
-        // The next measurement decides again, from what it finds.
         disk.measured(100 << 20);
         assert_eq!(disk.take(1 << 20), None);
     }
 
+    /// Issue 46, defect 8: while the engine is put back to what the store holds, a change is
+    /// answered 503 (retry), as the full disk that caused it is, not 500; once the store has
+    /// failed for good, 500.
     #[test]
     fn changes_during_a_recovery_are_unavailable_and_after_a_failure_failed() {
         assert_eq!(admission(HEALTHY, Access::Change), Ok(()));

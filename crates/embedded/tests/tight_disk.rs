@@ -121,3 +121,21 @@ async fn a_move_task_copies_a_bounded_batch_per_write() {
     assert_eq!(count(&backend, "dlq").await, "0");
     assert_eq!(count(&backend, "src").await, "120");
 }
+
+/// Issue 46, defect 1 (after a review): the bound is on one write, not one task, and follows
+/// the room above the reserve: with 30 MiB above it, a tick copies at most 30 bodies (of up
+/// to 1 MiB each), however many tasks run.
+#[tokio::test]
+async fn the_moves_of_one_write_fit_the_room_above_the_reserve() {
+    let clock = ManualClock::new(1_000_000);
+    let free = Arc::new(AtomicU64::new(1 << 30));
+    let backend = durable(&clock, &free);
+    dead_letters(&backend, 40).await;
+    free.store(RESERVE + (30 << 20), Ordering::SeqCst);
+    backend.tick().await;
+    backend.start_move_task(redrive_all()).await.unwrap();
+    assert_eq!(count(&backend, "dlq").await, "10", "moved past the room");
+    free.store(RESERVE + (5 << 20), Ordering::SeqCst);
+    backend.tick().await;
+    assert_eq!(count(&backend, "dlq").await, "5");
+}

@@ -16,8 +16,13 @@ use std::time::Instant;
 
 use common::pressure::{client, numbers_in, send, watch_rss, Cgroup, Serving};
 
+/// The tests take turns: each fills a server to its memory limit, and two at once on two
+/// cores would measure each other.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backlog_four_times_a_memory_cgroup_is_kept_and_survives_a_restart_in_it() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     const LIMIT: u64 = 256 << 20;
     const SIZE: usize = 200 * 1024;
     const MESSAGES: usize = (1 << 30) / SIZE + 1;
@@ -105,6 +110,7 @@ async fn a_backlog_four_times_a_memory_cgroup_is_kept_and_survives_a_restart_in_
 /// every message is received once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_receives_of_big_messages_stay_inside_a_memory_cgroup() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     const LIMIT: u64 = 256 << 20;
     const SIZE: usize = (1 << 20) - 4096;
     const MESSAGES: usize = 200;

@@ -16,25 +16,28 @@ const RESUME_AT: f64 = 0.70;
 /// (RabbitMQ's default high watermark is the same share).
 const SHARE_OF_RAM: f64 = 0.6;
 
-/// What one receive may hold at its peak: ten messages of 1 MiB, each in several copies at
-/// once (the store's, the decoded, the answer's own, the rendered bytes).
-const RECEIVE_PEAK_BYTES: u64 = 48 << 20;
+/// What one received message may hold at its peak: a body of up to 1 MiB in several copies
+/// at once (the store's, the decoded, the answer's own, the rendered and escaped bytes).
+const MESSAGE_PEAK_BYTES: u64 = 5 << 20;
 /// The share of the memory limit receives may hold together.
 const RECEIVES_SHARE: f64 = 0.35;
+/// The most messages one receive asks for: one receive always fits.
+const MAX_RECEIVE: usize = 10;
 
-/// How many receives may take and render messages at once: receives are what drains a
-/// backlog, so they are never refused for memory, but without a bound a crowd of them over
-/// big messages holds far more than the limit (48 receives of ten 1 MiB messages took a
-/// server in a 256 MiB cgroup past it). Each receive's attempt waits for one of these; a
-/// receive waiting for messages holds none. At least 2; none bound without a limit.
-pub fn receives_at_once(limit: u64) -> usize {
+/// How many messages receives may take and render at once, each receive counting the
+/// messages it asks for: receives are what drains a backlog, so they are never refused for
+/// memory, but without a bound a crowd of them over big messages holds far more than the
+/// limit (48 receives of ten 1 MiB messages took a server in a 256 MiB cgroup past it). A
+/// receive's attempt waits for its share; one waiting for messages holds none. At least one
+/// receive's worth; no bound without a limit.
+pub fn messages_at_once(limit: u64) -> usize {
     if limit == 0 {
         return usize::MAX >> 4;
     }
     let share = (limit as f64 * RECEIVES_SHARE) as u64;
-    usize::try_from(share / RECEIVE_PEAK_BYTES)
+    usize::try_from(share / MESSAGE_PEAK_BYTES)
         .unwrap_or(usize::MAX >> 4)
-        .max(2)
+        .max(MAX_RECEIVE)
 }
 
 /// Where a memory limit came from, for the log line at start.
@@ -212,11 +215,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn receives_at_once_follow_the_memory_limit() {
-        assert_eq!(receives_at_once(256 << 20), 2);
-        assert_eq!(receives_at_once(1 << 30), 7);
-        assert_eq!(receives_at_once(16 << 30), 119);
-        assert!(receives_at_once(0) > 1_000_000);
+    fn messages_at_once_follow_the_memory_limit() {
+        assert_eq!(messages_at_once(64 << 20), 10);
+        assert_eq!(messages_at_once(256 << 20), 17);
+        assert_eq!(messages_at_once(1 << 30), 71);
+        assert!(messages_at_once(0) > 1_000_000);
     }
 
     #[test]

@@ -259,7 +259,11 @@ async fn run(
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let turn = state.receiving_turn().await;
+        if deadline.is_some() && state.is_shutting_down() {
+            // Woken by the shutdown: answered at once, with no turn to wait for.
+            return Ok((receive.nothing(backend).await, None));
+        }
+        let turn = state.receiving_turn(receive.max_messages()).await;
         let (wait, look_again_in) = match receive.attempt(backend).await? {
             Attempt::Taken(answer) => return Ok((answer, Some(turn))),
             Attempt::Empty {

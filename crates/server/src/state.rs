@@ -88,7 +88,7 @@ pub struct AppState {
     pub backend: Arc<dyn Backend>,
     in_progress: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
-    /// Receives taking and rendering messages at once (`pressure::receives_at_once`).
+    /// Messages receives may take and render at once (`pressure::messages_at_once`).
     receiving: Arc<Semaphore>,
     shutting_down: AtomicBool,
     /// Resident memory against the limit: near it, sends are refused.
@@ -120,7 +120,7 @@ impl AppState {
         tracing::info!(limit_mb = limit >> 20, ?source, "memory limit");
         let memory = MemoryBudget::new(limit);
         memory.sample();
-        let receiving = crate::pressure::receives_at_once(limit);
+        let receiving = crate::pressure::messages_at_once(limit);
         AppState {
             memory,
             in_progress: Arc::new(Semaphore::new(config.limits.requests_in_progress)),
@@ -149,12 +149,12 @@ impl AppState {
         self.in_progress.clone().try_acquire_owned().ok()
     }
 
-    /// A turn to take and render messages, waited for (a receive is never refused for
-    /// memory: it drains the backlog), held until its answer is rendered.
-    pub async fn receiving_turn(&self) -> OwnedSemaphorePermit {
+    /// A turn to take and render up to `messages` messages, waited for (a receive is never
+    /// refused for memory: it drains the backlog), held until its answer is rendered.
+    pub async fn receiving_turn(&self, messages: u32) -> OwnedSemaphorePermit {
         self.receiving
             .clone()
-            .acquire_owned()
+            .acquire_many_owned(messages.clamp(1, 10))
             .await
             .expect("the receiving semaphore is never closed")
     }

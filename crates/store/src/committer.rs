@@ -78,8 +78,13 @@ impl Rebuild {
     /// Streams the records into a new engine on the writer's thread (`crate::restore`), so
     /// that no list of every message is held beside the live engine; the range deletes still
     /// to do are already the writer's.
-    fn answer(self, store: &mut dyn Store) {
-        let rebuilt = crate::restore(store, self.clock, self.config).map(|(engine, _)| engine);
+    fn answer(self, store: &mut dyn Store, sweeps: &mut VecDeque<RangeDelete>) {
+        let rebuilt = crate::restore(store, self.clock, self.config).map(|(engine, leftovers)| {
+            // What a refused write's deletes or an earlier stop left is finished as at a
+            // start (a range already queued twice finds nothing the second time).
+            sweeps.extend(range_deletes(std::slice::from_ref(&leftovers)));
+            engine
+        });
         let _ = self.reply.send(rebuilt);
     }
 }
@@ -241,7 +246,7 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
         };
         if let Some(rebuild) = first.load {
             refusing = None;
-            rebuild.answer(&mut *store);
+            rebuild.answer(&mut *store, &mut sweeps);
             continue;
         }
         let mut bytes = first.batch.bytes();
@@ -291,7 +296,7 @@ fn run(mut store: Box<dyn Store>, durability: Durability, rx: mpsc::Receiver<Job
         }
         if let Some(rebuild) = load_after {
             refusing = None;
-            rebuild.answer(&mut *store);
+            rebuild.answer(&mut *store, &mut sweeps);
         }
         if let Durability::Interval(period) = durability {
             let since = *unsynced_since.get_or_insert_with(Instant::now);

@@ -15,9 +15,10 @@ use crate::settings::QueueSettings;
 
 /// At most this many messages move per task per call, so one call never holds the engine long.
 const MOVE_BATCH: u64 = 10_000;
-/// At most this many where a store keeps the bodies: each call's moves are one write that
-/// copies every body it moves (up to 1 MiB each), which must stay well inside the disk
-/// reserve. Ten calls a second move 500 a second, AWS's highest MaxNumberOfMessagesPerSecond.
+/// At most this many a task where a store keeps the bodies: each call's moves are one write
+/// that copies every body it moves (up to 1 MiB each), which must fit the room above the
+/// disk reserve (the embedded backend bounds all tasks together by it, `limit_moves`). Ten
+/// calls a second move 500 a second, AWS's highest MaxNumberOfMessagesPerSecond.
 pub const MOVE_BATCH_STORED: u64 = 50;
 const MAX_MOVE_RATE: u32 = 500;
 
@@ -441,14 +442,15 @@ impl Engine {
     /// Moves what every running task may move by now, noting the queues that received
     /// messages for `take_woken`.
     fn progress_move_tasks(&mut self) {
-        if self.moves_held {
-            return;
-        }
+        let mut room = self.moves_room.unwrap_or(u64::MAX);
         let now = self.clock.now_ms();
         let mut woken = std::mem::take(&mut self.woken);
         for index in 0..self.tasks.len() {
+            if room == 0 {
+                break;
+            }
             if self.tasks[index].status == MoveTaskStatus::Running {
-                self.progress_task(index, now, &mut woken);
+                room -= self.progress_task(index, now, room, &mut woken);
             }
         }
         self.woken = woken;
@@ -463,14 +465,15 @@ impl Engine {
         woken
     }
 
-    fn progress_task(&mut self, index: usize, now: u64, woken: &mut Vec<String>) {
+    /// Moves what task `index` may move by now, at most `room`; answers how many it moved.
+    fn progress_task(&mut self, index: usize, now: u64, room: u64, woken: &mut Vec<String>) -> u64 {
         self.engine_changed();
         let task = &self.tasks[index];
         let batch = match self.config.track_changes {
             true => MOVE_BATCH_STORED,
             false => MOVE_BATCH,
         };
-        let budget = task.budget(now, batch);
+        let budget = task.budget(now, batch).min(room);
         let (source, limit, fixed_destination, task_moved) = (
             task.source.clone(),
             task.limit,
@@ -542,5 +545,6 @@ impl Engine {
             task.status = status;
             task.failure = failure.map(str::to_string);
         }
+        moved
     }
 }

@@ -299,6 +299,13 @@ impl Locked<'_> {
         self.queue.delete(self.now, &receipt, handle, mode)
     }
 
+    /// `Queue::forget_lost` of the message an opened handle names.
+    pub fn forget_lost_opened(&mut self, handle: &str, opened: Option<Receipt>) -> Result<bool> {
+        let receipt = self.issued_here(handle, opened)?;
+        self.queue.touch();
+        Ok(self.queue.forget_lost(&receipt))
+    }
+
     pub fn change_visibility(&mut self, handle: &str, timeout_s: u32) -> Result<()> {
         self.change_visibility_opened(handle, self.engine.sealer.open(handle), timeout_s)
     }

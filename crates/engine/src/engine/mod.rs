@@ -125,8 +125,9 @@ pub struct Engine {
     woken: Vec<String>,
     /// Looks change nothing, not even by the clock (`freeze`).
     frozen: bool,
-    /// Move tasks move nothing for now (`hold_moves`).
-    moves_held: bool,
+    /// How many messages running move tasks may move together per call (`limit_moves`);
+    /// None: as their rates and the batch allow.
+    moves_room: Option<u64>,
 }
 
 /// One page of a listing of queue names.
@@ -160,7 +161,7 @@ impl Engine {
             removed: Vec::new(),
             woken: Vec::new(),
             frozen: false,
-            moves_held: false,
+            moves_room: None,
         }
     }
 
@@ -171,11 +172,12 @@ impl Engine {
         self.frozen = true;
     }
 
-    /// Whether running move tasks move nothing for now: a durable server's disk is below its
-    /// reserve, where sends are refused too (a task copies bodies, which needs room).
-    /// Starting, listing and cancelling tasks go on.
-    pub fn hold_moves(&mut self, held: bool) {
-        self.moves_held = held;
+    /// How many messages running move tasks may move together per call, all tasks counted:
+    /// a durable server's room above its disk reserve (a task copies bodies, which needs
+    /// room; none below the reserve, where sends are refused too). Starting, listing and
+    /// cancelling tasks go on whatever it is. None: no bound but the tasks' own.
+    pub fn limit_moves(&mut self, room: Option<u64>) {
+        self.moves_room = room;
     }
 
     /// Notes that engine-wide state changed, when a store is listening.

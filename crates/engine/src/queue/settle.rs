@@ -8,6 +8,20 @@ use crate::receipt::Receipt;
 use crate::rules::{self, ChangeKind, Handling, LeaseMode};
 
 impl Queue {
+    /// A message whose body the store lost (a damaged data file): removed if the receive
+    /// `receipt` names is still its latest, whatever its lease, counting nothing (it was never
+    /// delivered). Answers whether it was removed.
+    pub fn forget_lost(&mut self, receipt: &Receipt) -> bool {
+        let latest = self
+            .messages
+            .get(&receipt.key)
+            .is_some_and(|m| m.receive_count == receipt.receive_no);
+        if latest {
+            self.remove(receipt.key);
+        }
+        latest
+    }
+
     pub fn delete(
         &mut self,
         now: u64,

@@ -34,7 +34,10 @@ pub struct Cgroup {
 impl Cgroup {
     pub fn new(limit: u64) -> Cgroup {
         need_root("a memory cgroup");
-        let name = format!("leasehold-test-{}", std::process::id());
+        // Each cgroup its own name: tests of one binary run side by side.
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let made = MADE.fetch_add(1, Ordering::Relaxed);
+        let name = format!("leasehold-test-{}-{made}", std::process::id());
         let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
         let unified = std::fs::read_to_string(v2).is_ok_and(|c| c.contains("memory"));
         let (dir, limit_file) = if unified {

@@ -96,6 +96,11 @@ impl Receive {
         &self.queue
     }
 
+    /// The most messages it asks for.
+    pub fn max_messages(&self) -> u32 {
+        self.request.max_messages
+    }
+
     /// One attempt, not waiting.
     pub async fn attempt(&self, backend: &dyn Backend) -> Result<Attempt> {
         let received = backend.receive(&self.queue, self.request.clone()).await?;
