@@ -284,6 +284,19 @@ pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<
 /// The key range of message records (and their contents, which a scan skips).
 pub const MESSAGES: (&[u8], &[u8]) = (b"M", b"N");
 
+/// In SQL over the `kv` table: how many message records of the current format (whose body is
+/// a record of its own, just after theirs in key order) lack that record, as a damaged file
+/// would. Parameters: the messages' key range, and the format's version byte. A full read of
+/// the messages' keys: for checks of a copy, not for a start.
+pub const BODILESS_MESSAGES_SQL: &str = "SELECT count(*) FROM (
+        SELECT k, v, lead(k) OVER (ORDER BY k) AS next FROM kv WHERE k >= ?1 AND k < ?2)
+    WHERE length(k) = ?3 AND substr(v, 1, 1) = ?4
+      AND (next IS NULL OR length(next) <> ?3 + 1 OR substr(next, 1, ?3) <> k)";
+
+/// The parameters `BODILESS_MESSAGES_SQL` takes after the key range: a message record's key
+/// length and the version byte of records whose body is apart.
+pub const BODILESS_MESSAGES_PARAMS: (i64, [u8; 1]) = (MESSAGE_KEY_LEN as i64, [MESSAGE_VERSION]);
+
 /// A stored message record: its queue, key, id and the message.
 pub fn decode_message(
     key: &[u8],
