@@ -5,20 +5,10 @@
 //! (no credentials) answers only requests for a loopback name, an IP address (a rebinding
 //! needs a name), the host of `--public-url`, or a name given with `--allowed-host`; the admin
 //! routes, on either listener, the same whatever the credentials. Signed requests are not
-//! checked: SigV4 signs the `Host`, which a page cannot sign for.
+//! checked: SigV4 signs the `Host`, which a page cannot sign for. The names: here; the
+//! middleware that asks them: `host_check.rs`.
 
 use std::net::IpAddr;
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
-use leasehold_protocol::ProtocolError;
-use serde_json::json;
-
-use crate::state::AppState;
 
 /// The names, besides loopback ones and IP addresses, a request's `Host` may give.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -67,55 +57,12 @@ fn normal(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
-fn refusal(host: &str) -> String {
+/// Why a request for `host` is refused, with the flag that would allow it.
+pub(crate) fn refusal(host: &str) -> String {
     format!(
         "Host {host:?} is not a name of this server: a web page on another name pointed at it (DNS rebinding) is refused; to serve under that name, start the server with --allowed-host {}",
         normal(name_of(host))
     )
-}
-
-fn host_header(request: &Request) -> Option<&str> {
-    request
-        .headers()
-        .get(header::HOST)
-        .map(|v| v.to_str().unwrap_or("(not text)"))
-}
-
-/// On the SQS routes of a server without credentials: a request for another name gets AWS's
-/// AccessDenied (403) in its wire's format.
-pub async fn check_sqs(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if state.config.auth.is_none() {
-        let host = host_header(&request);
-        if !state.config.allowed_hosts.allows(host) {
-            let error = ProtocolError::AccessDenied(refusal(host.unwrap_or_default()));
-            let id = crate::state::request_id();
-            return crate::sqs::error_response(request.headers(), &error, &id);
-        }
-    }
-    next.run(request).await
-}
-
-/// On the admin routes, on every listener and whatever the credentials: a request for
-/// another name gets 403 with a JSON line saying why.
-pub async fn check_admin(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let host = host_header(&request);
-    if !state.config.allowed_hosts.allows(host) {
-        let message = refusal(host.unwrap_or_default());
-        return (
-            StatusCode::FORBIDDEN,
-            Json(json!({"status": "forbidden", "message": message})),
-        )
-            .into_response();
-    }
-    next.run(request).await
 }
 
 #[cfg(test)]

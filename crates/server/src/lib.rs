@@ -12,6 +12,7 @@ pub mod auth;
 mod clock;
 pub mod dashboard;
 mod declare;
+mod host_check;
 pub mod hosts;
 mod lease_doc;
 mod leases;
@@ -52,7 +53,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route_layer(axum::middleware::from_fn(admin::same_site))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            hosts::check_admin,
+            host_check::check_admin,
         ));
     let router = Router::new()
         .route("/", get(dashboard::root).post(sqs::handle))
@@ -63,7 +64,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         )
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            hosts::check_sqs,
+            host_check::check_sqs,
         ))
         .merge(guarded)
         .route("/health", get(admin::health))
@@ -78,7 +79,7 @@ pub fn admin_app(state: Arc<AppState>) -> Router {
         .route_layer(axum::middleware::from_fn(admin::same_site))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            hosts::check_admin,
+            host_check::check_admin,
         ))
         .route(
             "/",

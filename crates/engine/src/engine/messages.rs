@@ -1,7 +1,6 @@
 //! Message operations: send, receive (with dead-lettering), delete, change visibility.
 
-use super::spread::Sink;
-use super::Engine;
+use super::{Engine, Sink};
 use crate::error::{EngineError, Result};
 use crate::handout::Sent;
 use crate::message::{Delivery, NewMessage};

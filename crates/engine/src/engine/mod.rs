@@ -44,7 +44,10 @@ pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use queues::{check_queue_room, list_queue_keys, validate_queue_name, QueueListing};
 pub use regions::{is_account_id, is_region, Naming};
-pub use spread::{Sink, StripedReceive};
+pub use spread::StripedReceive;
+
+/// Where a command's changes go, one stripe's at a time, before that stripe's lock goes.
+pub type Sink<'s> = &'s mut dyn FnMut(Vec<Change>);
 pub use stripes::MAX_STRIPES;
 
 use stripes::{HeadMut, QueueCell, QueueGuard};

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Change, Engine, LeaseReport, Locked};
+use super::{Engine, LeaseReport, Locked};
 use crate::error::{EngineError, Result};
 use crate::handout::Handout;
 use crate::lease_stats::{LeaseMetrics, MetricsRecord};
@@ -18,9 +18,7 @@ use crate::receipt::Receipt;
 use crate::settings::QueueSettings;
 
 use super::messages::ReceiveRequest;
-
-/// Where a command's changes go, one stripe's at a time, before that stripe's lock goes.
-pub type Sink<'s> = &'s mut dyn FnMut(Vec<Change>);
+use super::Sink;
 
 /// What a receive over a queue's stripes found.
 #[derive(Debug)]
