@@ -103,8 +103,13 @@ impl DiskReserve {
         if left >= self.reserve {
             return None;
         }
-        // Refused: it takes nothing.
-        self.taken_since.fetch_sub(bytes, Ordering::Relaxed);
+        // Refused: it takes nothing (saturating: a measurement may have reset the count
+        // since this send added to it).
+        let _ = self
+            .taken_since
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
+                Some(taken.saturating_sub(bytes))
+            });
         Some(format!(
             "The data directory's file system is about to go below its reserve of {} MiB: sends are refused until space returns.",
             self.reserve >> 20
