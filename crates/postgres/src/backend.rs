@@ -16,7 +16,14 @@ use leasehold_engine::{
 use tokio::sync::Notify;
 use tokio_postgres::types::ToSql;
 
+use crate::group::Job;
 use crate::{storable, unavailable, Postgres};
+
+/// Whether a queue is FIFO: its name says so (CreateQueue holds the name and the attribute
+/// together), so a request is routed before anything is read.
+fn fifo(queue: &str) -> bool {
+    queue.ends_with(".fifo")
+}
 
 /// Counts GetQueueAttributes takes from the rows rather than from the transient engine.
 const COUNTED: [&str; 3] = [
@@ -42,6 +49,41 @@ impl Postgres {
             .await
             .map_err(|e| unavailable(&e))?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Sends to any queue: a FIFO queue's in a transaction of their own, a standard queue's
+    /// in the next group (`group/`).
+    async fn send_any(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+        batch: bool,
+    ) -> Result<Vec<Result<Sent, EngineError>>> {
+        match fifo(queue) {
+            true => self.send_all(queue, messages, batch).await,
+            false => {
+                self.grouped(queue, |reply| Job::Send {
+                    queue: queue.to_string(),
+                    messages,
+                    batch,
+                    reply,
+                })
+                .await
+            }
+        }
+    }
+
+    /// A standard queue's request, in the next group; a name PostgreSQL cannot hold names
+    /// no queue.
+    async fn grouped<T>(
+        &self,
+        queue: &str,
+        job: impl FnOnce(crate::group::Reply<T>) -> Job,
+    ) -> Result<T> {
+        if !storable(queue) {
+            return Err(EngineError::QueueDoesNotExist.into());
+        }
+        self.grouper.submit(job).await
     }
 
     /// The queue's key, and that of the dead-letter queue a RedrivePolicy among `attributes`
@@ -232,11 +274,11 @@ impl QueueAdmin for Postgres {
 #[async_trait]
 impl Messages for Postgres {
     async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<leasehold_engine::Peeked>> {
-        self.peek(queue, limit).await
+        self.core.peek(queue, limit).await
     }
 
     async fn send(&self, queue: &str, message: NewMessage) -> Result<Sent> {
-        let sent = self.send_all(queue, vec![message], false).await?;
+        let sent = self.send_any(queue, vec![message], false).await?;
         let sent = sent.into_iter().next().ok_or_else(|| {
             BackendError::Failed("a send of one message answered nothing".into())
         })??;
@@ -249,15 +291,26 @@ impl Messages for Postgres {
         queue: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Result<Sent, EngineError>>> {
-        let results = self.send_all(queue, messages, true).await?;
+        let results = self.send_any(queue, messages, true).await?;
         self.waiters
             .wake_some(queue, results.iter().filter(|r| r.is_ok()).count());
         Ok(results)
     }
 
     async fn receive(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
+        request.check()?;
         let max = request.max_messages as usize;
-        let received = self.claim(queue, request).await?;
+        let received = match fifo(queue) {
+            true => self.claim(queue, request).await?,
+            false => {
+                self.grouped(queue, |reply| Job::Receive {
+                    queue: queue.to_string(),
+                    request,
+                    reply,
+                })
+                .await?
+            }
+        };
         if received.deliveries.len() == max {
             // There may be more: pass the turn to the next waiting receive.
             self.waiters.wake_some(queue, 1);
@@ -270,7 +323,17 @@ impl Messages for Postgres {
         queue: &str,
         handles: Vec<String>,
     ) -> Result<Vec<Result<(), EngineError>>> {
-        self.delete_all(queue, handles).await
+        match fifo(queue) {
+            true => self.delete_all(queue, handles).await,
+            false => {
+                self.grouped(queue, |reply| Job::Delete {
+                    queue: queue.to_string(),
+                    handles,
+                    reply,
+                })
+                .await
+            }
+        }
     }
 
     async fn change_visibility(

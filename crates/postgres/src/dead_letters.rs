@@ -8,7 +8,7 @@ use leasehold_backend::BackendError;
 use leasehold_engine::{rules, QueueSettings};
 
 use crate::messages::{DeadLetterRoute, Lease, Opened};
-use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -16,7 +16,7 @@ type Result<T> = std::result::Result<T, BackendError>;
 /// request; the next receive takes the next ones, and none is ever leased meanwhile.
 const DEAD_LETTERS_PER_RECEIVE: i64 = 100;
 
-impl Postgres {
+impl Core {
     /// The dead-letter queue a RedrivePolicy sends to, if it still exists: a target that
     /// no longer exists turns dead-lettering off rather than dropping messages, as the
     /// engine does.

@@ -14,7 +14,7 @@ use leasehold_engine::{
 };
 
 use crate::messages::{delivery_columns, encoded, Lease, Opened, ReceiveTally, DELIVERY_COLUMNS};
-use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, storable, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -32,7 +32,7 @@ fn deduplication_key(opened: &Opened, message: &NewMessage) -> (String, String) 
     (scope, id)
 }
 
-impl Postgres {
+impl Core {
     /// Takes the send locks of a batch's groups in one order (`leasehold_fifo_reserve` takes
     /// each again, which holds no longer), so two batches naming the same groups in other
     /// orders wait for each other instead of deadlocking; then, in one order too, a lock on

@@ -3,6 +3,8 @@
 //! do once its lease is over is the rulebook's (`leasehold_engine::rules`): this file locks
 //! the rows, asks the rules, and stores what they decided.
 
+use std::collections::HashMap;
+
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::rules::{self, ChangeKind, Handling, MessageLease};
@@ -10,9 +12,44 @@ use leasehold_engine::{DeleteSeen, EngineError, Receipt};
 
 use crate::messages::Opened;
 use crate::notify::notify;
-use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
+
+/// A handle that opened, and what its delete found of the message.
+pub(crate) type Seen = (Receipt, Option<FoundForDelete>);
+
+/// A receipt to delete by, and how its queue treats a handle whose lease is over.
+pub(crate) struct ToDelete {
+    pub(crate) receipt: Receipt,
+    pub(crate) handling: Handling,
+}
+
+/// A delete's answers, handle by handle in its order (`found`: what `delete_receipts` found
+/// for each handle that opened, in order), and what each opened handle saw, for the
+/// measurements.
+pub(crate) fn answer_deletes(
+    opened_handles: Vec<(std::result::Result<Receipt, EngineError>, String)>,
+    found: Vec<Option<FoundForDelete>>,
+) -> (Vec<std::result::Result<(), EngineError>>, Vec<Seen>) {
+    let mut found = found.into_iter();
+    let (mut results, mut seen) = (Vec::with_capacity(opened_handles.len()), Vec::new());
+    for (receipt, handle) in opened_handles {
+        results.push(match receipt {
+            Ok(receipt) => {
+                let found = found.next().flatten();
+                let result = match found.as_ref().and_then(|f| f.seen.deletion.refusal) {
+                    Some(refusal) => Err(refusal.error(&handle)),
+                    None => Ok(()),
+                };
+                seen.push((receipt, found));
+                result
+            }
+            Err(error) => Err(error),
+        });
+    }
+    (results, seen)
+}
 
 /// What a delete found of its message, for its answer and the lease measurements.
 pub(crate) struct FoundForDelete {
@@ -21,7 +58,7 @@ pub(crate) struct FoundForDelete {
     pub(crate) expired_unseen: bool,
 }
 
-impl Postgres {
+impl Core {
     /// Opens a handle and checks it was issued by this incarnation of the queue.
     fn open(&self, queue_id: u64, handle: &str) -> std::result::Result<Receipt, EngineError> {
         match self.sealer.open(handle) {
@@ -30,9 +67,10 @@ impl Postgres {
         }
     }
 
-    /// Deletes the message each handle names as `rules::delete` decides. Deleting twice, or
-    /// after retention dropped the message, succeeds, as on AWS; a FIFO delete makes the
-    /// group's next message receivable.
+    /// Deletes the message each handle names as `rules::delete` decides (a FIFO queue's
+    /// deletes: a standard queue's are grouped, `group/`). Deleting twice, or after
+    /// retention dropped the message, succeeds, as on AWS; a FIFO delete makes the group's
+    /// next message receivable.
     pub(crate) async fn delete_all(
         &self,
         queue: &str,
@@ -41,30 +79,15 @@ impl Postgres {
         let mut client = self.client().await?;
         let tx = Self::begin(&mut client).await?;
         let opened = self.open_queue(&tx, queue).await?;
-        let opened_handles: Vec<_> = handles
-            .into_iter()
-            .map(|handle| (self.open(opened.id, &handle), handle))
-            .collect();
-        let receipts: Vec<Receipt> = opened_handles
+        let opened_handles = self.open_all(&opened, handles);
+        let handling = self.handling(&opened.settings);
+        let receipts: Vec<ToDelete> = opened_handles
             .iter()
-            .filter_map(|(receipt, _)| receipt.as_ref().ok().copied())
+            .filter_map(|(receipt, _)| receipt.as_ref().ok())
+            .map(|&receipt| ToDelete { receipt, handling })
             .collect();
-        let mut found = self.delete_many(&tx, &opened, &receipts).await?.into_iter();
-        let (mut results, mut seen) = (Vec::with_capacity(opened_handles.len()), Vec::new());
-        for (receipt, handle) in opened_handles {
-            results.push(match receipt {
-                Ok(receipt) => {
-                    let found = found.next().flatten();
-                    let result = match found.as_ref().and_then(|f| f.seen.deletion.refusal) {
-                        Some(refusal) => Err(refusal.error(&handle)),
-                        None => Ok(()),
-                    };
-                    seen.push((receipt, found));
-                    result
-                }
-                Err(error) => Err(error),
-            });
-        }
+        let found = self.delete_receipts(&tx, opened.now, &receipts).await?;
+        let (results, seen) = answer_deletes(opened_handles, found);
         let fifo = opened.settings.fifo;
         let unblocked = if fifo {
             results.iter().filter(|r| r.is_ok()).count()
@@ -78,77 +101,112 @@ impl Postgres {
         Ok(results)
     }
 
-    /// Deletes the message each receipt names if the rules let its lease (`rules::delete`),
-    /// in one statement; answers, in order, what each found (None: the message was already
-    /// gone). Receipts naming one message twice go one by one, as the engine takes them.
-    async fn delete_many(
+    /// Each handle opened against the queue (a handle of another queue, or of this queue's
+    /// earlier incarnation, is invalid), beside the handle itself.
+    pub(crate) fn open_all(
+        &self,
+        opened: &Opened,
+        handles: Vec<String>,
+    ) -> Vec<(std::result::Result<Receipt, EngineError>, String)> {
+        handles
+            .into_iter()
+            .map(|handle| (self.open(opened.id, &handle), handle))
+            .collect()
+    }
+
+    /// Deletes the message each receipt names (of any queues) if the rules let its lease
+    /// (`rules::delete`); answers, in order, what each found (None: the message was already
+    /// gone). A statement for all of them; receipts naming a message again go in a later
+    /// statement, in their order, as the engine takes them one by one.
+    pub(crate) async fn delete_receipts(
         &self,
         tx: &Transaction<'_>,
-        opened: &Opened,
-        receipts: &[Receipt],
+        now: u64,
+        receipts: &[ToDelete],
     ) -> Result<Vec<Option<FoundForDelete>>> {
-        let mut seqs: Vec<i64> = receipts.iter().map(|r| to_i64(r.key.seq)).collect();
-        seqs.sort_unstable();
-        seqs.dedup();
-        if seqs.len() < receipts.len() {
-            // One by one in the batch's order, their rows locked first in sequence order.
-            self.lock_rows(tx, opened, &seqs).await?;
-            let mut found = Vec::with_capacity(receipts.len());
-            for receipt in receipts {
-                found.extend(
-                    Box::pin(self.delete_many(tx, opened, std::slice::from_ref(receipt))).await?,
-                );
+        let mut times_named: HashMap<(u64, u64), usize> = HashMap::new();
+        let rounds: Vec<usize> = receipts
+            .iter()
+            .map(|r| {
+                let named = times_named
+                    .entry((r.receipt.queue_id, r.receipt.key.seq))
+                    .or_default();
+                *named += 1;
+                *named - 1
+            })
+            .collect();
+        let mut found: Vec<Option<FoundForDelete>> = receipts.iter().map(|_| None).collect();
+        for round in 0..rounds.iter().max().map_or(0, |last| last + 1) {
+            let picked: Vec<usize> = (0..receipts.len())
+                .filter(|&i| rounds[i] == round)
+                .collect();
+            let these: Vec<&ToDelete> = picked.iter().map(|&i| &receipts[i]).collect();
+            let answers = self.delete_once(tx, now, &these).await?;
+            for (i, answer) in picked.into_iter().zip(answers) {
+                found[i] = answer;
             }
-            return Ok(found);
         }
-        let seqs: Vec<i64> = receipts.iter().map(|r| to_i64(r.key.seq)).collect();
+        Ok(found)
+    }
+
+    /// `delete_receipts` for receipts that each name a different message: one statement,
+    /// which locks their rows in the one order every batch locks rows in.
+    async fn delete_once(
+        &self,
+        tx: &Transaction<'_>,
+        now: u64,
+        receipts: &[&ToDelete],
+    ) -> Result<Vec<Option<FoundForDelete>>> {
+        let column = |f: &dyn Fn(&ToDelete) -> i64| receipts.iter().map(|r| f(r)).collect();
+        let queue_ids: Vec<i64> = column(&|r| to_i64(r.receipt.queue_id));
+        let seqs: Vec<i64> = column(&|r| to_i64(r.receipt.key.seq));
         let receive_nos: Vec<i32> = receipts
             .iter()
-            .map(|r| i32::try_from(r.receive_no).unwrap_or(i32::MAX))
+            .map(|r| i32::try_from(r.receipt.receive_no).unwrap_or(i32::MAX))
             .collect();
-        let handling = self.handling(&opened.settings);
-        let live_only = !handling.late_delete_removes();
+        let live_only: Vec<bool> = receipts
+            .iter()
+            .map(|r| !r.handling.late_delete_removes())
+            .collect();
         let rows = tx
             .query(
                 &cached(
                     tx,
                     "WITH locked AS MATERIALIZED (
-                         -- In sequence order, the one order every batch locks rows in.
-                         SELECT m.seq, m.receive_count, m.visible_ms, m.extensions, m.released
+                         -- In (queue, sequence) order, the one order every batch locks rows in.
+                         SELECT m.queue_id, m.seq, m.receive_count, m.visible_ms, m.extensions,
+                                m.released
                          FROM leasehold_messages m
-                         WHERE m.queue_id = $1 AND m.seq = ANY($2::bigint[])
-                         ORDER BY m.seq
+                         WHERE (m.queue_id, m.seq) IN
+                               (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
+                         ORDER BY m.queue_id, m.seq
                          FOR UPDATE),
                      target AS (
-                         SELECT m.seq, m.receive_count, m.visible_ms, m.extensions, m.released,
+                         SELECT m.queue_id, m.seq, m.receive_count, m.visible_ms, m.extensions,
+                                m.released,
                                 leasehold_lease_live(m.receive_count, h.receive_no,
                                                      m.visible_ms, $5) AS live,
-                                h.n
-                         FROM unnest($2::bigint[], $3::integer[]) WITH ORDINALITY
-                              AS h(seq, receive_no, n)
-                         JOIN locked m ON m.seq = h.seq),
+                                h.live_only, h.n
+                         FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::boolean[])
+                              WITH ORDINALITY AS h(queue_id, seq, receive_no, live_only, n)
+                         JOIN locked m ON m.queue_id = h.queue_id AND m.seq = h.seq),
                      gone AS (
                          DELETE FROM leasehold_messages m USING target
-                         WHERE m.queue_id = $1 AND m.seq = target.seq
-                           AND (NOT $4 OR target.live)
-                         RETURNING m.seq),
+                         WHERE m.queue_id = target.queue_id AND m.seq = target.seq
+                           AND (NOT target.live_only OR target.live)
+                         RETURNING m.queue_id, m.seq),
                      -- Run whether or not read: a data-modifying WITH always is.
                      marked AS (
                          UPDATE leasehold_messages m SET late_deleted = true FROM target
-                         WHERE m.queue_id = $1 AND m.seq = target.seq AND NOT target.live
-                           AND target.seq NOT IN (SELECT seq FROM gone))
+                         WHERE m.queue_id = target.queue_id AND m.seq = target.seq
+                           AND NOT target.live
+                           AND (target.queue_id, target.seq) NOT IN (SELECT * FROM gone))
                      SELECT n, receive_count, visible_ms, extensions,
-                            seq IN (SELECT seq FROM gone), released
+                            (queue_id, seq) IN (SELECT * FROM gone), released
                      FROM target",
                 )
                 .await?,
-                &[
-                    &to_i64(opened.id),
-                    &seqs,
-                    &receive_nos,
-                    &live_only,
-                    &to_i64(opened.now),
-                ],
+                &[&queue_ids, &seqs, &receive_nos, &live_only, &to_i64(now)],
             )
             .await
             .map_err(|e| unavailable(&e))?;
@@ -162,11 +220,12 @@ impl Postgres {
                 released: row.get(5),
             };
             let removed: bool = row.get(4);
-            if let (Some(slot), Some(receipt)) = (
+            if let (Some(slot), Some(asked)) = (
                 found.get_mut(n.wrapping_sub(1)),
                 receipts.get(n.wrapping_sub(1)),
             ) {
-                let deletion = rules::delete(handling, &lease, receipt.receive_no, opened.now);
+                let receipt = &asked.receipt;
+                let deletion = rules::delete(asked.handling, &lease, receipt.receive_no, now);
                 // The statement removed by the same rule (`live_only`, `leasehold_lease_live`).
                 debug_assert_eq!(deletion.removes, removed, "{lease:?} {receipt:?}");
                 let extensions = row.get::<_, i32>(3).unsigned_abs();
@@ -176,7 +235,7 @@ impl Postgres {
                         receive_count: lease.receive_count,
                         extensions: u16::try_from(extensions).unwrap_or(u16::MAX),
                     },
-                    expired_unseen: removed && lease.ran_out(opened.now),
+                    expired_unseen: removed && lease.ran_out(now),
                 });
             }
         }

@@ -13,14 +13,13 @@ use leasehold_backend::BackendError;
 use leasehold_engine::rules::ChangeKind;
 use leasehold_engine::{
     Counts, Delivery, EngineError, LeaseMetrics, LeaseReport, MetricsRecord, QueueCounts,
-    QueueSettings, QueueStats, Receipt, WindowedRecord,
+    QueueSettings, QueueStats, WindowedRecord,
 };
 
-use crate::handles::FoundForDelete;
 use crate::messages::ReceiveTally;
 use crate::queues::decode;
 use crate::sweep::SweepClock;
-use crate::{cached, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -158,7 +157,7 @@ fn record_of(rows: &[tokio_postgres::Row]) -> MetricsRecord {
     record
 }
 
-impl Postgres {
+impl Core {
     /// A receive's measurements: what it leased, first receives' waits, leases that ran out,
     /// messages dead-lettered.
     pub(crate) fn measure_receive(
@@ -187,12 +186,7 @@ impl Postgres {
     /// Deletes' measurements, by the engine's own `LeaseMetrics::count_delete`. Whether a
     /// delete is an SDK's retry of one that removed the message is this server's to know (its
     /// `local` memory): a retry counts nothing, in either map.
-    pub(crate) fn measure_deletes(
-        &self,
-        queue: &str,
-        now: u64,
-        seen: &[(Receipt, Option<FoundForDelete>)],
-    ) {
+    pub(crate) fn measure_deletes(&self, queue: &str, now: u64, seen: &[crate::handles::Seen]) {
         for (receipt, found) in seen {
             let retried = found.is_none() && {
                 let local = lock(&self.measurements.local);

@@ -15,6 +15,7 @@
 mod backend;
 mod dead_letters;
 mod fifo;
+mod group;
 mod handles;
 mod leases;
 mod messages;
@@ -61,6 +62,9 @@ pub struct Options {
     pub lease_mode: LeaseMode,
     /// CreateQueue refuses a new queue once its account holds this many.
     pub max_queues_per_account: usize,
+    /// How many transactions of grouped requests (standard queues' sends, receives and
+    /// deletes) a server commits at once; requests that arrive meanwhile wait for the next.
+    pub group_commits: usize,
 }
 
 impl Default for Options {
@@ -71,11 +75,29 @@ impl Default for Options {
             schema: None,
             lease_mode: LeaseMode::default(),
             max_queues_per_account: leasehold_engine::MAX_QUEUES_PER_ACCOUNT,
+            group_commits: 4,
         }
     }
 }
 
+/// A server's handle on the database: its state, shared with the tasks that commit its
+/// grouped requests (`group.rs`).
 pub struct Postgres {
+    core: Arc<Core>,
+    grouper: group::Grouper,
+}
+
+impl std::ops::Deref for Postgres {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+/// What a server knows of the database: its pool, the cluster's receipt key, its waiting
+/// receives and its measurements. Every command is a method of it.
+pub struct Core {
     pool: Pool,
     naming: Naming,
     receipt_key: [u8; 16],
@@ -134,7 +156,7 @@ impl Postgres {
         let listener = notify::Listener::start(config, server_id, waiters.clone())
             .await
             .map_err(|why| StartError::Connect(format!("{at}: {why}")))?;
-        Ok(Postgres {
+        let core = Arc::new(Core {
             pool,
             naming,
             receipt_key: key,
@@ -148,9 +170,15 @@ impl Postgres {
             measurements: leases::Measurements::default(),
             vacuum_clock: vacuum::VacuumClock::default(),
             _listener: listener,
+        });
+        Ok(Postgres {
+            grouper: group::Grouper::new(core.clone(), options.group_commits),
+            core,
         })
     }
+}
 
+impl Core {
     async fn client(&self) -> Result<deadpool_postgres::Object, BackendError> {
         self.pool.get().await.map_err(|e| unavailable(&e))
     }

@@ -16,7 +16,7 @@ use leasehold_store::codec;
 
 use crate::notify::notify;
 use crate::queues::{decode, now};
-use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, storable, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -49,6 +49,50 @@ pub(crate) struct Lease {
     pub(crate) route: Option<DeadLetterRoute>,
 }
 
+impl Lease {
+    /// A receive's lease of `lease_s` seconds from the queue's instant, for up to `max`
+    /// messages.
+    pub(crate) fn new(
+        opened: &Opened,
+        lease_s: u32,
+        max: u32,
+        route: Option<DeadLetterRoute>,
+    ) -> Lease {
+        let (now, settings) = (opened.now, &opened.settings);
+        let max_receives = rules::max_receives_for_sql(route.as_ref().map(|r| r.max_receive_count));
+        Lease {
+            max: i64::from(max),
+            now,
+            until: rules::lease_end(now, lease_s),
+            oldest_kept: now.saturating_sub(u64::from(settings.retention_s) * 1000),
+            // Exhausted messages are never leased, even past what one receive dead-letters.
+            max_receives: i32::try_from(max_receives).unwrap_or(i32::MAX),
+            route,
+        }
+    }
+
+    /// The dead-letter queue this receive moved messages into, and how many: its polls, on
+    /// every server, are woken. A queue that is its own dead-letter queue wakes nobody: its
+    /// polls would spin.
+    pub(crate) fn dead_lettered(
+        &self,
+        queue: &str,
+        tally: &ReceiveTally,
+    ) -> Option<(String, usize)> {
+        self.route
+            .as_ref()
+            .map(|route| (route.target_key.clone(), tally.dead_lettered.len()))
+            .filter(|(target, moved)| *moved > 0 && target != queue)
+    }
+}
+
+/// A standard message to store: its queue and its delay (its own, or the queue's).
+pub(crate) struct NewRow<'a> {
+    pub(crate) queue_id: u64,
+    pub(crate) delay_s: u32,
+    pub(crate) message: &'a NewMessage,
+}
+
 /// What one receive did besides its deliveries, for the lease measurements.
 #[derive(Default)]
 pub(crate) struct ReceiveTally {
@@ -77,7 +121,7 @@ pub(crate) fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Optio
     (!attributes.is_empty()).then(|| codec::attributes_value(attributes))
 }
 
-impl Postgres {
+impl Core {
     /// The queue's id and settings and the cluster's instant, read in one statement. The
     /// queue's row is not locked (a lock on it would be a write by every command, and a
     /// multixact among concurrent ones): a row a command adds to a queue deleted meanwhile is
@@ -100,8 +144,9 @@ impl Postgres {
         })
     }
 
-    /// Sends each message, checked by the engine's own rules against the queue's settings,
-    /// in one transaction; a batch first passes the checks that fail it whole.
+    /// Sends each message to a FIFO queue (a standard queue's sends are grouped, `group/`),
+    /// checked by the engine's own rules against the queue's settings, in one transaction; a
+    /// batch first passes the checks that fail it whole.
     pub(crate) async fn send_all(
         &self,
         queue: &str,
@@ -115,39 +160,17 @@ impl Postgres {
             check_batch(&opened.settings, &messages)?;
         }
         let (mut results, mut stored) = (Vec::with_capacity(messages.len()), 0);
-        if opened.settings.fifo {
-            self.lock_groups(&tx, &opened, &messages).await?;
-            for message in messages {
-                let (result, fresh) = match message.validate(&opened.settings) {
-                    Ok(()) => {
-                        let (sent, fresh) = self.send_fifo(&tx, &opened, message).await?;
-                        (Ok(sent), fresh)
-                    }
-                    Err(error) => (Err(error), false),
-                };
-                stored += u64::from(fresh);
-                results.push(result);
-            }
-        } else {
-            let checked: Vec<_> = messages
-                .into_iter()
-                .map(|m| m.validate(&opened.settings).map(|()| m))
-                .collect();
-            let valid: Vec<&NewMessage> = checked.iter().filter_map(|m| m.as_ref().ok()).collect();
-            let sent = match valid.is_empty() {
-                true => Vec::new(),
-                false => self.insert_many(&tx, &opened, &valid).await?,
+        self.lock_groups(&tx, &opened, &messages).await?;
+        for message in messages {
+            let (result, fresh) = match message.validate(&opened.settings) {
+                Ok(()) => {
+                    let (sent, fresh) = self.send_fifo(&tx, &opened, message).await?;
+                    (Ok(sent), fresh)
+                }
+                Err(error) => (Err(error), false),
             };
-            let mut sent = sent.into_iter();
-            stored = valid.len() as u64;
-            for message in checked {
-                results.push(match message {
-                    Ok(_) => Ok(sent.next().ok_or_else(|| {
-                        BackendError::Failed("a send answered fewer messages than it sent".into())
-                    })?),
-                    Err(error) => Err(error),
-                });
-            }
+            stored += u64::from(fresh);
+            results.push(result);
         }
         let sent = results.iter().filter(|r| r.is_ok()).count();
         notify(&tx, self.server_id, queue, sent).await?;
@@ -156,45 +179,49 @@ impl Postgres {
         Ok(results)
     }
 
-    /// Stores standard messages in one statement; answers them in order.
-    async fn insert_many(
+    /// Stores standard messages, of any queues, in one statement; answers them in order.
+    pub(crate) async fn insert_many(
         &self,
         tx: &Transaction<'_>,
-        opened: &Opened,
-        messages: &[&NewMessage],
+        now: u64,
+        rows: &[NewRow<'_>],
     ) -> Result<Vec<Sent>> {
-        let settings = &opened.settings;
-        let visible: Vec<i64> = messages
+        let queue_ids: Vec<i64> = rows.iter().map(|r| to_i64(r.queue_id)).collect();
+        let visible: Vec<i64> = rows
             .iter()
-            .map(|m| to_i64(opened.now + u64::from(m.delay_s.unwrap_or(settings.delay_s)) * 1000))
+            .map(|r| to_i64(now + u64::from(r.delay_s) * 1000))
             .collect();
-        let bodies: Vec<&str> = messages.iter().map(|m| m.body.as_str()).collect();
-        let attributes: Vec<Option<Vec<u8>>> =
-            messages.iter().map(|m| encoded(&m.attributes)).collect();
-        let system: Vec<Option<Vec<u8>>> = messages
+        let bodies: Vec<&str> = rows.iter().map(|r| r.message.body.as_str()).collect();
+        let attributes: Vec<Option<Vec<u8>>> = rows
             .iter()
-            .map(|m| encoded(&m.system_attributes))
+            .map(|r| encoded(&r.message.attributes))
             .collect();
-        let groups: Vec<Option<&str>> = messages.iter().map(|m| m.group_id.as_deref()).collect();
-        let rows = tx
+        let system: Vec<Option<Vec<u8>>> = rows
+            .iter()
+            .map(|r| encoded(&r.message.system_attributes))
+            .collect();
+        let groups: Vec<Option<&str>> =
+            rows.iter().map(|r| r.message.group_id.as_deref()).collect();
+        let answered = tx
             .query(
                 &cached(
                     tx,
                     "INSERT INTO leasehold_messages
                          (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
                           group_id)
-                     SELECT $1, nextval('leasehold_message_seqs'), $2, u.visible, u.body,
+                     SELECT u.queue_id, nextval('leasehold_message_seqs'), $2, u.visible, u.body,
                             u.attributes, u.system_attributes, u.group_id
-                     FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::bytea[], $7::text[])
-                          WITH ORDINALITY AS u(visible, body, attributes, system_attributes,
-                                               group_id, n)
+                     FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::bytea[], $6::bytea[],
+                                 $7::text[])
+                          WITH ORDINALITY AS u(queue_id, visible, body, attributes,
+                                               system_attributes, group_id, n)
                      ORDER BY u.n
                      RETURNING seq",
                 )
                 .await?,
                 &[
-                    &to_i64(opened.id),
-                    &to_i64(opened.now),
+                    &queue_ids,
+                    &to_i64(now),
                     &visible,
                     &bodies,
                     &attributes,
@@ -205,67 +232,47 @@ impl Postgres {
             .await
             .map_err(|e| unavailable(&e))?;
         // Numbered in the statement's order: ascending is the messages' order.
-        let mut seqs: Vec<u64> = rows.iter().map(|row| to_u64(row.get(0))).collect();
+        let mut seqs: Vec<u64> = answered.iter().map(|row| to_u64(row.get(0))).collect();
         seqs.sort_unstable();
-        Ok(seqs
-            .into_iter()
-            .map(|seq| Sent {
-                message_id: format_message_id(self.sealer.message_id(opened.id, seq)),
+        if seqs.len() != rows.len() {
+            return Err(BackendError::Failed(
+                "a send answered fewer messages than it sent".into(),
+            ));
+        }
+        Ok(rows
+            .iter()
+            .zip(seqs)
+            .map(|(row, seq)| Sent {
+                message_id: format_message_id(self.sealer.message_id(row.queue_id, seq)),
                 sequence_number: None,
             })
             .collect())
     }
 
-    /// One receive: leases up to `max_messages` receivable messages, oldest first (FIFO:
-    /// by group, in order), and moves those already received maxReceiveCount times that it
-    /// passes on the way to the dead-letter queue, as the engine's receive does.
+    /// One receive of a FIFO queue (a standard queue's receives are grouped, `group/`):
+    /// leases up to `max_messages` receivable messages, by group, in order, and moves those
+    /// already received maxReceiveCount times that it passes on the way to the dead-letter
+    /// queue, as the engine's receive does.
     pub(crate) async fn claim(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
-        request.check()?;
         let mut client = self.client().await?;
         let tx = Self::begin(&mut client).await?;
         let opened = self.open_queue(&tx, queue).await?;
-        let (now, settings) = (opened.now, &opened.settings);
+        let settings = &opened.settings;
+        let route = self.dead_letter_route(&tx, queue, settings).await?;
         let lease_s = request
             .visibility_s
             .unwrap_or(settings.visibility_timeout_s);
-        let route = self.dead_letter_route(&tx, queue, settings).await?;
-        let max_receives = rules::max_receives_for_sql(route.as_ref().map(|r| r.max_receive_count));
-        let lease = Lease {
-            max: i64::from(request.max_messages),
-            now,
-            until: rules::lease_end(now, lease_s),
-            oldest_kept: now.saturating_sub(u64::from(settings.retention_s) * 1000),
-            // Exhausted messages are never leased, even past what one receive dead-letters.
-            max_receives: i32::try_from(max_receives).unwrap_or(i32::MAX),
-            route,
-        };
+        let lease = Lease::new(&opened, lease_s, request.max_messages, route);
         let mut tally = ReceiveTally::default();
-        let deliveries = if settings.fifo {
-            let attempt = request.attempt_id.as_deref();
-            self.claim_fifo(&tx, &opened, &lease, attempt, &mut tally)
-                .await?
-        } else {
-            self.claim_standard(&tx, &opened, &lease, &mut tally)
-                .await?
+        let attempt = request.attempt_id.as_deref();
+        let deliveries = self
+            .claim_fifo(&tx, &opened, &lease, attempt, &mut tally)
+            .await?;
+        let next_due = match deliveries.is_empty() {
+            true => self.next_due(&tx, &opened).await?,
+            false => None,
         };
-        let next_due = if deliveries.is_empty() {
-            tx.query_one(
-                &cached(&tx, "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2").await?,
-                &[&to_i64(opened.id), &to_i64(now)],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?
-            .get::<_, Option<i64>>(0)
-        } else {
-            None
-        };
-        // Messages that arrive by a dead-letter move wake that queue's polls, on every server.
-        let dead_lettered = lease
-            .route
-            .as_ref()
-            .map(|route| (route.target_key.clone(), tally.dead_lettered.len()))
-            // A queue that is its own dead-letter queue wakes nobody: its polls would spin.
-            .filter(|(target, moved)| *moved > 0 && target != queue);
+        let dead_lettered = lease.dead_lettered(queue, &tally);
         if let Some((target, moved)) = &dead_lettered {
             notify(&tx, self.server_id, target, *moved).await?;
         }
@@ -273,18 +280,36 @@ impl Postgres {
         if let Some((target, moved)) = &dead_lettered {
             self.waiters.wake_some(target, *moved);
         }
-        self.measure_receive(queue, now, &deliveries, tally);
+        self.measure_receive(queue, opened.now, &deliveries, tally);
         Ok(Received {
             deliveries,
             queue_wait_s: settings.receive_wait_s,
-            next_due_in_ms: next_due.map(|due| to_u64(due).saturating_sub(now)),
+            next_due_in_ms: next_due,
         })
+    }
+
+    /// For a receive that found nothing: in how many milliseconds a delay or a lease of the
+    /// queue ends by itself (None: none will).
+    pub(crate) async fn next_due(
+        &self,
+        tx: &Transaction<'_>,
+        opened: &Opened,
+    ) -> Result<Option<u64>> {
+        let due = tx
+            .query_one(
+                &cached(tx, "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2").await?,
+                &[&to_i64(opened.id), &to_i64(opened.now)],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .get::<_, Option<i64>>(0);
+        Ok(due.map(|due| to_u64(due).saturating_sub(opened.now)))
     }
 
     /// A standard queue's receive: one statement claims the oldest receivable messages that
     /// are not exhausted; then the exhausted ones older than the last claimed (all of them if
     /// the receive is not full) move to the dead-letter queue.
-    async fn claim_standard(
+    pub(crate) async fn claim_standard(
         &self,
         tx: &Transaction<'_>,
         opened: &Opened,

@@ -16,7 +16,7 @@ use leasehold_engine::{
 use crate::dead_letters::Destination;
 use crate::notify::notify;
 use crate::queues::{decode, now};
-use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, storable, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -68,7 +68,7 @@ struct Ready {
     held: bool,
 }
 
-impl Postgres {
+impl Core {
     pub(crate) async fn start_task(&self, start: MoveTaskStart) -> Result<(String, Vec<String>)> {
         let mut client = self.client().await?;
         let tx = Self::begin(&mut client).await?;

@@ -27,13 +27,26 @@ pub(crate) async fn notify(
     queue: &str,
     count: usize,
 ) -> Result<(), leasehold_backend::BackendError> {
-    if count == 0 {
+    notify_many(tx, server, &[(queue, count)]).await
+}
+
+/// `notify` for several queues, in one statement.
+pub(crate) async fn notify_many(
+    tx: &Transaction<'_>,
+    server: u64,
+    counts: &[(&str, usize)],
+) -> Result<(), leasehold_backend::BackendError> {
+    let payloads: Vec<String> = counts
+        .iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(queue, count)| format!("{server} {count} {queue}"))
+        .collect();
+    if payloads.is_empty() {
         return Ok(());
     }
-    let payload = format!("{server} {count} {queue}");
     tx.execute(
-        &cached(tx, "SELECT pg_notify($1, $2)").await?,
-        &[&CHANNEL, &payload],
+        &cached(tx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p").await?,
+        &[&CHANNEL, &payloads],
     )
     .await
     .map_err(|e| unavailable(&e))?;

@@ -13,7 +13,7 @@ use leasehold_engine::{
 };
 use leasehold_store::codec;
 
-use crate::{cached, storable, to_i64, to_u64, unavailable, Postgres};
+use crate::{cached, storable, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
@@ -26,7 +26,7 @@ pub(crate) async fn now(tx: &Transaction<'_>) -> Result<u64> {
     Ok(to_u64(row.get(0)))
 }
 
-impl Postgres {
+impl Core {
     /// Runs `command` on a transient engine holding the queues `keys` name (those that
     /// exist), under a transaction that holds every one of those names, existing or not, so
     /// two servers' commands on one queue take turns.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_backend::BackendError;
 
-use crate::{cached, unavailable, Postgres};
+use crate::{cached, unavailable, Core};
 
 /// Any constant: the advisory lock of the cluster's sweep.
 const SWEEP_LOCK: i64 = 0x6c65_6173_6573_7765;
@@ -58,7 +58,7 @@ impl SweepClock {
     }
 }
 
-impl Postgres {
+impl Core {
     /// One round of the sweep, if due here and no other server is doing it; answers how
     /// many messages it deleted.
     pub(crate) async fn sweep(&self) -> Result<u64, BackendError> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use crate::sweep::SweepClock;
-use crate::{cause, Postgres};
+use crate::{cause, Core};
 
 /// Any constant: the advisory lock of the cluster's vacuum.
 const VACUUM_LOCK: i64 = 0x6c65_6173_7661_6375;
@@ -29,7 +29,7 @@ impl Default for VacuumClock {
     }
 }
 
-impl Postgres {
+impl Core {
     /// Starts a look at the churning tables, if one is due here.
     pub(crate) fn vacuum_if_due(&self) {
         if !self.vacuum_clock.0.due() {

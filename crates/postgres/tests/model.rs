@@ -1,7 +1,8 @@
 //! The differential model test: random command sequences against the embedded engine and
 //! the PostgreSQL backend (the machine's real database, a schema per case), under the same
 //! manual clock, must give the same replies and counts: standard and FIFO queues, each with a
-//! dead-letter queue of its kind, move tasks, lease reports, in either lease mode.
+//! dead-letter queue of its kind, move tasks, lease reports, in either lease mode; and rounds
+//! of requests sent at once, which PostgreSQL commits as one group.
 
 use std::sync::Arc;
 
@@ -78,6 +79,10 @@ enum Command {
     Advance {
         ms: u64,
     },
+    /// Sends, receives and deletes on standard queues sent at once: PostgreSQL commits them
+    /// as one group (`group/`), which must answer as the engine does taking them one by one
+    /// in the group's order (`group_order`).
+    Round(Vec<Command>),
 }
 
 fn command() -> impl Strategy<Value = Command> {
@@ -102,7 +107,68 @@ fn command() -> impl Strategy<Value = Command> {
         2 => queue.prop_map(|queue| Command::Report { queue }),
         2 => prop_oneof![Just(1_000u64), Just(10_000), Just(31_000), Just(61_000)]
             .prop_map(|ms| Command::Advance { ms }),
+        2 => proptest::collection::vec(grouped_command(), 2..8).prop_map(Command::Round),
     ]
+}
+
+/// A command a group holds: a send, receive or delete on a standard queue.
+fn grouped_command() -> impl Strategy<Value = Command> {
+    let queue = 0..3usize;
+    prop_oneof![
+        (
+            queue.clone(),
+            0..12u8,
+            prop_oneof![4 => Just(0u32), 1 => Just(10)]
+        )
+            .prop_map(|(queue, body, delay_s)| Command::Send {
+                queue,
+                body,
+                delay_s,
+                group: 0,
+                dedup: None
+            }),
+        (
+            queue.clone(),
+            prop_oneof![6 => 1..4u32, 1 => Just(11)],
+            prop_oneof![Just(None), Just(Some(0u32)), Just(Some(20))]
+        )
+            .prop_map(|(queue, max, visibility_s)| Command::Receive {
+                queue,
+                max,
+                visibility_s,
+                attempt: None
+            }),
+        (queue, 0..8usize).prop_map(|(queue, handle)| Command::Delete { queue, handle }),
+    ]
+}
+
+/// The order a group takes its commands in: deletes, then receives (those of one queue and
+/// visibility together, in the order each such class first came; one with a lease of 0 s
+/// alone), then sends; each kind in
+/// arrival order otherwise. Answers the commands' indexes.
+fn group_order(commands: &[Command]) -> Vec<usize> {
+    let rank = |i: usize| match &commands[i] {
+        Command::Delete { .. } => (0, 0),
+        // A receive with a lease of 0 s claims alone (its messages stay receivable).
+        Command::Receive {
+            visibility_s: Some(0),
+            ..
+        } => (1, i),
+        Command::Receive {
+            queue,
+            visibility_s,
+            ..
+        } => {
+            let first = commands.iter().position(|c| {
+                matches!(c, Command::Receive { queue: q, visibility_s: v, .. } if q == queue && v == visibility_s)
+            });
+            (1, first.unwrap_or(i))
+        }
+        _ => (2, 0),
+    };
+    let mut order: Vec<usize> = (0..commands.len()).collect();
+    order.sort_by_key(|&i| rank(i));
+    order
 }
 
 /// One backend under test, with the receipt handles it gave, in the order received.
@@ -148,74 +214,11 @@ impl Side<'_> {
                     b.create_queue(QUEUES[*queue], attributes, vec![]).await
                 )
             }
-            Command::Send {
-                queue,
-                body,
-                delay_s,
-                group,
-                dedup,
-            } => {
-                let mut message = NewMessage::new(format!("m{body}"));
-                message.delay_s = Some(*delay_s);
-                if is_fifo(*queue) {
-                    message.group_id = Some(GROUPS[*group].into());
-                    message.deduplication_id = dedup.map(|d| format!("d{d}"));
-                }
-                // Which earlier send a FIFO duplicate answers: by position, since each
-                // backend makes its own ids.
-                let sent = b.send(QUEUES[*queue], message).await.map(|sent| {
-                    match self.sent.iter().position(|id| *id == sent.message_id) {
-                        Some(original) => format!("duplicate of #{original}"),
-                        None => {
-                            self.sent.push(sent.message_id);
-                            format!("new #{}", self.sent.len() - 1)
-                        }
-                    }
-                });
-                format!("{sent:?}")
+            Command::Send { .. } | Command::Receive { .. } | Command::Delete { .. } => {
+                let handle = self.handle_for(command);
+                let raw = raw(b, command, handle).await;
+                self.settle(command, raw)
             }
-            Command::Receive {
-                queue,
-                max,
-                visibility_s,
-                attempt,
-            } => {
-                let request = ReceiveRequest {
-                    max_messages: *max,
-                    visibility_s: *visibility_s,
-                    attempt_id: attempt.map(|a| format!("attempt-{a}")),
-                };
-                match b.receive(QUEUES[*queue], request).await {
-                    Ok(received) => {
-                        let got: Vec<_> = received
-                            .deliveries
-                            .into_iter()
-                            .map(|d| {
-                                self.handles.push((*queue, d.receipt_handle));
-                                (
-                                    d.body.to_string(),
-                                    d.receive_count,
-                                    d.group_id.map(|g| g.to_string()),
-                                    d.dead_letter_source_arn.map(|a| a.to_string()),
-                                )
-                            })
-                            .collect();
-                        format!(
-                            "{got:?} wait {} next {:?}",
-                            received.queue_wait_s, received.next_due_in_ms
-                        )
-                    }
-                    Err(error) => format!("{error:?}"),
-                }
-            }
-            Command::Delete { queue, handle } => match self.handle(*queue, *handle) {
-                // Errors name the handle, and each backend seals its own.
-                Some(handle) => {
-                    format!("{:?}", b.delete(QUEUES[*queue], vec![handle.clone()]).await)
-                        .replace(&handle, "<handle>")
-                }
-                None => "no handle".into(),
-            },
             Command::Release {
                 queue,
                 handle,
@@ -303,7 +306,91 @@ impl Side<'_> {
                 Some(handle) => format!("{:?}", b.cancel_move_task(handle).await),
                 None => "no task".into(),
             },
-            Command::Advance { .. } => String::new(),
+            Command::Advance { .. } | Command::Round(_) => String::new(),
+        }
+    }
+
+    /// A round: every command's handle chosen first, then all of them at once (`concurrent`:
+    /// PostgreSQL's side) or one by one in the group's order (the engine's); their replies
+    /// settled in the group's order, answered in the round's.
+    async fn apply_round(&mut self, commands: &[Command], concurrent: bool) -> Vec<String> {
+        let handles: Vec<_> = commands.iter().map(|c| self.handle_for(c)).collect();
+        let order = group_order(commands);
+        let mut raws: Vec<Option<Raw>> = commands.iter().map(|_| None).collect();
+        if concurrent {
+            let all = commands
+                .iter()
+                .zip(handles)
+                .map(|(c, h)| raw(self.backend, c, h));
+            for (slot, answer) in raws
+                .iter_mut()
+                .zip(futures_util::future::join_all(all).await)
+            {
+                *slot = Some(answer);
+            }
+        } else {
+            for &i in &order {
+                raws[i] = Some(raw(self.backend, &commands[i], handles[i].clone()).await);
+            }
+        }
+        let mut replies = vec![String::new(); commands.len()];
+        for i in order {
+            if let Some(answer) = raws[i].take() {
+                replies[i] = self.settle(&commands[i], answer);
+            }
+        }
+        replies
+    }
+
+    /// The handle a delete names, chosen before anything runs.
+    fn handle_for(&self, command: &Command) -> Option<String> {
+        match command {
+            Command::Delete { queue, handle } => self.handle(*queue, *handle),
+            _ => None,
+        }
+    }
+
+    /// A send's, receive's or delete's reply, written so both backends' compare: duplicates
+    /// by position, bodies and receive counts rather than ids or handles; what it gave kept.
+    fn settle(&mut self, command: &Command, raw: Raw) -> String {
+        match (command, raw) {
+            (Command::Send { .. }, Raw::Sent(sent)) => {
+                // Which earlier send a FIFO duplicate answers: by position, since each
+                // backend makes its own ids.
+                let sent =
+                    sent.map(
+                        |sent| match self.sent.iter().position(|id| *id == sent.message_id) {
+                            Some(original) => format!("duplicate of #{original}"),
+                            None => {
+                                self.sent.push(sent.message_id);
+                                format!("new #{}", self.sent.len() - 1)
+                            }
+                        },
+                    );
+                format!("{sent:?}")
+            }
+            (Command::Receive { queue, .. }, Raw::Received(Ok(received))) => {
+                let got: Vec<_> = received
+                    .deliveries
+                    .into_iter()
+                    .map(|d| {
+                        self.handles.push((*queue, d.receipt_handle));
+                        (
+                            d.body.to_string(),
+                            d.receive_count,
+                            d.group_id.map(|g| g.to_string()),
+                            d.dead_letter_source_arn.map(|a| a.to_string()),
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{got:?} wait {} next {:?}",
+                    received.queue_wait_s, received.next_due_in_ms
+                )
+            }
+            (_, Raw::Received(Err(error))) => format!("{error:?}"),
+            (_, Raw::Replied(reply)) => reply,
+            (command, _) => format!("{command:?} answered out of kind"),
         }
     }
 
@@ -312,6 +399,55 @@ impl Side<'_> {
         of_queue
             .get(index % of_queue.len().max(1))
             .map(|(_, h)| h.clone())
+    }
+}
+
+/// What a send, receive or delete answered, before `Side::settle` writes it.
+enum Raw {
+    Sent(leasehold_backend::Result<leasehold_engine::Sent>),
+    Received(leasehold_backend::Result<leasehold_backend::Received>),
+    /// A delete's reply, written already (its errors name the handle, which each backend
+    /// seals its own: replaced).
+    Replied(String),
+}
+
+/// Runs a send, receive or delete (`handle`: the delete's, chosen beforehand).
+async fn raw(b: &dyn Backend, command: &Command, handle: Option<String>) -> Raw {
+    match command {
+        Command::Send {
+            queue,
+            body,
+            delay_s,
+            group,
+            dedup,
+        } => {
+            let mut message = NewMessage::new(format!("m{body}"));
+            message.delay_s = Some(*delay_s);
+            if is_fifo(*queue) {
+                message.group_id = Some(GROUPS[*group].into());
+                message.deduplication_id = dedup.map(|d| format!("d{d}"));
+            }
+            Raw::Sent(b.send(QUEUES[*queue], message).await)
+        }
+        Command::Receive {
+            queue,
+            max,
+            visibility_s,
+            attempt,
+        } => {
+            let request = ReceiveRequest {
+                max_messages: *max,
+                visibility_s: *visibility_s,
+                attempt_id: attempt.map(|a| format!("attempt-{a}")),
+            };
+            Raw::Received(b.receive(QUEUES[*queue], request).await)
+        }
+        Command::Delete { queue, .. } => Raw::Replied(match handle {
+            Some(handle) => format!("{:?}", b.delete(QUEUES[*queue], vec![handle.clone()]).await)
+                .replace(&handle, "<handle>"),
+            None => "no handle".into(),
+        }),
+        other => Raw::Replied(format!("{other:?} is not run raw")),
     }
 }
 
@@ -354,6 +490,17 @@ async fn compare(lease_mode: LeaseMode, commands: Vec<Command>) -> Result<(), St
                 .freeze_clock(Some(now))
                 .await
                 .map_err(|e| e.to_string())?;
+            continue;
+        }
+        if let Command::Round(round) = command {
+            let expected = engine_side.apply_round(round, false).await;
+            let got = postgres_side.apply_round(round, true).await;
+            if expected != got {
+                outcome = Err(format!(
+                    "step {step} {command:?}:\n engine:   {expected:?}\n postgres: {got:?}"
+                ));
+                break;
+            }
             continue;
         }
         let expected = engine_side.apply(command).await;
