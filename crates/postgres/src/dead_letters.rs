@@ -16,6 +16,9 @@ type Result<T> = std::result::Result<T, BackendError>;
 /// request; the next receive takes the next ones, and none is ever leased meanwhile.
 const DEAD_LETTERS_PER_RECEIVE: i64 = 100;
 
+/// A route's statement (`Core::dead_letter_route`): the dead-letter queue's id.
+pub(crate) const ROUTE_SQL: &str = "SELECT id FROM leasehold_queues WHERE key = $1";
+
 impl Core {
     /// The dead-letter queue a RedrivePolicy sends to, if it still exists: a target that
     /// no longer exists turns dead-lettering off rather than dropping messages, as the
@@ -33,10 +36,7 @@ impl Core {
             return Ok(None);
         };
         let row = tx
-            .query_opt(
-                &cached(tx, "SELECT id FROM leasehold_queues WHERE key = $1").await?,
-                &[&target],
-            )
+            .query_opt(&cached(tx, ROUTE_SQL).await?, &[&target])
             .await
             .map_err(|e| unavailable(&e))?;
         // A queue is FIFO exactly when its name ends in .fifo (creation holds them together).
@@ -197,7 +197,7 @@ impl Core {
              INSERT INTO leasehold_messages
                  (queue_id, seq, sent_ms, visible_ms, receive_count, first_receive_ms, body,
                   attributes, system_attributes, message_id, dead_letter_source_arn,
-                  group_id, deduplication_id, ready_order, late_deleted)
+                  group_id, deduplication_id, ready_order, late_deleted, released)
              SELECT $3, nextval('leasehold_message_seqs'),
                     CASE WHEN $8 OR NOT $9 THEN $4 ELSE moved.sent_ms END, $4,
                     CASE WHEN $9 THEN moved.receive_count ELSE 0 END,
@@ -206,7 +206,10 @@ impl Core {
                     CASE WHEN $9 THEN ids.id END, $5,
                     moved.group_id, moved.deduplication_id,
                     CASE WHEN $8 THEN nextval('leasehold_message_seqs') END,
-                    $9 AND moved.late_deleted
+                    $9 AND moved.late_deleted,
+                    -- Receivable, with no lease of this queue's to run out: its last ran out
+                    -- (and was counted) where it was, as the engine makes it Ready.
+                    true
              FROM moved
              JOIN unnest($6::bigint[], $7::bytea[]) AS ids(seq, id) ON ids.seq = moved.seq
              JOIN unnest($2::bigint[]) WITH ORDINALITY AS walk(seq, n) ON walk.seq = moved.seq

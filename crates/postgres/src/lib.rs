@@ -172,7 +172,13 @@ impl Postgres {
             _listener: listener,
         });
         Ok(Postgres {
-            grouper: group::Grouper::new(core.clone(), options.group_commits),
+            grouper: group::Grouper::new(
+                core.clone(),
+                std::env::var("LHX_GROUPS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(options.group_commits),
+            ),
             core,
         })
     }

@@ -117,6 +117,43 @@ pub(crate) use delivery_columns;
 /// How many columns `delivery_columns!()` names.
 pub(crate) const DELIVERY_COLUMNS: usize = 12;
 
+/// A standard send's statement (`Core::insert_many`): messages of any queues, numbered in
+/// the order given.
+pub(crate) const INSERT_SQL: &str = "INSERT INTO leasehold_messages
+         (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
+          group_id)
+     SELECT u.queue_id, nextval('leasehold_message_seqs'), $2, u.visible, u.body,
+            u.attributes, u.system_attributes, u.group_id
+     FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::bytea[], $6::bytea[],
+                 $7::text[])
+          WITH ORDINALITY AS u(queue_id, visible, body, attributes,
+               system_attributes, group_id, n)
+     ORDER BY u.n
+     RETURNING seq";
+
+/// A standard queue's claim (`Core::claim_standard`): the oldest receivable messages that
+/// are not exhausted, leased in the same statement.
+pub(crate) const CLAIM_SQL: &str = concat!(
+    "WITH picked AS (
+         SELECT seq, leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
+                    AS expired
+         FROM leasehold_messages
+         WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
+           AND NOT leasehold_exhausted(receive_count, $6)
+         ORDER BY sent_ms, seq
+         LIMIT $3
+         FOR UPDATE SKIP LOCKED)
+     UPDATE leasehold_messages m
+     SET visible_ms = $4, receive_count = m.receive_count + 1,
+         first_receive_ms = coalesce(m.first_receive_ms, $2), received_ms = $2,
+         extensions = 0, released = false
+     FROM picked
+     WHERE m.queue_id = $1 AND m.seq = picked.seq
+     RETURNING ",
+    delivery_columns!(),
+    ", picked.expired"
+);
+
 pub(crate) fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {
     (!attributes.is_empty()).then(|| codec::attributes_value(attributes))
 }
@@ -186,6 +223,9 @@ impl Core {
         now: u64,
         rows: &[NewRow<'_>],
     ) -> Result<Vec<Sent>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
         let queue_ids: Vec<i64> = rows.iter().map(|r| to_i64(r.queue_id)).collect();
         let visible: Vec<i64> = rows
             .iter()
@@ -204,21 +244,7 @@ impl Core {
             rows.iter().map(|r| r.message.group_id.as_deref()).collect();
         let answered = tx
             .query(
-                &cached(
-                    tx,
-                    "INSERT INTO leasehold_messages
-                         (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
-                          group_id)
-                     SELECT u.queue_id, nextval('leasehold_message_seqs'), $2, u.visible, u.body,
-                            u.attributes, u.system_attributes, u.group_id
-                     FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::bytea[], $6::bytea[],
-                                 $7::text[])
-                          WITH ORDINALITY AS u(queue_id, visible, body, attributes,
-                                               system_attributes, group_id, n)
-                     ORDER BY u.n
-                     RETURNING seq",
-                )
-                .await?,
+                &cached(tx, INSERT_SQL).await?,
                 &[
                     &queue_ids,
                     &to_i64(now),
@@ -317,29 +343,10 @@ impl Core {
         tally: &mut ReceiveTally,
     ) -> Result<Vec<Delivery>> {
         let max = lease.max;
-        let sql = concat!(
-            "WITH picked AS (
-                 SELECT seq, leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
-                            AS expired
-                 FROM leasehold_messages
-                 WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
-                   AND NOT leasehold_exhausted(receive_count, $6)
-                 ORDER BY sent_ms, seq
-                 LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-             UPDATE leasehold_messages m
-             SET visible_ms = $4, receive_count = m.receive_count + 1,
-                 first_receive_ms = coalesce(m.first_receive_ms, $2), received_ms = $2,
-                 extensions = 0, released = false
-             FROM picked
-             WHERE m.queue_id = $1 AND m.seq = picked.seq
-             RETURNING ",
-            delivery_columns!(),
-            ", picked.expired"
-        );
+
         let rows = tx
             .query(
-                &cached(tx, sql).await?,
+                &cached(tx, CLAIM_SQL).await?,
                 &[
                     &to_i64(opened.id),
                     &to_i64(lease.now),

@@ -16,6 +16,9 @@ use crate::{cached, cause, unavailable};
 
 const CHANNEL: &str = "leasehold_ready";
 
+/// The notifications' statement (`notify_many`): one per queue.
+pub(crate) const NOTIFY_SQL: &str = "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p";
+
 /// How long a lost listening connection waits before it connects again.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 
@@ -44,12 +47,9 @@ pub(crate) async fn notify_many(
     if payloads.is_empty() {
         return Ok(());
     }
-    tx.execute(
-        &cached(tx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p").await?,
-        &[&CHANNEL, &payloads],
-    )
-    .await
-    .map_err(|e| unavailable(&e))?;
+    tx.execute(&cached(tx, NOTIFY_SQL).await?, &[&CHANNEL, &payloads])
+        .await
+        .map_err(|e| unavailable(&e))?;
     Ok(())
 }
 

@@ -142,10 +142,9 @@ fn grouped_command() -> impl Strategy<Value = Command> {
     ]
 }
 
-/// The order a group takes its commands in: deletes, then receives (those of one queue and
-/// visibility together, in the order each such class first came; one with a lease of 0 s
-/// alone), then sends; each kind in
-/// arrival order otherwise. Answers the commands' indexes.
+/// The order a group takes its commands in: deletes, then sends, then receives (those of
+/// one queue and visibility together, in the order each such class first came; one with a
+/// lease of 0 s alone); each kind in arrival order otherwise. Answers the commands' indexes.
 fn group_order(commands: &[Command]) -> Vec<usize> {
     let rank = |i: usize| match &commands[i] {
         Command::Delete { .. } => (0, 0),
@@ -153,18 +152,20 @@ fn group_order(commands: &[Command]) -> Vec<usize> {
         Command::Receive {
             visibility_s: Some(0),
             ..
-        } => (1, i),
+        } => (2, i),
         Command::Receive {
             queue,
             visibility_s,
             ..
         } => {
             let first = commands.iter().position(|c| {
-                matches!(c, Command::Receive { queue: q, visibility_s: v, .. } if q == queue && v == visibility_s)
+                // A receive refused for its maximum never joins the group.
+                matches!(c, Command::Receive { queue: q, visibility_s: v, max, .. }
+                    if q == queue && v == visibility_s && (1..=10).contains(max))
             });
-            (1, first.unwrap_or(i))
+            (2, first.unwrap_or(i))
         }
-        _ => (2, 0),
+        _ => (1, 0),
     };
     let mut order: Vec<usize> = (0..commands.len()).collect();
     order.sort_by_key(|&i| rank(i));

@@ -1,22 +1,27 @@
-//! One group's transaction: the queues read once, then the deletes, the receives and the
-//! sends, each kind in as few statements as its rules allow, then one commit; each request
-//! answered only after it.
+//! One group's transaction: the queues read once, then the deletes, the sends and the
+//! receives, each kind in as few statements as its rules allow, then one commit; each
+//! request answered only after it.
 //!
 //! The order inside the transaction is the lock order's: the deletes come first, since they
 //! are the only statement that waits for a row's lock (rows locked in (queue, sequence)
-//! order); the receives claim with `SKIP LOCKED` and the sends insert rows nobody else sees,
-//! so a group never waits while it holds a row another group's deletes wait for.
+//! order); the sends insert rows nobody else sees and the receives claim with `SKIP
+//! LOCKED`, so a group never waits while it holds a row another group's deletes wait for.
+//! The sends and receives go together (pipelined: one round trip), the insert first, so a
+//! group's receives see its sends: as if its requests came one by one, deletes, then sends,
+//! then receives (`tests/model.rs` holds it to that).
 
 use std::collections::HashMap;
 
 use deadpool_postgres::Transaction;
+use futures_util::future::{try_join3, try_join_all};
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{check_batch, Delivery, EngineError, ReceiveRequest, Sent};
 
 use super::{Job, Reply, Result};
+use crate::dead_letters::ROUTE_SQL;
 use crate::handles::{answer_deletes, Seen, ToDelete};
-use crate::messages::{Lease, NewRow, Opened, ReceiveTally};
-use crate::notify::notify_many;
+use crate::messages::{Lease, NewRow, Opened, ReceiveTally, CLAIM_SQL, INSERT_SQL};
+use crate::notify::{notify_many, NOTIFY_SQL};
 use crate::queues::decode;
 use crate::{cached, storable, to_u64, unavailable, Core};
 
@@ -48,6 +53,11 @@ impl<Asked, Answer, Measured: Default> Work<Asked, Answer, Measured> {
 type SendWork = Work<(Vec<leasehold_engine::NewMessage>, bool), SendAnswer, u64>;
 type ReceiveWork = Work<ReceiveRequest, Received, Option<ReceiveTally>>;
 type DeleteWork = Work<Vec<String>, DeleteAnswer, Vec<Seen>>;
+/// A delete's handles, each opened (or refused) against its queue.
+type Handles = Vec<(
+    std::result::Result<leasehold_engine::Receipt, EngineError>,
+    String,
+)>;
 
 /// A group's requests by kind, each kind in arrival order.
 #[derive(Default)]
@@ -131,20 +141,51 @@ impl Core {
     }
 
     /// The transaction; answers the group's instant and the dead-letter queues that
-    /// received messages (how many), whose waiting receives are woken.
+    /// received messages (how many), whose waiting receives are woken. After the queues are
+    /// read, the group's statements are sent together (pipelined: one round trip for all
+    /// of them, executed in the order sent), then one commit.
     async fn commit_group(&self, group: &mut Group) -> Result<(u64, Vec<(String, usize)>)> {
         let mut client = self.client().await?;
         let tx = Self::begin(&mut client).await?;
         let queues = self.open_queues(&tx, &group.keys()).await?;
-        self.group_deletes(&tx, &queues, &mut group.deletes).await?;
-        let moved = self
-            .group_receives(&tx, &queues, &mut group.receives)
-            .await?;
-        let sent = self.group_sends(&tx, &queues, &mut group.sends).await?;
-        let notified: Vec<(&str, usize)> = (sent.iter().chain(&moved))
-            .map(|(queue, count)| (queue.as_str(), *count))
-            .collect();
-        notify_many(&tx, self.server_id, &notified).await?;
+        let (opened_handles, receipts) = self.open_deletes(&queues, &mut group.deletes);
+        let classes = receive_classes(&queues, &mut group.receives);
+        let checked = check_sends(&queues, &mut group.sends);
+        let rows = rows_to_insert(&queues, &group.sends, &checked);
+        let sent = sent_counts(&group.sends, &checked);
+        let notified: Vec<(&str, usize)> = sent.iter().map(|(q, n)| (q.as_str(), *n)).collect();
+        // The deletes first: their statement is the only one that waits for a row's lock.
+        let found = self.delete_receipts(&tx, queues.now, &receipts).await?;
+        // Then the sends and the receives, which never wait, sent together: the insert
+        // first (its statement prepared, like every claim's first, so that it is sent first,
+        // and executed first), so the group's receives see its sends.
+        prepare(&tx, &[INSERT_SQL, CLAIM_SQL, ROUTE_SQL, NOTIFY_SQL]).await?;
+        // The classes one after the other: a class's claim may take several statements (a
+        // route, the exhausted messages passed), and the next class's sees all of them.
+        let receives = &group.receives;
+        let claims = async {
+            let mut claimed = Vec::with_capacity(classes.len());
+            for class in &classes {
+                claimed.push(self.claim_class(&tx, &queues, class, receives).await?);
+            }
+            Ok(claimed)
+        };
+        let (stored, claimed, ()) = try_join3(
+            self.insert_many(&tx, queues.now, &rows),
+            claims,
+            notify_many(&tx, self.server_id, &notified),
+        )
+        .await?;
+        drop(rows);
+        answer_deletes_of(&mut group.deletes, opened_handles, found);
+        answer_sends(&mut group.sends, checked, stored)?;
+        let mut moved = Vec::new();
+        for (class, outcome) in classes.into_iter().zip(claimed) {
+            moved.extend(outcome.moved.clone());
+            answer_class(&queues, &mut group.receives, class, outcome);
+        }
+        let woken: Vec<(&str, usize)> = moved.iter().map(|(q, n)| (q.as_str(), *n)).collect();
+        notify_many(&tx, self.server_id, &woken).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok((queues.now, moved))
     }
@@ -172,14 +213,13 @@ impl Core {
         Ok(Queues { now, by_key })
     }
 
-    /// Every delete of the group: one statement (more only for handles naming a message
-    /// again).
-    async fn group_deletes(
+    /// The deletes' handles, opened against their queues, each delete's apart; and the
+    /// receipts of those that opened, all together, for one statement.
+    fn open_deletes(
         &self,
-        tx: &Transaction<'_>,
         queues: &Queues,
         works: &mut [DeleteWork],
-    ) -> Result<()> {
+    ) -> (Vec<Handles>, Vec<ToDelete>) {
         let mut opened_handles = Vec::with_capacity(works.len());
         let mut receipts = Vec::new();
         for work in works.iter_mut() {
@@ -197,164 +237,52 @@ impl Core {
             );
             opened_handles.push(handles);
         }
-        let mut found = self
-            .delete_receipts(tx, queues.now, &receipts)
-            .await?
-            .into_iter();
-        for (work, handles) in works.iter_mut().zip(opened_handles) {
-            if work.answer.is_some() {
-                continue;
-            }
-            let opened = handles.iter().filter(|(r, _)| r.is_ok()).count();
-            let (results, seen) = answer_deletes(handles, found.by_ref().take(opened).collect());
-            work.answer = Some(Ok(results));
-            work.measured = seen;
-        }
-        Ok(())
+        (opened_handles, receipts)
     }
 
-    /// Every receive of the group: one claim per queue and visibility asked, for all of
-    /// their messages, shared out in arrival order (each takes up to its own maximum, oldest
-    /// messages first). Answers the dead-letter queues that received messages.
-    async fn group_receives(
+    /// One class of receives: one claim for all of their messages, shared out in arrival
+    /// order (each takes up to its own maximum, oldest messages first), the exhausted
+    /// messages it passed moved to the dead-letter queue, and, if one of them is left
+    /// without a message, when the queue's next delay or lease ends.
+    async fn claim_class(
         &self,
         tx: &Transaction<'_>,
         queues: &Queues,
-        works: &mut [ReceiveWork],
-    ) -> Result<Vec<(String, usize)>> {
-        let mut moved = Vec::new();
-        // Classes by queue and the visibility asked (not yet the queue's default: two that
-        // name it differently are two claims), in the order each class first came.
-        let mut classes: Vec<(String, Option<u32>, Vec<usize>)> = Vec::new();
-        for (i, work) in works.iter_mut().enumerate() {
-            if queues.of(work).is_none() {
-                continue;
-            }
-            let visibility_s = work.asked.visibility_s;
-            // A lease of 0 s leaves its messages receivable to the next receive, as one by
-            // one: such a receive claims alone.
-            let alone = visibility_s == Some(0)
-                || (visibility_s.is_none() && opened_lease_s(queues, &work.queue) == Some(0));
-            match classes
-                .iter_mut()
-                .filter(|_| !alone)
-                .find(|(queue, v, _)| *queue == work.queue && *v == visibility_s)
-            {
-                Some((_, _, members)) => members.push(i),
-                None => classes.push((work.queue.clone(), visibility_s, vec![i])),
-            }
-        }
-        for (queue, visibility_s, members) in classes {
-            let Some(opened) = queues.by_key.get(&queue) else {
-                continue;
-            };
-            let lease_s = visibility_s.unwrap_or(opened.settings.visibility_timeout_s);
-            let route = self.dead_letter_route(tx, &queue, &opened.settings).await?;
-            let max = members.iter().map(|&i| works[i].asked.max_messages).sum();
-            let lease = Lease::new(opened, lease_s, max, route);
-            let mut tally = ReceiveTally::default();
-            let claimed = self.claim_standard(tx, opened, &lease, &mut tally).await?;
-            moved.extend(lease.dead_lettered(&queue, &tally));
-            let mut claimed = claimed.into_iter();
-            let mut next_due = None;
-            for (n, &i) in members.iter().enumerate() {
-                let work = &mut works[i];
-                let take = work.asked.max_messages as usize;
-                let deliveries: Vec<Delivery> = claimed.by_ref().take(take).collect();
-                let next_due_in_ms = match deliveries.is_empty() {
-                    true => *match &next_due {
-                        Some(due) => due,
-                        None => next_due.insert(self.next_due(tx, opened).await?),
-                    },
-                    false => None,
-                };
-                // What the claim did besides its deliveries is measured once, with the first.
-                work.measured = Some(match n {
-                    0 => std::mem::take(&mut tally),
-                    _ => ReceiveTally::default(),
-                });
-                work.answer = Some(Ok(Received {
-                    deliveries,
-                    queue_wait_s: opened.settings.receive_wait_s,
-                    next_due_in_ms,
-                }));
-            }
-        }
-        Ok(moved)
-    }
-
-    /// Every send of the group: one statement for all their messages, of any queues; a
-    /// batch that fails whole (`check_batch`) or a message the rules refuse takes nothing
-    /// from the others. Answers how many were stored in each queue.
-    async fn group_sends(
-        &self,
-        tx: &Transaction<'_>,
-        queues: &Queues,
-        works: &mut [SendWork],
-    ) -> Result<Vec<(String, usize)>> {
-        let mut checked = Vec::with_capacity(works.len());
-        for work in works.iter_mut() {
-            let Some(opened) = queues.of(work) else {
-                checked.push(Vec::new());
-                continue;
-            };
-            let (messages, batch) = &work.asked;
-            if let (true, Err(error)) = (*batch, check_batch(&opened.settings, messages)) {
-                work.answer = Some(Err(error.into()));
-                checked.push(Vec::new());
-                continue;
-            }
-            checked.push(
-                messages
-                    .iter()
-                    .map(|m| m.validate(&opened.settings))
-                    .collect(),
-            );
-        }
-        let mut rows = Vec::new();
-        for (work, checks) in works.iter().zip(&checked) {
-            let Some(opened) = queues.by_key.get(&work.queue) else {
-                continue;
-            };
-            for (message, check) in work.asked.0.iter().zip(checks) {
-                if check.is_ok() {
-                    rows.push(NewRow {
-                        queue_id: opened.id,
-                        delay_s: message.delay_s.unwrap_or(opened.settings.delay_s),
-                        message,
-                    });
-                }
-            }
-        }
-        let mut stored = match rows.is_empty() {
-            true => Vec::new(),
-            false => self.insert_many(tx, queues.now, &rows).await?,
-        }
-        .into_iter();
-        let mut sent: Vec<(String, usize)> = Vec::new();
-        for (work, checks) in works.iter_mut().zip(checked) {
-            if work.answer.is_some() {
-                continue;
-            }
-            let mut results: SendAnswer = Vec::with_capacity(checks.len());
-            for check in checks {
-                // `insert_many` answers as many messages as it was given, or fails.
-                results.push(match check {
-                    Ok(()) => Ok(stored.next().ok_or_else(|| {
-                        BackendError::Failed("a send answered fewer messages than it sent".into())
-                    })?),
-                    Err(error) => Err(error),
-                });
-            }
-            let count = results.iter().filter(|r| r.is_ok()).count();
-            work.measured = count as u64;
-            match sent.iter_mut().find(|(queue, _)| *queue == work.queue) {
-                Some((_, total)) => *total += count,
-                None => sent.push((work.queue.clone(), count)),
-            }
-            work.answer = Some(Ok(results));
-        }
-        Ok(sent)
+        class: &Class,
+        works: &[ReceiveWork],
+    ) -> Result<ClassOutcome> {
+        let opened = queues
+            .by_key
+            .get(&class.queue)
+            .ok_or_else(|| BackendError::Failed("a receive's queue was not read".into()))?;
+        let lease_s = class
+            .visibility_s
+            .unwrap_or(opened.settings.visibility_timeout_s);
+        let route = self
+            .dead_letter_route(tx, &class.queue, &opened.settings)
+            .await?;
+        let maxes: Vec<usize> = (class.members.iter())
+            .map(|&i| works[i].asked.max_messages as usize)
+            .collect();
+        let max = u32::try_from(maxes.iter().sum::<usize>()).unwrap_or(u32::MAX);
+        let lease = Lease::new(opened, lease_s, max, route);
+        let mut tally = ReceiveTally::default();
+        let claimed = self.claim_standard(tx, opened, &lease, &mut tally).await?;
+        let moved = lease.dead_lettered(&class.queue, &tally);
+        let mut claimed = claimed.into_iter();
+        let shares: Vec<Vec<Delivery>> = (maxes.iter())
+            .map(|&take| claimed.by_ref().take(take).collect())
+            .collect();
+        let next_due = match shares.iter().any(Vec::is_empty) {
+            true => self.next_due(tx, opened).await?,
+            false => None,
+        };
+        Ok(ClassOutcome {
+            shares,
+            next_due,
+            tally,
+            moved,
+        })
     }
 
     /// What the group's requests measured, once it committed.
@@ -373,6 +301,191 @@ impl Core {
             self.measure_deletes(&work.queue, now, &work.measured);
         }
     }
+}
+
+/// A class of receives: those of one queue asking one visibility (the group's indexes),
+/// claimed together.
+struct Class {
+    queue: String,
+    visibility_s: Option<u32>,
+    members: Vec<usize>,
+}
+
+/// What a class's claim gave: each member's deliveries, in order; when the queue's next
+/// delay or lease ends, for members left without a message; what the claim did besides
+/// its deliveries (measured once, with the first member); the dead-letter queue it moved
+/// messages into, and how many.
+struct ClassOutcome {
+    shares: Vec<Vec<Delivery>>,
+    next_due: Option<u64>,
+    tally: ReceiveTally,
+    moved: Option<(String, usize)>,
+}
+
+/// Classes by queue and the visibility asked (not yet the queue's default: two that name
+/// it differently are two claims), in the order each class first came. A lease of 0 s
+/// leaves its messages receivable to the next receive, as one by one: such a receive
+/// claims alone.
+fn receive_classes(queues: &Queues, works: &mut [ReceiveWork]) -> Vec<Class> {
+    let mut classes: Vec<Class> = Vec::new();
+    for (i, work) in works.iter_mut().enumerate() {
+        if queues.of(work).is_none() {
+            continue;
+        }
+        let visibility_s = work.asked.visibility_s;
+        let alone = visibility_s == Some(0)
+            || (visibility_s.is_none() && opened_lease_s(queues, &work.queue) == Some(0));
+        match (classes.iter_mut())
+            .filter(|_| !alone)
+            .find(|c| c.queue == work.queue && c.visibility_s == visibility_s)
+        {
+            Some(class) => class.members.push(i),
+            None => classes.push(Class {
+                queue: work.queue.clone(),
+                visibility_s,
+                members: vec![i],
+            }),
+        }
+    }
+    classes
+}
+
+/// Each member of a class answered its share.
+fn answer_class(queues: &Queues, works: &mut [ReceiveWork], class: Class, outcome: ClassOutcome) {
+    let queue_wait_s = (queues.by_key.get(&class.queue)).map_or(0, |q| q.settings.receive_wait_s);
+    let mut tally = Some(outcome.tally);
+    for (&i, deliveries) in class.members.iter().zip(outcome.shares) {
+        let work = &mut works[i];
+        let next_due_in_ms = outcome.next_due.filter(|_| deliveries.is_empty());
+        work.measured = Some(tally.take().unwrap_or_default());
+        work.answer = Some(Ok(Received {
+            deliveries,
+            queue_wait_s,
+            next_due_in_ms,
+        }));
+    }
+}
+
+/// Each delete answered, handle by handle, from what the statement found for the handles
+/// that opened (in order).
+fn answer_deletes_of(
+    works: &mut [DeleteWork],
+    opened_handles: Vec<Handles>,
+    found: Vec<Option<crate::handles::FoundForDelete>>,
+) {
+    let mut found = found.into_iter();
+    for (work, handles) in works.iter_mut().zip(opened_handles) {
+        if work.answer.is_some() {
+            continue;
+        }
+        let opened = handles.iter().filter(|(r, _)| r.is_ok()).count();
+        let (results, seen) = answer_deletes(handles, found.by_ref().take(opened).collect());
+        work.answer = Some(Ok(results));
+        work.measured = seen;
+    }
+}
+
+/// Each send's checks: refused whole (its queue is missing, or a batch fails as a whole:
+/// answered now, nothing checked), or each message's.
+fn check_sends(
+    queues: &Queues,
+    works: &mut [SendWork],
+) -> Vec<Vec<std::result::Result<(), EngineError>>> {
+    let mut checked = Vec::with_capacity(works.len());
+    for work in works.iter_mut() {
+        let Some(opened) = queues.of(work) else {
+            checked.push(Vec::new());
+            continue;
+        };
+        let (messages, batch) = &work.asked;
+        if let (true, Err(error)) = (*batch, check_batch(&opened.settings, messages)) {
+            work.answer = Some(Err(error.into()));
+            checked.push(Vec::new());
+            continue;
+        }
+        let checks = messages.iter().map(|m| m.validate(&opened.settings));
+        checked.push(checks.collect());
+    }
+    checked
+}
+
+/// The messages that passed their checks, of every send, in order: one insert for all.
+fn rows_to_insert<'a>(
+    queues: &Queues,
+    works: &'a [SendWork],
+    checked: &[Vec<std::result::Result<(), EngineError>>],
+) -> Vec<NewRow<'a>> {
+    let mut rows = Vec::new();
+    for (work, checks) in works.iter().zip(checked) {
+        let Some(opened) = queues.by_key.get(&work.queue) else {
+            continue;
+        };
+        for (message, check) in work.asked.0.iter().zip(checks) {
+            if check.is_ok() && work.answer.is_none() {
+                rows.push(NewRow {
+                    queue_id: opened.id,
+                    delay_s: message.delay_s.unwrap_or(opened.settings.delay_s),
+                    message,
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// How many messages each queue will have received once the group commits, for the
+/// other servers' waiting receives.
+fn sent_counts(
+    works: &[SendWork],
+    checked: &[Vec<std::result::Result<(), EngineError>>],
+) -> Vec<(String, usize)> {
+    let mut sent: Vec<(String, usize)> = Vec::new();
+    for (work, checks) in works.iter().zip(checked) {
+        let count = checks.iter().filter(|c| c.is_ok()).count();
+        if work.answer.is_some() || count == 0 {
+            continue;
+        }
+        match sent.iter_mut().find(|(queue, _)| *queue == work.queue) {
+            Some((_, total)) => *total += count,
+            None => sent.push((work.queue.clone(), count)),
+        }
+    }
+    sent
+}
+
+/// Each send answered, message by message: the stored ones (in the insert's order) or
+/// their refusals.
+fn answer_sends(
+    works: &mut [SendWork],
+    checked: Vec<Vec<std::result::Result<(), EngineError>>>,
+    stored: Vec<Sent>,
+) -> Result<()> {
+    let mut stored = stored.into_iter();
+    for (work, checks) in works.iter_mut().zip(checked) {
+        if work.answer.is_some() {
+            continue;
+        }
+        let mut results: SendAnswer = Vec::with_capacity(checks.len());
+        for check in checks {
+            // `insert_many` answers as many messages as it was given, or fails.
+            results.push(match check {
+                Ok(()) => Ok(stored.next().ok_or_else(|| {
+                    BackendError::Failed("a send answered fewer messages than it sent".into())
+                })?),
+                Err(error) => Err(error),
+            });
+        }
+        work.measured = results.iter().filter(|r| r.is_ok()).count() as u64;
+        work.answer = Some(Ok(results));
+    }
+    Ok(())
+}
+
+/// Statements prepared on the transaction's connection, if they were not yet (once per
+/// connection: then nothing is sent).
+async fn prepare(tx: &Transaction<'_>, statements: &[&str]) -> Result<()> {
+    try_join_all(statements.iter().map(|sql| cached(tx, sql))).await?;
+    Ok(())
 }
 
 /// A queue's own VisibilityTimeout.
