@@ -238,7 +238,7 @@ pub struct RecentDeletes {
 /// minutes held four times that in every busy queue, outside the memory budget's reach:
 /// deletes go on while sends are refused).
 const RECENT_DELETES: usize = 16_384;
-const RECENT_DELETES_MS: u64 = 5 * 60 * 1000;
+pub const RECENT_DELETES_MS: u64 = 5 * 60 * 1000;
 
 impl RecentDeletes {
     pub fn remember(&mut self, now: u64, key: MsgKey, receive_no: u32) {

@@ -35,7 +35,8 @@ pub use fifo::{content_deduplication_id, DedupKey, Original, FIFO_WINDOW_MS};
 pub use handout::{Accepted, Handout, Sent};
 pub use lease_stats::{
     Buckets, Counts, DeleteSeen, LeaseMetrics, MetricsRecord, Summary as DurationSummary,
-    WindowedRecord, HOLD_BUCKETS_MS, METRICS_EVERY_MS, WINDOW_MS as LEASE_WINDOW_MS,
+    WindowedRecord, HOLD_BUCKETS_MS, METRICS_EVERY_MS, RECENT_DELETES_MS,
+    WINDOW_MS as LEASE_WINDOW_MS,
 };
 pub use message::{
     format_message_id, is_allowed_char, AttributeData, Checked, Content, ContentKey, Delivery,

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::rules::{self, ChangeKind, Handling, MessageLease};
-use leasehold_engine::{DeleteSeen, EngineError, Receipt};
+use leasehold_engine::{DeleteSeen, EngineError, Receipt, RECENT_DELETES_MS};
 
 use crate::messages::Opened;
 use crate::notify::notify;
@@ -16,8 +16,33 @@ use crate::{cached, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
+/// What a delete found of its message: its row, or nothing (and whether a delete with the
+/// same receive's handle removed it in the last minutes, on any server: a retry).
+pub(crate) enum Found {
+    Row(FoundForDelete),
+    Gone { retried: bool },
+}
+
+impl Found {
+    pub(crate) fn row(&self) -> Option<&FoundForDelete> {
+        match self {
+            Found::Row(found) => Some(found),
+            Found::Gone { .. } => None,
+        }
+    }
+}
+
 /// A handle that opened, and what its delete found of the message.
-pub(crate) type Seen = (Receipt, Option<FoundForDelete>);
+pub(crate) type Seen = (Receipt, Found);
+
+/// The slot of `leasehold_recent_deletes` a message's delete is remembered in (V10): 2^18
+/// of them, about 13 MB, so a retry within seconds is recognised at tens of thousands of
+/// deletes a second.
+fn slot(receipt: &Receipt) -> i32 {
+    const SLOTS: u64 = 1 << 18;
+    let mixed = receipt.key.seq ^ receipt.queue_id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    i32::try_from(mixed % SLOTS).unwrap_or_default()
+}
 
 /// A receipt to delete by, and how its queue treats a handle whose lease is over.
 pub(crate) struct ToDelete {
@@ -30,15 +55,15 @@ pub(crate) struct ToDelete {
 /// measurements.
 pub(crate) fn answer_deletes(
     opened_handles: Vec<(std::result::Result<Receipt, EngineError>, String)>,
-    found: Vec<Option<FoundForDelete>>,
+    found: Vec<Found>,
 ) -> (Vec<std::result::Result<(), EngineError>>, Vec<Seen>) {
     let mut found = found.into_iter();
     let (mut results, mut seen) = (Vec::with_capacity(opened_handles.len()), Vec::new());
     for (receipt, handle) in opened_handles {
         results.push(match receipt {
             Ok(receipt) => {
-                let found = found.next().flatten();
-                let result = match found.as_ref().and_then(|f| f.seen.deletion.refusal) {
+                let found = found.next().unwrap_or(Found::Gone { retried: false });
+                let result = match found.row().and_then(|f| f.seen.deletion.refusal) {
                     Some(refusal) => Err(refusal.error(&handle)),
                     None => Ok(()),
                 };
@@ -123,7 +148,7 @@ impl Core {
         tx: &Transaction<'_>,
         now: u64,
         receipts: &[ToDelete],
-    ) -> Result<Vec<Option<FoundForDelete>>> {
+    ) -> Result<Vec<Found>> {
         let mut times_named: HashMap<(u64, u64), usize> = HashMap::new();
         let rounds: Vec<usize> = receipts
             .iter()
@@ -135,7 +160,9 @@ impl Core {
                 *named - 1
             })
             .collect();
-        let mut found: Vec<Option<FoundForDelete>> = receipts.iter().map(|_| None).collect();
+        let mut found: Vec<Found> = (receipts.iter())
+            .map(|_| Found::Gone { retried: false })
+            .collect();
         for round in 0..rounds.iter().max().map_or(0, |last| last + 1) {
             let picked: Vec<usize> = (0..receipts.len())
                 .filter(|&i| rounds[i] == round)
@@ -143,10 +170,65 @@ impl Core {
             let these: Vec<&ToDelete> = picked.iter().map(|&i| &receipts[i]).collect();
             let answers = self.delete_once(tx, now, &these).await?;
             for (i, answer) in picked.into_iter().zip(answers) {
-                found[i] = answer;
+                found[i] = answer
+                    .map(Found::Row)
+                    .unwrap_or(Found::Gone { retried: false });
             }
         }
+        self.find_retries(tx, now, receipts, &mut found).await?;
         Ok(found)
+    }
+
+    /// Marks the receipts whose message was gone that a delete with the same receive's
+    /// handle removed in the last minutes, on any server: retries. One statement, and only
+    /// when a message was gone.
+    async fn find_retries(
+        &self,
+        tx: &Transaction<'_>,
+        now: u64,
+        receipts: &[ToDelete],
+        found: &mut [Found],
+    ) -> Result<()> {
+        let gone: Vec<usize> = (0..found.len())
+            .filter(|&i| matches!(found[i], Found::Gone { .. }))
+            .collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let column = |f: &dyn Fn(&Receipt) -> i64| -> Vec<i64> {
+            gone.iter().map(|&i| f(&receipts[i].receipt)).collect()
+        };
+        let (queue_ids, seqs) = (
+            column(&|r| to_i64(r.queue_id)),
+            column(&|r| to_i64(r.key.seq)),
+        );
+        let receive_nos: Vec<i32> = (gone.iter())
+            .map(|&i| i32::try_from(receipts[i].receipt.receive_no).unwrap_or(i32::MAX))
+            .collect();
+        let slots: Vec<i32> = gone.iter().map(|&i| slot(&receipts[i].receipt)).collect();
+        let since = to_i64(now.saturating_sub(RECENT_DELETES_MS));
+        let rows = tx
+            .query(
+                &cached(
+                    tx,
+                    "SELECT k.n FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::integer[])
+                          WITH ORDINALITY AS k(queue_id, seq, receive_no, slot, n)
+                     JOIN leasehold_recent_deletes r ON r.slot = k.slot
+                      AND r.queue_id = k.queue_id AND r.seq = k.seq
+                      AND r.receive_no = k.receive_no AND r.deleted_ms > $5",
+                )
+                .await?,
+                &[&queue_ids, &seqs, &receive_nos, &slots, &since],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        for row in rows {
+            let n = usize::try_from(row.get::<_, i64>(0)).unwrap_or_default();
+            if let Some(&i) = gone.get(n.wrapping_sub(1)) {
+                found[i] = Found::Gone { retried: true };
+            }
+        }
+        Ok(())
     }
 
     /// `delete_receipts` for receipts that each name a different message: one statement,
@@ -168,6 +250,7 @@ impl Core {
             .iter()
             .map(|r| !r.handling.late_delete_removes())
             .collect();
+        let slots: Vec<i32> = receipts.iter().map(|r| slot(&r.receipt)).collect();
         let rows = tx
             .query(
                 &cached(
@@ -186,15 +269,27 @@ impl Core {
                                 m.released,
                                 leasehold_lease_live(m.receive_count, h.receive_no,
                                                      m.visible_ms, $5) AS live,
-                                h.live_only, h.n
-                         FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::boolean[])
-                              WITH ORDINALITY AS h(queue_id, seq, receive_no, live_only, n)
+                                h.live_only, h.n, h.receive_no, h.slot
+                         FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::boolean[],
+                                     $6::integer[])
+                              WITH ORDINALITY AS h(queue_id, seq, receive_no, live_only, slot, n)
                          JOIN locked m ON m.queue_id = h.queue_id AND m.seq = h.seq),
                      gone AS (
                          DELETE FROM leasehold_messages m USING target
                          WHERE m.queue_id = target.queue_id AND m.seq = target.seq
                            AND (NOT target.live_only OR target.live)
                          RETURNING m.queue_id, m.seq),
+                     -- Remembered for a retry that reaches any server (V10): one row a slot,
+                     -- slots in order (the lock order), the newest delete keeping its slot.
+                     remembered AS (
+                         INSERT INTO leasehold_recent_deletes AS r
+                             (slot, queue_id, seq, receive_no, deleted_ms)
+                         SELECT DISTINCT ON (t.slot) t.slot, t.queue_id, t.seq, t.receive_no, $5
+                         FROM target t JOIN gone g ON g.queue_id = t.queue_id AND g.seq = t.seq
+                         ORDER BY t.slot
+                         ON CONFLICT (slot) DO UPDATE
+                         SET queue_id = excluded.queue_id, seq = excluded.seq,
+                             receive_no = excluded.receive_no, deleted_ms = excluded.deleted_ms),
                      -- Run whether or not read: a data-modifying WITH always is.
                      marked AS (
                          UPDATE leasehold_messages m SET late_deleted = true FROM target
@@ -206,7 +301,14 @@ impl Core {
                      FROM target",
                 )
                 .await?,
-                &[&queue_ids, &seqs, &receive_nos, &live_only, &to_i64(now)],
+                &[
+                    &queue_ids,
+                    &seqs,
+                    &receive_nos,
+                    &live_only,
+                    &to_i64(now),
+                    &slots,
+                ],
             )
             .await
             .map_err(|e| unavailable(&e))?;

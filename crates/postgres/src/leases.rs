@@ -16,6 +16,7 @@ use leasehold_engine::{
     QueueSettings, QueueStats, WindowedRecord,
 };
 
+use crate::handles::Found;
 use crate::messages::ReceiveTally;
 use crate::queues::decode;
 use crate::sweep::SweepClock;
@@ -184,25 +185,19 @@ impl Core {
     }
 
     /// Deletes' measurements, by the engine's own `LeaseMetrics::count_delete`. Whether a
-    /// delete is an SDK's retry of one that removed the message is this server's to know (its
-    /// `local` memory): a retry counts nothing, in either map.
+    /// delete is an SDK's retry of one that removed the message is the cluster's to know
+    /// (`leasehold_recent_deletes`, whichever server removed it): a retry counts nothing,
+    /// in either map.
     pub(crate) fn measure_deletes(&self, queue: &str, now: u64, seen: &[crate::handles::Seen]) {
         for (receipt, found) in seen {
-            let retried = found.is_none() && {
-                let local = lock(&self.measurements.local);
-                local
-                    .get(queue)
-                    .and_then(|m| m.metrics.recent_deletes.deleted_by(receipt.key))
-                    == Some(receipt.receive_no)
-            };
-            if retried {
+            if let Found::Gone { retried: true } = found {
                 continue;
             }
+            let found = found.row();
             self.measurements.record(queue, |m| {
-                let seen = found.as_ref().map(|f| f.seen);
-                m.metrics.count_delete(&mut m.stats, now, receipt, seen);
-                m.stats.leases_expired +=
-                    u64::from(found.as_ref().is_some_and(|f| f.expired_unseen));
+                m.metrics
+                    .count_delete(&mut m.stats, now, receipt, found.map(|f| f.seen));
+                m.stats.leases_expired += u64::from(found.is_some_and(|f| f.expired_unseen));
             });
         }
     }

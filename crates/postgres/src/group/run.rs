@@ -371,7 +371,7 @@ fn answer_class(queues: &Queues, works: &mut [ReceiveWork], class: Class, outcom
 fn answer_deletes_of(
     works: &mut [DeleteWork],
     opened_handles: Vec<Handles>,
-    found: Vec<Option<crate::handles::FoundForDelete>>,
+    found: Vec<crate::handles::Found>,
 ) {
     let mut found = found.into_iter();
     for (work, handles) in works.iter_mut().zip(opened_handles) {
