@@ -35,11 +35,11 @@ impl Found {
 /// A handle that opened, and what its delete found of the message.
 pub(crate) type Seen = (Receipt, Found);
 
-/// The slot of `leasehold_recent_deletes` a message's delete is remembered in (V10): 2^18
-/// of them, about 13 MB, so a retry within seconds is recognised at tens of thousands of
-/// deletes a second.
+/// The slot of `leasehold_recent_deletes` a message's delete is remembered in (V10): 65,536
+/// of them, shared by every queue (about 5 MB, in cache): a busy queue's last few seconds
+/// of deletes, as the engine remembers a queue's last 16,384.
 fn slot(receipt: &Receipt) -> i32 {
-    const SLOTS: u64 = 1 << 18;
+    const SLOTS: u64 = 1 << 16;
     let mixed = receipt.key.seq ^ receipt.queue_id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     i32::try_from(mixed % SLOTS).unwrap_or_default()
 }
