@@ -20,14 +20,19 @@ type Result<T> = std::result::Result<T, BackendError>;
 /// same receive's handle removed it in the last minutes, on any server: a retry).
 pub(crate) enum Found {
     Row(FoundForDelete),
-    Gone { retried: bool },
+    Gone {
+        retried: bool,
+    },
+    /// Held by another transaction, and passed over: deleted later, in a transaction of
+    /// its own that waits for it (`group/`).
+    Busy,
 }
 
 impl Found {
     pub(crate) fn row(&self) -> Option<&FoundForDelete> {
         match self {
             Found::Row(found) => Some(found),
-            Found::Gone { .. } => None,
+            Found::Gone { .. } | Found::Busy => None,
         }
     }
 }
@@ -51,14 +56,16 @@ pub(crate) struct ToDelete {
 }
 
 /// A delete's answers, handle by handle in its order (`found`: what `delete_receipts` found
-/// for each handle that opened, in order), and what each opened handle saw, for the
-/// measurements.
+/// for each handle that opened, in order); what each opened handle saw, for the
+/// measurements; and the handles whose message was busy (their places in the answers, which
+/// hold `Ok(())` until they are deleted in a transaction of their own).
 pub(crate) fn answer_deletes(
     opened_handles: Vec<(std::result::Result<Receipt, EngineError>, String)>,
     found: Vec<Found>,
-) -> (Vec<std::result::Result<(), EngineError>>, Vec<Seen>) {
+) -> (DeleteResults, Vec<Seen>, Vec<(usize, String)>) {
     let mut found = found.into_iter();
-    let (mut results, mut seen) = (Vec::with_capacity(opened_handles.len()), Vec::new());
+    let mut results = Vec::with_capacity(opened_handles.len());
+    let (mut seen, mut busy) = (Vec::new(), Vec::new());
     for (receipt, handle) in opened_handles {
         results.push(match receipt {
             Ok(receipt) => {
@@ -67,14 +74,20 @@ pub(crate) fn answer_deletes(
                     Some(refusal) => Err(refusal.error(&handle)),
                     None => Ok(()),
                 };
-                seen.push((receipt, found));
+                match found {
+                    Found::Busy => busy.push((results.len(), handle)),
+                    found => seen.push((receipt, found)),
+                }
                 result
             }
             Err(error) => Err(error),
         });
     }
-    (results, seen)
+    (results, seen, busy)
 }
+
+/// A delete's answers, handle by handle.
+pub(crate) type DeleteResults = Vec<std::result::Result<(), EngineError>>;
 
 /// What a delete found of its message, for its answer and the lease measurements.
 pub(crate) struct FoundForDelete {
@@ -82,6 +95,79 @@ pub(crate) struct FoundForDelete {
     /// Removed after its last lease ran out, which no receive had counted yet.
     pub(crate) expired_unseen: bool,
 }
+
+/// The delete statement (`Core::delete_once`), its rows locked by `$lock`: waiting for them
+/// (a FIFO queue's delete, a transaction of its own) or passing over those another
+/// transaction holds (a group's, which must never wait: every request of the server's groups
+/// would wait with it), answered busy.
+macro_rules! delete_sql {
+    ($lock:literal) => {
+        concat!(
+            "WITH locked AS MATERIALIZED (
+                 -- In (queue, sequence) order, the one order every batch locks rows in.
+                 SELECT m.queue_id, m.seq, m.receive_count, m.visible_ms, m.extensions,
+                        m.released
+                 FROM leasehold_messages m
+                 WHERE (m.queue_id, m.seq) IN
+                       (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
+                 ORDER BY m.queue_id, m.seq
+                 ",
+            $lock,
+            "),
+             target AS (
+                 SELECT m.queue_id, m.seq, m.receive_count, m.visible_ms, m.extensions,
+                        m.released,
+                        leasehold_lease_live(m.receive_count, h.receive_no,
+                                     m.visible_ms, $5) AS live,
+                        h.live_only, h.n, h.receive_no, h.slot
+                 FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::boolean[],
+                     $6::integer[])
+                      WITH ORDINALITY AS h(queue_id, seq, receive_no, live_only, slot, n)
+                 JOIN locked m ON m.queue_id = h.queue_id AND m.seq = h.seq),
+             gone AS (
+                 DELETE FROM leasehold_messages m USING target
+                 WHERE m.queue_id = target.queue_id AND m.seq = target.seq
+                   AND (NOT target.live_only OR target.live)
+                 RETURNING m.queue_id, m.seq),
+             -- Remembered for a retry that reaches any server (V10), the newest
+             -- delete keeping its slot; a slot another transaction holds is passed
+             -- over rather than waited for (that delete's retry counts as a repeat).
+             free AS MATERIALIZED (
+                 SELECT slot FROM leasehold_recent_deletes WHERE slot = ANY($6::integer[])
+                 FOR UPDATE SKIP LOCKED),
+             remembered AS (
+                 INSERT INTO leasehold_recent_deletes AS r
+                     (slot, queue_id, seq, receive_no, deleted_ms)
+                 SELECT DISTINCT ON (t.slot) t.slot, t.queue_id, t.seq, t.receive_no, $5
+                 FROM target t JOIN gone g ON g.queue_id = t.queue_id AND g.seq = t.seq
+                 WHERE t.slot IN (SELECT slot FROM free)
+                    OR NOT EXISTS (SELECT 1 FROM leasehold_recent_deletes x
+                           WHERE x.slot = t.slot)
+                 ORDER BY t.slot
+                 ON CONFLICT (slot) DO UPDATE
+                 SET queue_id = excluded.queue_id, seq = excluded.seq,
+                     receive_no = excluded.receive_no, deleted_ms = excluded.deleted_ms),
+             -- Run whether or not read: a data-modifying WITH always is.
+             marked AS (
+                 UPDATE leasehold_messages m SET late_deleted = true FROM target
+                 WHERE m.queue_id = target.queue_id AND m.seq = target.seq
+                   AND NOT target.live
+                   AND (target.queue_id, target.seq) NOT IN (SELECT * FROM gone))
+             SELECT n, receive_count, visible_ms, extensions,
+                    (queue_id, seq) IN (SELECT * FROM gone), released, false
+             FROM target
+             -- A message another transaction holds, passed over (SKIP LOCKED): busy.
+             UNION ALL
+             SELECT h.n, NULL, NULL, NULL, NULL, NULL, true
+             FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS h(queue_id, seq, n)
+             WHERE h.n NOT IN (SELECT n FROM target)
+               AND EXISTS (SELECT 1 FROM leasehold_messages m
+                   WHERE m.queue_id = h.queue_id AND m.seq = h.seq)"
+        )
+    };
+}
+const DELETE_WAITING: &str = delete_sql!("FOR UPDATE");
+const DELETE_SKIPPING: &str = delete_sql!("FOR UPDATE SKIP LOCKED");
 
 impl Core {
     /// Opens a handle and checks it was issued by this incarnation of the queue.
@@ -111,8 +197,11 @@ impl Core {
             .filter_map(|(receipt, _)| receipt.as_ref().ok())
             .map(|&receipt| ToDelete { receipt, handling })
             .collect();
-        let found = self.delete_receipts(&tx, opened.now, &receipts).await?;
-        let (results, seen) = answer_deletes(opened_handles, found);
+        let found = self
+            .delete_receipts(&tx, opened.now, &receipts, true)
+            .await?;
+        // Waiting for its rows, a delete of its own finds none busy.
+        let (results, seen, _) = answer_deletes(opened_handles, found);
         let fifo = opened.settings.fifo;
         let unblocked = if fifo {
             results.iter().filter(|r| r.is_ok()).count()
@@ -148,6 +237,7 @@ impl Core {
         tx: &Transaction<'_>,
         now: u64,
         receipts: &[ToDelete],
+        wait: bool,
     ) -> Result<Vec<Found>> {
         let mut times_named: HashMap<(u64, u64), usize> = HashMap::new();
         let rounds: Vec<usize> = receipts
@@ -168,11 +258,9 @@ impl Core {
                 .filter(|&i| rounds[i] == round)
                 .collect();
             let these: Vec<&ToDelete> = picked.iter().map(|&i| &receipts[i]).collect();
-            let answers = self.delete_once(tx, now, &these).await?;
+            let answers = self.delete_once(tx, now, &these, wait).await?;
             for (i, answer) in picked.into_iter().zip(answers) {
-                found[i] = answer
-                    .map(Found::Row)
-                    .unwrap_or(Found::Gone { retried: false });
+                found[i] = answer;
             }
         }
         self.find_retries(tx, now, receipts, &mut found).await?;
@@ -238,7 +326,8 @@ impl Core {
         tx: &Transaction<'_>,
         now: u64,
         receipts: &[&ToDelete],
-    ) -> Result<Vec<Option<FoundForDelete>>> {
+        wait: bool,
+    ) -> Result<Vec<Found>> {
         let column = |f: &dyn Fn(&ToDelete) -> i64| receipts.iter().map(|r| f(r)).collect();
         let queue_ids: Vec<i64> = column(&|r| to_i64(r.receipt.queue_id));
         let seqs: Vec<i64> = column(&|r| to_i64(r.receipt.key.seq));
@@ -255,50 +344,11 @@ impl Core {
             .query(
                 &cached(
                     tx,
-                    "WITH locked AS MATERIALIZED (
-                         -- In (queue, sequence) order, the one order every batch locks rows in.
-                         SELECT m.queue_id, m.seq, m.receive_count, m.visible_ms, m.extensions,
-                                m.released
-                         FROM leasehold_messages m
-                         WHERE (m.queue_id, m.seq) IN
-                               (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
-                         ORDER BY m.queue_id, m.seq
-                         FOR UPDATE),
-                     target AS (
-                         SELECT m.queue_id, m.seq, m.receive_count, m.visible_ms, m.extensions,
-                                m.released,
-                                leasehold_lease_live(m.receive_count, h.receive_no,
-                                                     m.visible_ms, $5) AS live,
-                                h.live_only, h.n, h.receive_no, h.slot
-                         FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::boolean[],
-                                     $6::integer[])
-                              WITH ORDINALITY AS h(queue_id, seq, receive_no, live_only, slot, n)
-                         JOIN locked m ON m.queue_id = h.queue_id AND m.seq = h.seq),
-                     gone AS (
-                         DELETE FROM leasehold_messages m USING target
-                         WHERE m.queue_id = target.queue_id AND m.seq = target.seq
-                           AND (NOT target.live_only OR target.live)
-                         RETURNING m.queue_id, m.seq),
-                     -- Remembered for a retry that reaches any server (V10): one row a slot,
-                     -- slots in order (the lock order), the newest delete keeping its slot.
-                     remembered AS (
-                         INSERT INTO leasehold_recent_deletes AS r
-                             (slot, queue_id, seq, receive_no, deleted_ms)
-                         SELECT DISTINCT ON (t.slot) t.slot, t.queue_id, t.seq, t.receive_no, $5
-                         FROM target t JOIN gone g ON g.queue_id = t.queue_id AND g.seq = t.seq
-                         ORDER BY t.slot
-                         ON CONFLICT (slot) DO UPDATE
-                         SET queue_id = excluded.queue_id, seq = excluded.seq,
-                             receive_no = excluded.receive_no, deleted_ms = excluded.deleted_ms),
-                     -- Run whether or not read: a data-modifying WITH always is.
-                     marked AS (
-                         UPDATE leasehold_messages m SET late_deleted = true FROM target
-                         WHERE m.queue_id = target.queue_id AND m.seq = target.seq
-                           AND NOT target.live
-                           AND (target.queue_id, target.seq) NOT IN (SELECT * FROM gone))
-                     SELECT n, receive_count, visible_ms, extensions,
-                            (queue_id, seq) IN (SELECT * FROM gone), released
-                     FROM target",
+                    if wait {
+                        DELETE_WAITING
+                    } else {
+                        DELETE_SKIPPING
+                    },
                 )
                 .await?,
                 &[
@@ -312,9 +362,17 @@ impl Core {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let mut found: Vec<Option<FoundForDelete>> = receipts.iter().map(|_| None).collect();
+        let mut found: Vec<Found> = (receipts.iter())
+            .map(|_| Found::Gone { retried: false })
+            .collect();
         for row in rows {
             let n = usize::try_from(row.get::<_, i64>(0)).unwrap_or_default();
+            if row.get::<_, bool>(6) {
+                if let Some(slot) = found.get_mut(n.wrapping_sub(1)) {
+                    *slot = Found::Busy;
+                }
+                continue;
+            }
             let lease = MessageLease {
                 receive_count: row.get::<_, i32>(1).unsigned_abs(),
                 started_ms: 0,
@@ -331,7 +389,7 @@ impl Core {
                 // The statement removed by the same rule (`live_only`, `leasehold_lease_live`).
                 debug_assert_eq!(deletion.removes, removed, "{lease:?} {receipt:?}");
                 let extensions = row.get::<_, i32>(3).unsigned_abs();
-                *slot = Some(FoundForDelete {
+                *slot = Found::Row(FoundForDelete {
                     seen: DeleteSeen {
                         deletion,
                         receive_count: lease.receive_count,

@@ -136,3 +136,87 @@ async fn postgres_a_move_task_waits_for_a_held_message_and_keeps_its_group_in_or
     assert_eq!(bodies, ["m1", "m2", "m3"]);
     schema.drop_all([server]).await;
 }
+
+/// A delete whose message another transaction holds (a purge, a claim, a server's long
+/// statement) used to wait in its group's transaction, and every request of that server's
+/// groups waited with it. Now the group passes the row over, commits the rest, and the
+/// delete of that one waits in a transaction of its own.
+#[tokio::test]
+async fn postgres_a_delete_waiting_for_a_held_message_holds_up_no_other_request() {
+    let schema = Schema::new().await;
+    let server = std::sync::Arc::new(schema.server().await);
+    server.create_queue("held", vec![], vec![]).await.unwrap();
+    server.create_queue("other", vec![], vec![]).await.unwrap();
+    for body in ["a", "b"] {
+        server.send("held", NewMessage::new(body)).await.unwrap();
+    }
+    let request = ReceiveRequest {
+        max_messages: 2,
+        visibility_s: Some(30),
+        attempt_id: None,
+    };
+    let taken = server.receive("held", request).await.unwrap().deliveries;
+    assert_eq!(taken.len(), 2);
+    let held_seq = {
+        let test = connection(&schema).await;
+        let row = test
+            .query_one("SELECT min(seq) FROM leasehold_messages", &[])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    // The oldest message's row, held by a transaction of the test's own.
+    let mut holder = connection(&schema).await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM leasehold_messages WHERE seq = $1 FOR UPDATE",
+        &[&held_seq],
+    )
+    .await
+    .unwrap();
+    let handles: Vec<String> = taken.iter().map(|d| d.receipt_handle.clone()).collect();
+    let deleting = {
+        let server = server.clone();
+        tokio::spawn(async move { server.delete("held", handles).await })
+    };
+    // Meanwhile the server's other requests go on.
+    let sent = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        server.send("other", NewMessage::new("meanwhile")),
+    )
+    .await;
+    assert!(
+        matches!(sent, Ok(Ok(_))),
+        "a send waited behind the held delete"
+    );
+    let got = server
+        .receive("other", ReceiveRequest::up_to(1))
+        .await
+        .unwrap();
+    assert_eq!(got.deliveries.len(), 1);
+    // The free message is gone already; the held one waits for its row.
+    let test = connection(&schema).await;
+    let left = |test: tokio_postgres::Client| async move {
+        let row = test
+            .query_one(
+                "SELECT count(*) FROM leasehold_messages m JOIN leasehold_queues q
+                 ON q.id = m.queue_id WHERE q.key LIKE '%held'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    assert_eq!(left(test).await, 1, "the free message was deleted at once");
+    assert!(!deleting.is_finished(), "the held one waits");
+    hold.rollback().await.unwrap();
+    let deleted = tokio::time::timeout(std::time::Duration::from_secs(10), deleting)
+        .await
+        .expect("the delete finishes once the row is free")
+        .unwrap()
+        .unwrap();
+    assert_eq!(deleted, vec![Ok(()), Ok(())]);
+    assert_eq!(left(connection(&schema).await).await, 0);
+    let server = std::sync::Arc::try_unwrap(server).ok().unwrap();
+    schema.drop_all([server]).await;
+}

@@ -54,6 +54,17 @@ pub(crate) enum Job {
     },
 }
 
+impl Job {
+    /// Its caller no longer waits for the answer.
+    fn abandoned(&self) -> bool {
+        match self {
+            Job::Send { reply, .. } => reply.is_closed(),
+            Job::Receive { reply, .. } => reply.is_closed(),
+            Job::Delete { reply, .. } => reply.is_closed(),
+        }
+    }
+}
+
 /// The jobs waiting and the runners counted: the only state under the grouper's lock, and
 /// every decision about it is one of these methods, so a runner's work is never done under
 /// the lock. Generic so that `tests` can run it under shuttle's scheduler.
@@ -141,7 +152,7 @@ impl Grouper {
                 // Unavailable as their replies drop; its transaction, never committed, rolled
                 // back) leaves this runner counted and running.
                 let core = core.clone();
-                if let Err(error) = tokio::spawn(async move { core.run_group(group).await }).await {
+                if let Err(error) = tokio::spawn(core.run_group(group)).await {
                     tracing::error!(%error, "a group of requests failed");
                 }
             }

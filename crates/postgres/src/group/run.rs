@@ -11,9 +11,10 @@
 //! then receives (`tests/model.rs` holds it to that).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
-use futures_util::future::{try_join3, try_join_all};
+use futures_util::future::{try_join, try_join_all};
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{check_batch, Delivery, EngineError, ReceiveRequest, Sent};
 
@@ -21,7 +22,7 @@ use super::{Job, Reply, Result};
 use crate::dead_letters::ROUTE_SQL;
 use crate::handles::{answer_deletes, Seen, ToDelete};
 use crate::messages::{Lease, NewRow, Opened, ReceiveTally, CLAIM_SQL, INSERT_SQL};
-use crate::notify::{notify_many, NOTIFY_SQL};
+use crate::notify::notify_many;
 use crate::queues::decode;
 use crate::{cached, storable, to_u64, unavailable, Core};
 
@@ -52,7 +53,15 @@ impl<Asked, Answer, Measured: Default> Work<Asked, Answer, Measured> {
 /// Sends: the messages, whether a batch; measured: how many were stored.
 type SendWork = Work<(Vec<leasehold_engine::NewMessage>, bool), SendAnswer, u64>;
 type ReceiveWork = Work<ReceiveRequest, Received, Option<ReceiveTally>>;
-type DeleteWork = Work<Vec<String>, DeleteAnswer, Vec<Seen>>;
+type DeleteWork = Work<Vec<String>, DeleteAnswer, Deleted>;
+
+/// What a delete measured, and its handles whose messages were busy (their places in its
+/// answer), deleted after the group in a transaction of their own.
+#[derive(Default)]
+struct Deleted {
+    seen: Vec<Seen>,
+    busy: Vec<(usize, String)>,
+}
 /// A delete's handles, each opened (or refused) against its queue.
 type Handles = Vec<(
     std::result::Result<leasehold_engine::Receipt, EngineError>,
@@ -68,9 +77,11 @@ struct Group {
 }
 
 impl Group {
+    /// The jobs whose callers still wait: one that went (a client that disconnected, a
+    /// request past its deadline) is not run, so nothing is leased or stored for nobody.
     fn of(jobs: Vec<Job>) -> Group {
         let mut group = Group::default();
-        for job in jobs {
+        for job in jobs.into_iter().filter(|job| !job.abandoned()) {
             match job {
                 Job::Send {
                     queue,
@@ -126,7 +137,7 @@ impl Queues {
 impl Core {
     /// Commits a group of requests in one transaction and answers each: its own answer once
     /// the commit is done, or, if the transaction failed, the reason (nothing acknowledged).
-    pub(crate) async fn run_group(&self, jobs: Vec<Job>) {
+    pub(crate) async fn run_group(self: Arc<Self>, jobs: Vec<Job>) {
         let mut group = Group::of(jobs);
         match self.commit_group(&mut group).await {
             Ok((now, woken)) => {
@@ -134,9 +145,38 @@ impl Core {
                     self.waiters.wake_some(&queue, moved);
                 }
                 self.measure_group(now, &mut group);
+                self.finish_busy_deletes(&mut group.deletes);
                 answer_all(group, None);
             }
             Err(error) => answer_all(group, Some(error)),
+        }
+    }
+
+    /// The deletes that met a busy message: each, once its group committed, deletes those
+    /// in a transaction of its own, which waits for them, and is answered then, whole.
+    fn finish_busy_deletes(self: &Arc<Self>, works: &mut Vec<DeleteWork>) {
+        let (waiting, done): (Vec<DeleteWork>, Vec<DeleteWork>) = std::mem::take(works)
+            .into_iter()
+            .partition(|w| !w.measured.busy.is_empty() && matches!(w.answer, Some(Ok(_))));
+        *works = done;
+        for work in waiting {
+            let core = self.clone();
+            tokio::spawn(async move {
+                let (places, handles): (Vec<usize>, Vec<String>) =
+                    work.measured.busy.into_iter().unzip();
+                let later = core.delete_all(&work.queue, handles).await;
+                let answer = match (work.answer, later) {
+                    (Some(Ok(mut results)), Ok(finished)) => {
+                        for (place, result) in places.into_iter().zip(finished) {
+                            results[place] = result;
+                        }
+                        Ok(results)
+                    }
+                    (_, Err(error)) | (Some(Err(error)), _) => Err(error),
+                    (None, _) => Err(BackendError::Failed("a delete was left unanswered".into())),
+                };
+                let _ = work.reply.send(answer);
+            });
         }
     }
 
@@ -152,14 +192,16 @@ impl Core {
         let classes = receive_classes(&queues, &mut group.receives);
         let checked = check_sends(&queues, &mut group.sends);
         let rows = rows_to_insert(&queues, &group.sends, &checked);
-        let sent = sent_counts(&group.sends, &checked);
-        let notified: Vec<(&str, usize)> = sent.iter().map(|(q, n)| (q.as_str(), *n)).collect();
-        // The deletes first: their statement is the only one that waits for a row's lock.
-        let found = self.delete_receipts(&tx, queues.now, &receipts).await?;
+        let mut ready = sent_counts(&group.sends, &checked);
+        // The deletes first, passing over the rows another transaction holds: a group never
+        // waits (every request of the server's groups would wait with it).
+        let found = self
+            .delete_receipts(&tx, queues.now, &receipts, false)
+            .await?;
         // Then the sends and the receives, which never wait, sent together: the insert
         // first (its statement prepared, like every claim's first, so that it is sent first,
         // and executed first), so the group's receives see its sends.
-        prepare(&tx, &[INSERT_SQL, CLAIM_SQL, ROUTE_SQL, NOTIFY_SQL]).await?;
+        prepare(&tx, &[INSERT_SQL, CLAIM_SQL, ROUTE_SQL]).await?;
         // The classes one after the other: a class's claim may take several statements (a
         // route, the exhausted messages passed), and the next class's sees all of them.
         let receives = &group.receives;
@@ -170,12 +212,7 @@ impl Core {
             }
             Ok(claimed)
         };
-        let (stored, claimed, ()) = try_join3(
-            self.insert_many(&tx, queues.now, &rows),
-            claims,
-            notify_many(&tx, self.server_id, &notified),
-        )
-        .await?;
+        let (stored, claimed) = try_join(self.insert_many(&tx, queues.now, &rows), claims).await?;
         drop(rows);
         answer_deletes_of(&mut group.deletes, opened_handles, found);
         answer_sends(&mut group.sends, checked, stored)?;
@@ -184,8 +221,12 @@ impl Core {
             moved.extend(outcome.moved.clone());
             answer_class(&queues, &mut group.receives, class, outcome);
         }
-        let woken: Vec<(&str, usize)> = moved.iter().map(|(q, n)| (q.as_str(), *n)).collect();
-        notify_many(&tx, self.server_id, &woken).await?;
+        // One notification a queue: PostgreSQL delivers a transaction's identical ones once.
+        for (queue, count) in &moved {
+            add_to(&mut ready, queue, *count);
+        }
+        let notified: Vec<(&str, usize)> = ready.iter().map(|(q, n)| (q.as_str(), *n)).collect();
+        notify_many(&tx, self.server_id, &notified).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok((queues.now, moved))
     }
@@ -298,7 +339,7 @@ impl Core {
             }
         }
         for work in &group.deletes {
-            self.measure_deletes(&work.queue, now, &work.measured);
+            self.measure_deletes(&work.queue, now, &work.measured.seen);
         }
     }
 }
@@ -379,9 +420,9 @@ fn answer_deletes_of(
             continue;
         }
         let opened = handles.iter().filter(|(r, _)| r.is_ok()).count();
-        let (results, seen) = answer_deletes(handles, found.by_ref().take(opened).collect());
+        let (results, seen, busy) = answer_deletes(handles, found.by_ref().take(opened).collect());
         work.answer = Some(Ok(results));
-        work.measured = seen;
+        work.measured = Deleted { seen, busy };
     }
 }
 
@@ -445,12 +486,17 @@ fn sent_counts(
         if work.answer.is_some() || count == 0 {
             continue;
         }
-        match sent.iter_mut().find(|(queue, _)| *queue == work.queue) {
-            Some((_, total)) => *total += count,
-            None => sent.push((work.queue.clone(), count)),
-        }
+        add_to(&mut sent, &work.queue, count);
     }
     sent
+}
+
+/// Adds `count` to a queue's entry of `counts`.
+fn add_to(counts: &mut Vec<(String, usize)>, queue: &str, count: usize) {
+    match counts.iter_mut().find(|(q, _)| q == queue) {
+        Some((_, total)) => *total += count,
+        None => counts.push((queue.to_string(), count)),
+    }
 }
 
 /// Each send answered, message by message: the stored ones (in the insert's order) or
@@ -501,6 +547,9 @@ fn opened_lease_s(queues: &Queues, queue: &str) -> Option<u32> {
 fn answer_all(group: Group, failed: Option<BackendError>) {
     fn answer<A, B, M>(work: Work<A, B, M>, failed: &Option<BackendError>) {
         let answer = match (failed, work.answer) {
+            // Refused for what it asked, before anything ran: its own answer, whatever the
+            // transaction did.
+            (_, Some(Err(BackendError::Engine(refusal)))) => Err(refusal.into()),
             (Some(error), _) => Err(error.clone()),
             (None, Some(answer)) => answer,
             (None, None) => Err(BackendError::Failed(
