@@ -217,7 +217,10 @@ def test_an_unknown_queue_is_named_in_each_protocols_words(server):
 def test_fifo_queue_attribute_cannot_be_turned_off_or_read_on_a_standard_queue(server):
     with pytest.raises(ClientError) as e:
         server.sqs.set_queue_attributes(QueueUrl=fifo(server), Attributes={"FifoQueue": "false"})
-    assert error_code(e) == "InvalidAttributeValue"
+    assert error(e) == (
+        "InvalidAttributeValue",
+        "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported.",
+    )
     with pytest.raises(ClientError) as e:
         server.sqs.get_queue_attributes(QueueUrl=server.queue(), AttributeNames=["FifoQueue"])
     assert error_code(e) == "InvalidAttributeName"
@@ -231,7 +234,7 @@ def test_add_permission_writes_an_aws_policy_and_removing_the_last_leaves_none(s
     policy = json.loads(server.attribute(url, "Policy"))
     arn = server.attribute(url, "QueueArn")
     assert policy == {
-        "Version": "2012-10-17",
+        "Version": "2008-10-17",
         "Id": f"{arn}/SQSDefaultPolicy",
         "Statement": [
             {
@@ -246,6 +249,12 @@ def test_add_permission_writes_an_aws_policy_and_removing_the_last_leaves_none(s
     server.sqs.remove_permission(QueueUrl=url, Label="crossaccountpermission")
     answer = server.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
     assert "Attributes" not in answer
+    with pytest.raises(ClientError) as e:
+        server.sqs.remove_permission(QueueUrl=url, Label="crossaccountpermission")
+    assert error(e) == (
+        "InvalidParameterValue",
+        "Value crossaccountpermission for parameter Label is invalid. Reason: can't find label.",
+    )
 
 
 def encode_task_handle(task_id, source_arn):

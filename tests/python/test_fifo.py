@@ -73,6 +73,8 @@ def test_duplicates_inside_five_minutes_return_the_original_id(server):
     later = server.sqs.send_message(QueueUrl=url, MessageBody="z", MessageGroupId="g", MessageDeduplicationId="d")
     assert later["MessageId"] != first["MessageId"]
     assert int(later["SequenceNumber"]) > int(first["SequenceNumber"])
+    # As AWS writes them: 20 digits, no leading zeros.
+    assert len(first["SequenceNumber"]) == 20 and not first["SequenceNumber"].startswith("0")
     assert server.attribute(url, "ApproximateNumberOfMessages") == "2"
 
 

@@ -25,7 +25,7 @@ fn fifo_needs_the_attribute_and_the_suffix_together() {
             create jobs.fifo FifoQueue=false -> error InvalidParameterValue("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")
             create jobs.fifo FifoQueue=true -> ok
             attrs jobs.fifo FifoQueue ContentBasedDeduplication DeduplicationScope FifoThroughputLimit -> ContentBasedDeduplication=false DeduplicationScope=queue FifoQueue=true FifoThroughputLimit=perQueue
-            set jobs.fifo FifoQueue=false -> error InvalidAttributeValue("FifoQueue")
+            set jobs.fifo FifoQueue=false -> error InvalidAttributeValueReason("Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported.")
             create plain ContentBasedDeduplication=true -> error InvalidAttributeName("ContentBasedDeduplication")
             create hi.fifo FifoQueue=true FifoThroughputLimit=perMessageGroupId -> error InvalidAttributeValue("FifoThroughputLimit")
             create hi.fifo FifoQueue=true FifoThroughputLimit=perMessageGroupId DeduplicationScope=messageGroup -> ok

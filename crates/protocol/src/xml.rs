@@ -125,11 +125,20 @@ pub fn xml_response(action: &str, result: &Value, request_id: &str) -> String {
     let mut out = String::from("<?xml version=\"1.0\"?>");
     let _ = write!(out, "<{action}Response xmlns=\"{XML_NAMESPACE}\">");
     if has_result(action) {
-        element(
-            &format!("{action}Result"),
-            |out| node(action, result, out),
-            &mut out,
-        );
+        let mut inner = String::new();
+        node(action, result, &mut inner);
+        // An empty result is the bare element, as AWS writes it (`<ReceiveMessageResult/>`
+        // for a receive that found nothing).
+        match inner.is_empty() {
+            true => {
+                let _ = write!(out, "<{action}Result/>");
+            }
+            false => element(
+                &format!("{action}Result"),
+                |out| out.push_str(&inner),
+                &mut out,
+            ),
+        }
     }
     element(
         "ResponseMetadata",
@@ -209,6 +218,17 @@ mod tests {
         assert!(xml.contains("<Message><Attribute><Name>SentTimestamp</Name><Value>1</Value></Attribute><Body>a&lt;b&gt;&amp;&#xD;\n</Body>"));
         assert!(xml.contains("<MessageAttribute><Name>k</Name><Value><DataType>String</DataType><StringValue>v</StringValue></Value></MessageAttribute>"));
         assert!(xml.ends_with("<ResponseMetadata><RequestId>rid</RequestId></ResponseMetadata></ReceiveMessageResponse>"));
+    }
+
+    #[test]
+    fn a_receive_that_found_nothing_answers_the_bare_result_element() {
+        for empty in [json!({}), json!({"Messages": []})] {
+            let xml = xml_response("ReceiveMessage", &empty, "r");
+            assert!(
+                xml.contains("<ReceiveMessageResult/><ResponseMetadata>"),
+                "{xml}"
+            );
+        }
     }
 
     #[test]

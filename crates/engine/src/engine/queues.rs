@@ -284,7 +284,13 @@ impl Engine {
                 // Fixed at creation: saying again what a FIFO queue is changes nothing.
                 "FifoQueue" if fifo && parse_bool(key, value)? => {}
                 // A FIFO queue cannot stop being one; a standard queue has no such attribute.
-                "FifoQueue" if fifo => return Err(EngineError::InvalidAttributeValue(key.clone())),
+                "FifoQueue" if fifo => {
+                    return Err(EngineError::InvalidAttributeValueReason(
+                        "Invalid value for the parameter FifoQueue. Reason: Modifying queue type \
+                         is not supported."
+                            .into(),
+                    ))
+                }
                 "FifoQueue" => return Err(EngineError::InvalidAttributeName(key.clone())),
                 _ => changed.push((key.as_str(), value.as_str())),
             }
@@ -395,7 +401,8 @@ impl Engine {
         }
         let mut policy: Value = match &queue.meta.settings.policy {
             Some(raw) => serde_json::from_str(raw).unwrap_or_else(|_| json!({})),
-            None => json!({"Version": "2012-10-17", "Id": format!("{arn}/SQSDefaultPolicy")}),
+            // The policy version AWS writes for AddPermission (its recorded answers).
+            None => json!({"Version": "2008-10-17", "Id": format!("{arn}/SQSDefaultPolicy")}),
         };
         let statements = policy
             .as_object_mut()
@@ -433,8 +440,7 @@ impl Engine {
     /// RemovePermission: drops the statement with this label from the queue's Policy.
     pub fn remove_permission(&mut self, name: &str, label: &str) -> Result<()> {
         let (mut queue, _) = self.queue_mut(name)?;
-        let not_found =
-            || EngineError::out_of_range("Label", label, "can't find label on existing policy.");
+        let not_found = || EngineError::out_of_range("Label", label, "can't find label.");
         let mut policy: Value = queue
             .meta
             .settings

@@ -159,7 +159,10 @@ impl Checksums {
     }
 }
 
-/// AWS's sequence numbers are 20-digit decimal strings, increasing per queue.
+/// AWS's sequence numbers are 20-digit decimal strings, increasing per queue, with no
+/// leading zeros ("18849496460467696128"): ours, offset by 10^19 (a queue would need 8 x 10^18
+/// messages to run past u64).
 pub(super) fn format_sequence_number(seq: u64) -> String {
-    format!("{:020}", seq)
+    const AWS_LIKE: u64 = 10_000_000_000_000_000_000;
+    AWS_LIKE.saturating_add(seq).to_string()
 }
