@@ -226,6 +226,47 @@ def test_fifo_queue_attribute_cannot_be_turned_off_or_read_on_a_standard_queue(s
     assert error_code(e) == "InvalidAttributeName"
 
 
+def test_a_standard_queue_refuses_fifo_attributes_in_aws_words(server):
+    expected = {
+        "FifoQueue": "Unknown Attribute FifoQueue.",
+        "ContentBasedDeduplication": "Unknown Attribute ContentBasedDeduplication.",
+        "DeduplicationScope": "You can specify the DeduplicationScope only when FifoQueue is set to true.",
+        "FifoThroughputLimit": "You can specify the FifoThroughputLimit only when FifoQueue is set to true.",
+    }
+    values = {"FifoQueue": "false", "ContentBasedDeduplication": "false", "DeduplicationScope": "queue",
+              "FifoThroughputLimit": "perQueue"}
+    for name, message in expected.items():
+        with pytest.raises(ClientError) as e:
+            server.sqs.create_queue(QueueName=f"s-{uuid.uuid4().hex[:12]}", Attributes={name: values[name]})
+        assert error(e) == ("InvalidAttributeName", message)
+
+
+def test_message_attribute_names_select_as_aws_recorded(server):
+    url = server.queue(VisibilityTimeout="0")
+    server.sqs.send_message(QueueUrl=url, MessageBody="msg", MessageAttributes={
+        "Help.Me": {"DataType": "String", "StringValue": "Me"},
+        "Hello": {"DataType": "String", "StringValue": "There"},
+        "General": {"DataType": "String", "StringValue": "Kenobi"},
+    })
+    # The names each selection returns, and the MD5 of just those, as AWS answered.
+    recorded = [
+        ([], [], None),
+        (["All"], ["General", "Hello", "Help.Me"], "4c360f3fdafd970e05fae2f149d997f5"),
+        (["*"], ["General", "Hello", "Help.Me"], "4c360f3fdafd970e05fae2f149d997f5"),
+        ([".*"], ["General", "Hello", "Help.Me"], "4c360f3fdafd970e05fae2f149d997f5"),
+        (["Foo", "Help"], [], None),
+        (["Hello", "General"], ["General", "Hello"], "fca026605781cb4126a1e9044df24232"),
+        (["Foo", "Hello"], ["Hello"], "a311262e065454b75da111d535b8dacd"),
+        (["Hel.*"], ["Hello", "Help.Me"], "83fee93c1bcd8b9a5a923ffacdc636c7"),
+        (["AWS."], [], None),
+        (["..foo"], [], None),
+    ]
+    for names, selected, md5 in recorded:
+        message = server.sqs.receive_message(QueueUrl=url, MessageAttributeNames=names)["Messages"][0]
+        assert sorted(message.get("MessageAttributes", {})) == selected, names
+        assert message.get("MD5OfMessageAttributes") == md5, names
+
+
 def test_add_permission_writes_an_aws_policy_and_removing_the_last_leaves_none(server):
     url = server.queue()
     server.sqs.add_permission(

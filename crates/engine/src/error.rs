@@ -20,6 +20,8 @@ pub enum EngineError {
     MissingParameter(String),
     #[error("Unknown Attribute {0}.")]
     InvalidAttributeName(String),
+    #[error("{0}")]
+    InvalidAttributeNameReason(String),
     #[error("Invalid value for the parameter {0}.")]
     InvalidAttributeValue(String),
     #[error("{0}")]

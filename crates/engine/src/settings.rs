@@ -139,7 +139,14 @@ impl QueueSettings {
     /// Applies one attribute, validating it as AWS does. Nothing changes on error.
     pub fn apply(&mut self, name: &str, value: &str) -> Result<()> {
         if !self.fifo && FIFO_ONLY.contains(&name) {
-            return Err(EngineError::InvalidAttributeName(name.to_string()));
+            // AWS's recorded words: ContentBasedDeduplication is unknown to a standard queue,
+            // the high-throughput pair needs FifoQueue.
+            return Err(match name {
+                "ContentBasedDeduplication" => EngineError::InvalidAttributeName(name.to_string()),
+                _ => EngineError::InvalidAttributeNameReason(format!(
+                    "You can specify the {name} only when FifoQueue is set to true."
+                )),
+            });
         }
         let one_of = |options: [&str; 2]| -> Result<bool> {
             match options.iter().position(|o| *o == value) {

@@ -115,16 +115,17 @@ pub fn to_wire(attribute: &MessageAttribute) -> MessageAttributeValue {
     }
 }
 
-/// Whether a message attribute name is selected by ReceiveMessage's MessageAttributeNames.
+/// Whether a message attribute name is selected by ReceiveMessage's MessageAttributeNames:
+/// all of them (`All`, `*`, `.*`), the name itself, or a prefix before `.*`, as AWS matches
+/// it (its recorded answer: `Hel.*` selects `Hello` and `Help.Me`).
 pub fn attribute_selected(selectors: &[String], name: &str) -> bool {
     selectors.iter().any(|s| {
         s == "All"
             || s == "*"
             || s == ".*"
             || s == name
-            || s.strip_suffix(".*").is_some_and(|prefix| {
-                name.starts_with(prefix) && name[prefix.len()..].starts_with('.')
-            })
+            || s.strip_suffix(".*")
+                .is_some_and(|prefix| name.starts_with(prefix))
     })
 }
 
@@ -178,7 +179,8 @@ mod tests {
         assert!(attribute_selected(&sel(&["All"]), "a"));
         assert!(attribute_selected(&sel(&[".*"]), "a"));
         assert!(attribute_selected(&sel(&["bar.*"]), "bar.baz"));
-        assert!(!attribute_selected(&sel(&["bar.*"]), "barbaz"));
+        assert!(attribute_selected(&sel(&["Hel.*"]), "Hello"));
+        assert!(!attribute_selected(&sel(&["Hel.*"]), "General"));
         assert!(attribute_selected(&sel(&["a"]), "a"));
         assert!(!attribute_selected(&sel(&["a"]), "ab"));
         assert!(!attribute_selected(&[], "a"));

@@ -145,7 +145,7 @@ pub fn wire_code(error: &ProtocolError) -> WireCode {
                 "com.amazonaws.sqs#MissingRequiredParameterException",
                 "MissingParameter",
             ),
-            E::InvalidAttributeName(_) => sender(
+            E::InvalidAttributeName(_) | E::InvalidAttributeNameReason(_) => sender(
                 400,
                 "com.amazonaws.sqs#InvalidAttributeName",
                 "InvalidAttributeName",
