@@ -12,3 +12,9 @@ CREATE UNLOGGED TABLE leasehold_recent_deletes (
     receive_no integer NOT NULL,
     deleted_ms bigint NOT NULL
 ) WITH (fillfactor = 50);
+
+-- Every slot there from the start, so a delete updates a row rather than inserts one (an
+-- insert of a slot two transactions both lack would make the second wait). Queue id 0 names
+-- no queue. After a crash empties the table, deletes insert the slots again.
+INSERT INTO leasehold_recent_deletes (slot, queue_id, seq, receive_no, deleted_ms)
+SELECT slot, 0, 0, 0, 0 FROM generate_series(0, 65535) AS slot;

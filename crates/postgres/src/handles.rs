@@ -200,7 +200,7 @@ impl Core {
         let found = self
             .delete_receipts(&tx, opened.now, &receipts, true)
             .await?;
-        // Waiting for its rows, a delete of its own finds none busy.
+        // Waiting for its rows, a delete of its own finds none busy (`delete_once`).
         let (results, seen, _) = answer_deletes(opened_handles, found);
         let fifo = opened.settings.fifo;
         let unblocked = if fifo {
@@ -368,7 +368,9 @@ impl Core {
         for row in rows {
             let n = usize::try_from(row.get::<_, i64>(0)).unwrap_or_default();
             if row.get::<_, bool>(6) {
-                if let Some(slot) = found.get_mut(n.wrapping_sub(1)) {
+                // Waiting for its rows, a statement meets none held: what it did not lock, a
+                // transaction it waited for removed (its snapshot still saw the row): gone.
+                if let (false, Some(slot)) = (wait, found.get_mut(n.wrapping_sub(1))) {
                     *slot = Found::Busy;
                 }
                 continue;

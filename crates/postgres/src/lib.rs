@@ -116,6 +116,9 @@ pub struct Core {
     tasks_clock: sweep::SweepClock,
     measurements: leases::Measurements,
     vacuum_clock: vacuum::VacuumClock,
+    /// Deletes of messages another transaction held, finished after their group in
+    /// transactions of their own, at most a quarter of the pool at once.
+    busy_deletes: tokio::sync::Semaphore,
     _listener: notify::Listener,
 }
 
@@ -174,6 +177,7 @@ impl Postgres {
             tasks_clock: sweep::SweepClock::default(),
             measurements: leases::Measurements::default(),
             vacuum_clock: vacuum::VacuumClock::default(),
+            busy_deletes: tokio::sync::Semaphore::new((options.pool_size / 4).max(1)),
             _listener: listener,
         });
         Ok(Postgres {

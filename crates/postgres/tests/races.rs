@@ -2,7 +2,7 @@
 //! happen by a connection of the test's own that holds a row's lock at the moment that
 //! matters. Test names carry `postgres`, which is how `scripts/test --no-services` skips them.
 
-use leasehold_backend::{Backend, Messages, MoveTaskStart, QueueAdmin};
+use leasehold_backend::{Backend, Measurements, Messages, MoveTaskStart, QueueAdmin};
 use leasehold_engine::{MoveTaskStatus, NewMessage, ReceiveRequest};
 
 mod common;
@@ -217,6 +217,46 @@ async fn postgres_a_delete_waiting_for_a_held_message_holds_up_no_other_request(
         .unwrap();
     assert_eq!(deleted, vec![Ok(()), Ok(())]);
     assert_eq!(left(connection(&schema).await).await, 0);
+    let server = std::sync::Arc::try_unwrap(server).ok().unwrap();
+    schema.drop_all([server]).await;
+}
+
+/// A delete whose message another transaction holds and then removes (a purge, another
+/// server's delete): the group passes it over, the delete of its own waits, finds it gone,
+/// and counts what it was: a repeat delete, duplicate work, not nothing.
+#[tokio::test]
+async fn postgres_a_held_message_removed_by_its_holder_counts_as_a_repeat_delete() {
+    let schema = Schema::new().await;
+    let server = std::sync::Arc::new(schema.server().await);
+    server.create_queue("held", vec![], vec![]).await.unwrap();
+    server.send("held", NewMessage::new("a")).await.unwrap();
+    let request = ReceiveRequest {
+        max_messages: 1,
+        visibility_s: Some(30),
+        attempt_id: None,
+    };
+    let taken = server.receive("held", request).await.unwrap().deliveries;
+    let mut holder = connection(&schema).await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute("DELETE FROM leasehold_messages", &[])
+        .await
+        .unwrap();
+    let handle = taken[0].receipt_handle.clone();
+    let deleting = {
+        let server = server.clone();
+        tokio::spawn(async move { server.delete("held", vec![handle]).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!deleting.is_finished(), "the delete waits for the held row");
+    hold.commit().await.unwrap();
+    let deleted = tokio::time::timeout(std::time::Duration::from_secs(10), deleting)
+        .await
+        .expect("the delete finishes once the row is gone")
+        .unwrap()
+        .unwrap();
+    assert_eq!(deleted, vec![Ok(())]);
+    let stats = server.lease_report("held").await.unwrap().stats;
+    assert_eq!((stats.deleted, stats.repeat_deletes), (0, 1));
     let server = std::sync::Arc::try_unwrap(server).ok().unwrap();
     schema.drop_all([server]).await;
 }

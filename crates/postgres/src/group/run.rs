@@ -162,6 +162,9 @@ impl Core {
         for work in waiting {
             let core = self.clone();
             tokio::spawn(async move {
+                // A bounded share of the pool: each waits for its rows holding a connection,
+                // and the groups must always find one.
+                let _turn = core.busy_deletes.acquire().await;
                 let (places, handles): (Vec<usize>, Vec<String>) =
                     work.measured.busy.into_iter().unzip();
                 let later = core.delete_all(&work.queue, handles).await;
