@@ -191,12 +191,7 @@ impl Core {
         let tx = Self::begin(&mut client).await?;
         let opened = self.open_queue(&tx, queue).await?;
         let opened_handles = self.open_all(&opened, handles);
-        let handling = self.handling(&opened.settings);
-        let receipts: Vec<ToDelete> = opened_handles
-            .iter()
-            .filter_map(|(receipt, _)| receipt.as_ref().ok())
-            .map(|&receipt| ToDelete { receipt, handling })
-            .collect();
+        let receipts: Vec<ToDelete> = self.to_delete(&opened, &opened_handles).collect();
         let found = self
             .delete_receipts(&tx, opened.now, &receipts, true)
             .await?;
@@ -213,6 +208,19 @@ impl Core {
         self.waiters.wake_some(queue, unblocked);
         self.measure_deletes(queue, opened.now, &seen);
         Ok(results)
+    }
+
+    /// The receipts of the handles that opened, each with how its queue treats a lease
+    /// that is over.
+    pub(crate) fn to_delete<'h>(
+        &self,
+        opened: &Opened,
+        handles: &'h [(std::result::Result<Receipt, EngineError>, String)],
+    ) -> impl Iterator<Item = ToDelete> + 'h {
+        let handling = self.handling(&opened.settings);
+        (handles.iter())
+            .filter_map(|(receipt, _)| receipt.as_ref().ok())
+            .map(move |&receipt| ToDelete { receipt, handling })
     }
 
     /// Each handle opened against the queue (a handle of another queue, or of this queue's

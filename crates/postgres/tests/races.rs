@@ -3,7 +3,10 @@
 //! matters. Test names carry `postgres`, which is how `scripts/test --no-services` skips them.
 
 use leasehold_backend::{Backend, Measurements, Messages, MoveTaskStart, QueueAdmin};
-use leasehold_engine::{MoveTaskStatus, NewMessage, ReceiveRequest};
+use std::sync::Arc;
+
+use leasehold_engine::{EngineError, MoveTaskStatus, NewMessage, ReceiveRequest};
+use leasehold_postgres::Postgres;
 
 mod common;
 use common::{Schema, URL};
@@ -137,6 +140,40 @@ async fn postgres_a_move_task_waits_for_a_held_message_and_keeps_its_group_in_or
     schema.drop_all([server]).await;
 }
 
+/// A queue `held` with one message per body, all received with a lease of 30 s: their
+/// handles, in order.
+async fn leased(server: &Postgres, bodies: &[&str]) -> Vec<String> {
+    server.create_queue("held", vec![], vec![]).await.unwrap();
+    for body in bodies {
+        server.send("held", NewMessage::new(*body)).await.unwrap();
+    }
+    let request = ReceiveRequest {
+        max_messages: u32::try_from(bodies.len()).unwrap(),
+        visibility_s: Some(30),
+        attempt_id: None,
+    };
+    let taken = server.receive("held", request).await.unwrap().deliveries;
+    assert_eq!(taken.len(), bodies.len());
+    taken.into_iter().map(|d| d.receipt_handle).collect()
+}
+
+type Deleting = tokio::task::JoinHandle<leasehold_backend::Result<Vec<Result<(), EngineError>>>>;
+
+/// A delete of `handles` from `held`, on a task of its own.
+fn delete_later(server: &Arc<Postgres>, handles: Vec<String>) -> Deleting {
+    let server = server.clone();
+    tokio::spawn(async move { server.delete("held", handles).await })
+}
+
+/// What the delete answered, once the row it waits for is free (`why`, if it never is).
+async fn answered(deleting: Deleting, why: &str) -> Vec<Result<(), EngineError>> {
+    tokio::time::timeout(std::time::Duration::from_secs(10), deleting)
+        .await
+        .expect(why)
+        .unwrap()
+        .unwrap()
+}
+
 /// A delete whose message another transaction holds (a purge, a claim, a server's long
 /// statement) used to wait in its group's transaction, and every request of that server's
 /// groups waited with it. Now the group passes the row over, commits the rest, and the
@@ -144,19 +181,9 @@ async fn postgres_a_move_task_waits_for_a_held_message_and_keeps_its_group_in_or
 #[tokio::test]
 async fn postgres_a_delete_waiting_for_a_held_message_holds_up_no_other_request() {
     let schema = Schema::new().await;
-    let server = std::sync::Arc::new(schema.server().await);
-    server.create_queue("held", vec![], vec![]).await.unwrap();
+    let server = Arc::new(schema.server().await);
+    let handles = leased(&server, &["a", "b"]).await;
     server.create_queue("other", vec![], vec![]).await.unwrap();
-    for body in ["a", "b"] {
-        server.send("held", NewMessage::new(body)).await.unwrap();
-    }
-    let request = ReceiveRequest {
-        max_messages: 2,
-        visibility_s: Some(30),
-        attempt_id: None,
-    };
-    let taken = server.receive("held", request).await.unwrap().deliveries;
-    assert_eq!(taken.len(), 2);
     let held_seq = {
         let test = connection(&schema).await;
         let row = test
@@ -174,11 +201,7 @@ async fn postgres_a_delete_waiting_for_a_held_message_holds_up_no_other_request(
     )
     .await
     .unwrap();
-    let handles: Vec<String> = taken.iter().map(|d| d.receipt_handle.clone()).collect();
-    let deleting = {
-        let server = server.clone();
-        tokio::spawn(async move { server.delete("held", handles).await })
-    };
+    let deleting = delete_later(&server, handles);
     // Meanwhile the server's other requests go on.
     let sent = tokio::time::timeout(
         std::time::Duration::from_secs(5),
@@ -210,14 +233,10 @@ async fn postgres_a_delete_waiting_for_a_held_message_holds_up_no_other_request(
     assert_eq!(left(test).await, 1, "the free message was deleted at once");
     assert!(!deleting.is_finished(), "the held one waits");
     hold.rollback().await.unwrap();
-    let deleted = tokio::time::timeout(std::time::Duration::from_secs(10), deleting)
-        .await
-        .expect("the delete finishes once the row is free")
-        .unwrap()
-        .unwrap();
+    let deleted = answered(deleting, "the delete finishes once the row is free").await;
     assert_eq!(deleted, vec![Ok(()), Ok(())]);
     assert_eq!(left(connection(&schema).await).await, 0);
-    let server = std::sync::Arc::try_unwrap(server).ok().unwrap();
+    let server = Arc::try_unwrap(server).ok().unwrap();
     schema.drop_all([server]).await;
 }
 
@@ -227,36 +246,21 @@ async fn postgres_a_delete_waiting_for_a_held_message_holds_up_no_other_request(
 #[tokio::test]
 async fn postgres_a_held_message_removed_by_its_holder_counts_as_a_repeat_delete() {
     let schema = Schema::new().await;
-    let server = std::sync::Arc::new(schema.server().await);
-    server.create_queue("held", vec![], vec![]).await.unwrap();
-    server.send("held", NewMessage::new("a")).await.unwrap();
-    let request = ReceiveRequest {
-        max_messages: 1,
-        visibility_s: Some(30),
-        attempt_id: None,
-    };
-    let taken = server.receive("held", request).await.unwrap().deliveries;
+    let server = Arc::new(schema.server().await);
+    let handles = leased(&server, &["a"]).await;
     let mut holder = connection(&schema).await;
     let hold = holder.transaction().await.unwrap();
     hold.execute("DELETE FROM leasehold_messages", &[])
         .await
         .unwrap();
-    let handle = taken[0].receipt_handle.clone();
-    let deleting = {
-        let server = server.clone();
-        tokio::spawn(async move { server.delete("held", vec![handle]).await })
-    };
+    let deleting = delete_later(&server, handles);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!deleting.is_finished(), "the delete waits for the held row");
     hold.commit().await.unwrap();
-    let deleted = tokio::time::timeout(std::time::Duration::from_secs(10), deleting)
-        .await
-        .expect("the delete finishes once the row is gone")
-        .unwrap()
-        .unwrap();
+    let deleted = answered(deleting, "the delete finishes once the row is gone").await;
     assert_eq!(deleted, vec![Ok(())]);
     let stats = server.lease_report("held").await.unwrap().stats;
     assert_eq!((stats.deleted, stats.repeat_deletes), (0, 1));
-    let server = std::sync::Arc::try_unwrap(server).ok().unwrap();
+    let server = Arc::try_unwrap(server).ok().unwrap();
     schema.drop_all([server]).await;
 }

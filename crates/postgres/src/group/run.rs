@@ -272,13 +272,7 @@ impl Core {
                 continue;
             };
             let handles = self.open_all(opened, std::mem::take(&mut work.asked));
-            let handling = self.handling(&opened.settings);
-            receipts.extend(
-                handles
-                    .iter()
-                    .filter_map(|(receipt, _)| receipt.as_ref().ok())
-                    .map(|&receipt| ToDelete { receipt, handling }),
-            );
+            receipts.extend(self.to_delete(opened, &handles));
             opened_handles.push(handles);
         }
         (opened_handles, receipts)
