@@ -128,7 +128,10 @@ macro_rules! delete_sql {
                  DELETE FROM leasehold_messages m USING target
                  WHERE m.queue_id = target.queue_id AND m.seq = target.seq
                    AND (NOT target.live_only OR target.live)
-                 RETURNING m.queue_id, m.seq),
+                 -- What `remembered` needs, so that it reads `gone` alone: a join of
+                 -- two CTEs (estimated at a row each) is planned as a nested loop,
+                 -- quadratic in the group's deletes.
+                 RETURNING m.queue_id, m.seq, target.slot, target.receive_no),
              -- Remembered for a retry that reaches any server (V10), the newest
              -- delete keeping its slot; a slot another transaction holds is passed
              -- over rather than waited for (that delete's retry counts as a repeat).
@@ -138,12 +141,12 @@ macro_rules! delete_sql {
              remembered AS (
                  INSERT INTO leasehold_recent_deletes AS r
                      (slot, queue_id, seq, receive_no, deleted_ms)
-                 SELECT DISTINCT ON (t.slot) t.slot, t.queue_id, t.seq, t.receive_no, $5
-                 FROM target t JOIN gone g ON g.queue_id = t.queue_id AND g.seq = t.seq
-                 WHERE t.slot IN (SELECT slot FROM free)
+                 SELECT DISTINCT ON (g.slot) g.slot, g.queue_id, g.seq, g.receive_no, $5
+                 FROM gone g
+                 WHERE g.slot IN (SELECT slot FROM free)
                     OR NOT EXISTS (SELECT 1 FROM leasehold_recent_deletes x
-                           WHERE x.slot = t.slot)
-                 ORDER BY t.slot
+                           WHERE x.slot = g.slot)
+                 ORDER BY g.slot
                  ON CONFLICT (slot) DO UPDATE
                  SET queue_id = excluded.queue_id, seq = excluded.seq,
                      receive_no = excluded.receive_no, deleted_ms = excluded.deleted_ms),
@@ -152,9 +155,9 @@ macro_rules! delete_sql {
                  UPDATE leasehold_messages m SET late_deleted = true FROM target
                  WHERE m.queue_id = target.queue_id AND m.seq = target.seq
                    AND NOT target.live
-                   AND (target.queue_id, target.seq) NOT IN (SELECT * FROM gone))
+                   AND (target.queue_id, target.seq) NOT IN (SELECT queue_id, seq FROM gone))
              SELECT n, receive_count, visible_ms, extensions,
-                    (queue_id, seq) IN (SELECT * FROM gone), released, false
+                    (queue_id, seq) IN (SELECT queue_id, seq FROM gone), released, false
              FROM target
              -- A message another transaction holds, passed over (SKIP LOCKED): busy.
              UNION ALL
@@ -167,7 +170,7 @@ macro_rules! delete_sql {
     };
 }
 const DELETE_WAITING: &str = delete_sql!("FOR UPDATE");
-const DELETE_SKIPPING: &str = delete_sql!("FOR UPDATE SKIP LOCKED");
+pub(crate) const DELETE_SKIPPING: &str = delete_sql!("FOR UPDATE SKIP LOCKED");
 
 impl Core {
     /// Opens a handle and checks it was issued by this incarnation of the queue.

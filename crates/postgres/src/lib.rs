@@ -29,7 +29,7 @@ mod vacuum;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, QueueMode, RecyclingMethod, Runtime};
 use leasehold_backend::{BackendError, Waiters};
 use leasehold_engine::{LeaseMode, Naming, ReceiptSealer};
 use thiserror::Error;
@@ -147,6 +147,10 @@ impl Postgres {
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size)
+            // The connection used last, first: a group's transaction then finds its
+            // backend awake, where the one idle longest costs a wake-up per statement (a
+            // begin took 0.9 ms of a group's 5 on a busy machine, taken in turn).
+            .queue_mode(QueueMode::Lifo)
             .wait_timeout(Some(options.connect_timeout))
             .create_timeout(Some(options.connect_timeout))
             .recycle_timeout(Some(options.connect_timeout))

@@ -147,11 +147,12 @@ pub(crate) const CLAIM_SQL: &str = concat!(
      SET visible_ms = $4, receive_count = m.receive_count + 1,
          first_receive_ms = coalesce(m.first_receive_ms, $2), received_ms = $2,
          extensions = 0, released = false
-     FROM picked
-     WHERE m.queue_id = $1 AND m.seq = picked.seq
+     -- By the primary key, as arrays: a join with `picked` (a CTE, estimated at a row)
+     -- is planned as a nested loop over every row of the queue.
+     WHERE m.queue_id = $1 AND m.seq = ANY(ARRAY(SELECT seq FROM picked))
      RETURNING ",
     delivery_columns!(),
-    ", picked.expired"
+    ", m.seq = ANY(ARRAY(SELECT seq FROM picked WHERE expired))"
 );
 
 pub(crate) fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {

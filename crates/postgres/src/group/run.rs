@@ -6,23 +6,24 @@
 //! are the only statement that waits for a row's lock (rows locked in (queue, sequence)
 //! order); the sends insert rows nobody else sees and the receives claim with `SKIP
 //! LOCKED`, so a group never waits while it holds a row another group's deletes wait for.
-//! The sends and receives go together (pipelined: one round trip), the insert first, so a
-//! group's receives see its sends: as if its requests came one by one, deletes, then sends,
-//! then receives (`tests/model.rs` holds it to that).
+//! The deletes, the sends, the receives and the sends' notifications go together
+//! (pipelined: one round trip, executed in the order sent), so a group's receives see its
+//! sends and not the messages it deleted: as if its requests came one by one, deletes, then
+//! sends, then receives (`tests/model.rs` holds it to that).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
-use futures_util::future::{try_join, try_join_all};
+use futures_util::future::{try_join4, try_join_all};
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{check_batch, Delivery, EngineError, ReceiveRequest, Sent};
 
 use super::{Job, Reply, Result};
 use crate::dead_letters::ROUTE_SQL;
-use crate::handles::{answer_deletes, Seen, ToDelete};
+use crate::handles::{answer_deletes, Seen, ToDelete, DELETE_SKIPPING};
 use crate::messages::{Lease, NewRow, Opened, ReceiveTally, CLAIM_SQL, INSERT_SQL};
-use crate::notify::notify_many;
+use crate::notify::{notify_many, NOTIFY_SQL};
 use crate::queues::decode;
 use crate::{cached, storable, to_u64, unavailable, Core};
 
@@ -196,15 +197,41 @@ impl Core {
         let checked = check_sends(&queues, &mut group.sends);
         let rows = rows_to_insert(&queues, &group.sends, &checked);
         let mut ready = sent_counts(&group.sends, &checked);
-        // The deletes first, passing over the rows another transaction holds: a group never
-        // waits (every request of the server's groups would wait with it).
-        let found = self
-            .delete_receipts(&tx, queues.now, &receipts, false)
-            .await?;
-        // Then the sends and the receives, which never wait, sent together: the insert
-        // first (its statement prepared, like every claim's first, so that it is sent first,
-        // and executed first), so the group's receives see its sends.
-        prepare(&tx, &[INSERT_SQL, CLAIM_SQL, ROUTE_SQL]).await?;
+        // A receipt naming a message again is deleted in a later statement, after the first
+        // one's answer (`delete_receipts`): then the deletes go alone, before the rest.
+        let deleted_first = match names_a_message_twice(&receipts) {
+            true => Some(
+                self.delete_receipts(&tx, queues.now, &receipts, false)
+                    .await?,
+            ),
+            false => None,
+        };
+        // Then every statement sent together (pipelined: executed in the order sent, one
+        // round trip), each prepared so that it is sent when first polled: the deletes,
+        // passing over the rows another transaction holds (a group never waits: every
+        // request of the server's groups would wait with it); the insert, so that the
+        // group's receives see its sends; the claims; and, when no claim can move a message
+        // to a dead-letter queue, the notifications of the sends.
+        prepare(
+            &tx,
+            &[
+                DELETE_SKIPPING,
+                INSERT_SQL,
+                CLAIM_SQL,
+                ROUTE_SQL,
+                NOTIFY_SQL,
+            ],
+        )
+        .await?;
+        let deletes = async {
+            match deleted_first {
+                Some(found) => Ok(found),
+                None => {
+                    self.delete_receipts(&tx, queues.now, &receipts, false)
+                        .await
+                }
+            }
+        };
         // The classes one after the other: a class's claim may take several statements (a
         // route, the exhausted messages passed), and the next class's sees all of them.
         let receives = &group.receives;
@@ -215,7 +242,23 @@ impl Core {
             }
             Ok(claimed)
         };
-        let (stored, claimed) = try_join(self.insert_many(&tx, queues.now, &rows), claims).await?;
+        let may_move = classes.iter().any(|class| {
+            let opened = queues.by_key.get(&class.queue);
+            opened.is_some_and(|o| o.settings.redrive.is_some())
+        });
+        let notified_sends = async {
+            match may_move {
+                true => Ok(()),
+                false => notify_many(&tx, self.server_id, &counted(&ready)).await,
+            }
+        };
+        let (found, stored, claimed, ()) = try_join4(
+            deletes,
+            self.insert_many(&tx, queues.now, &rows),
+            claims,
+            notified_sends,
+        )
+        .await?;
         drop(rows);
         answer_deletes_of(&mut group.deletes, opened_handles, found);
         answer_sends(&mut group.sends, checked, stored)?;
@@ -224,12 +267,14 @@ impl Core {
             moved.extend(outcome.moved.clone());
             answer_class(&queues, &mut group.receives, class, outcome);
         }
-        // One notification a queue: PostgreSQL delivers a transaction's identical ones once.
-        for (queue, count) in &moved {
-            add_to(&mut ready, queue, *count);
+        // One notification a queue (PostgreSQL delivers a transaction's identical ones
+        // once): the sends' and the dead-letter moves' together, when there can be moves.
+        if may_move {
+            for (queue, count) in &moved {
+                add_to(&mut ready, queue, *count);
+            }
+            notify_many(&tx, self.server_id, &counted(&ready)).await?;
         }
-        let notified: Vec<(&str, usize)> = ready.iter().map(|(q, n)| (q.as_str(), *n)).collect();
-        notify_many(&tx, self.server_id, &notified).await?;
         tx.commit().await.map_err(|e| unavailable(&e))?;
         Ok((queues.now, moved))
     }
@@ -529,6 +574,19 @@ fn answer_sends(
 async fn prepare(tx: &Transaction<'_>, statements: &[&str]) -> Result<()> {
     try_join_all(statements.iter().map(|sql| cached(tx, sql))).await?;
     Ok(())
+}
+
+/// Whether two receipts name one message: `delete_receipts` then needs two statements.
+fn names_a_message_twice(receipts: &[ToDelete]) -> bool {
+    let mut named = std::collections::HashSet::with_capacity(receipts.len());
+    !receipts
+        .iter()
+        .all(|r| named.insert((r.receipt.queue_id, r.receipt.key.seq)))
+}
+
+/// Notification counts, by queue.
+fn counted(ready: &[(String, usize)]) -> Vec<(&str, usize)> {
+    ready.iter().map(|(q, n)| (q.as_str(), *n)).collect()
 }
 
 /// A queue's own VisibilityTimeout.
