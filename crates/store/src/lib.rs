@@ -15,6 +15,7 @@ pub mod codec;
 mod committer;
 mod faulty;
 mod guard;
+pub mod keyring;
 mod memory;
 mod sqlite;
 
