@@ -134,6 +134,7 @@ impl Postgres {
             .parse()
             .map_err(|e: tokio_postgres::Error| StartError::Url(e.to_string()))?;
         config.connect_timeout(options.connect_timeout);
+        keep_alive(&mut config);
         let at = describe(&config);
         if let Some(schema) = &options.schema {
             config.options(format!("-c search_path={schema}"));
@@ -246,6 +247,25 @@ async fn cached(
     sql: &str,
 ) -> Result<tokio_postgres::Statement, BackendError> {
     tx.prepare_cached(sql).await.map_err(|e| unavailable(&e))
+}
+
+/// Probes for a peer that vanished without a reset (a dropped NAT entry, a dead host) within
+/// about a minute rather than tokio-postgres's two hours: the pool hands out the connection
+/// used last, so one made in a burst may sit idle a long time, and the group that takes it
+/// must not hang on it. Whatever the URL sets is kept.
+fn keep_alive(config: &mut tokio_postgres::Config) {
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(Duration::from_secs(30));
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(Duration::from_secs(10));
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(3);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(Duration::from_secs(60));
+    }
 }
 
 /// The innermost cause of an error, the one a person can act on ("Connection refused",

@@ -311,10 +311,8 @@ async fn forget_messages(tx: &Transaction<'_>, queue_id: u64, now: u64) -> Resul
                      SELECT seq FROM leasehold_messages WHERE queue_id = $1
                      ORDER BY seq FOR UPDATE),
                  gone AS (
-                     -- By the primary key, as an array: a join with `locked` (a CTE)
-                     -- can be planned as a nested loop over the queue for each row.
-                     DELETE FROM leasehold_messages m
-                     WHERE m.queue_id = $1 AND m.seq = ANY(ARRAY(SELECT seq FROM locked))
+                     DELETE FROM leasehold_messages m USING locked
+                     WHERE m.queue_id = $1 AND m.seq = locked.seq
                      RETURNING leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
                                AS expired),
                  dedup AS (

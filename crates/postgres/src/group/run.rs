@@ -7,7 +7,8 @@
 //! order); the sends insert rows nobody else sees and the receives claim with `SKIP
 //! LOCKED`, so a group never waits while it holds a row another group's deletes wait for.
 //! The deletes, the sends, the receives and the sends' notifications go together
-//! (pipelined: one round trip, executed in the order sent), so a group's receives see its
+//! (pipelined, executed in the order sent: one round trip, and a few more only when a
+//! claim routes dead letters or a delete finds its message gone), so a group's receives see its
 //! sends and not the messages it deleted: as if its requests came one by one, deletes, then
 //! sends, then receives (`tests/model.rs` holds it to that).
 
@@ -207,7 +208,8 @@ impl Core {
             false => None,
         };
         // Then every statement sent together (pipelined: executed in the order sent, one
-        // round trip), each prepared so that it is sent when first polled: the deletes,
+        // round trip; more when a claim routes dead letters or a delete finds its message
+        // gone), each prepared so that it is sent when first polled: the deletes,
         // passing over the rows another transaction holds (a group never waits: every
         // request of the server's groups would wait with it); the insert, so that the
         // group's receives see its sends; the claims; and, when no claim can move a message
