@@ -60,7 +60,7 @@ impl Deleter {
                         }
                     }
                     Err(e) => {
-                        let reason = format!("{e:?}");
+                        let reason = crate::errors::one_line(&e);
                         for (_, done) in batch {
                             let _ = done.send(Err(reason.clone()));
                         }

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::errors::is_lost_lease;
+use crate::errors::{is_lost_lease, one_line};
 use crate::idempotency::{Claim, IdempotencyStore};
 use crate::stats::Counters;
 
@@ -115,8 +115,8 @@ impl Lease for SqsLease {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(error) if is_lost_lease(&error) => Err(RenewError::Lost(format!("{error:?}"))),
-            Err(error) => Err(RenewError::Failed(format!("{error:?}"))),
+            Err(error) if is_lost_lease(&error) => Err(RenewError::Lost(one_line(&error))),
+            Err(error) => Err(RenewError::Failed(one_line(&error))),
         }
     }
 }

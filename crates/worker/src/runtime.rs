@@ -86,10 +86,10 @@ impl Worker {
             .send();
         tokio::pin!(receive);
         let answer = tokio::select! {
-            answer = &mut receive => answer.map_err(|e| format!("{e:?}")),
+            answer = &mut receive => answer.map_err(|e| crate::errors::one_line(&e)),
             _ = self.shutdown.cancelled() => {
                 match tokio::time::timeout(inner.grace, &mut receive).await {
-                    Ok(answer) => answer.map_err(|e| format!("{e:?}")),
+                    Ok(answer) => answer.map_err(|e| crate::errors::one_line(&e)),
                     Err(_) => Err("shutdown: the receive did not answer within the grace".into()),
                 }
             }
