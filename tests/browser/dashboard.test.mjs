@@ -187,6 +187,12 @@ async function checkQueuePage(page) {
   }
   assert.equal(report.lease_hold_buckets.reduce((n, b) => n + b.count, 0), 10, "every hold is in a bucket");
   assert.ok(await page.locator("#hold-chart canvas").count() > 0, "the histogram is drawn");
+  // The time axis reads as clock times, whole seconds (it read ":17.000 :17.500"): two polls
+  // in, so that the chart spans time.
+  await page.waitForFunction(() => (document.querySelector("#late-chart")?.dataset.timeLabels || "").split(" ").length >= 2,
+    null, { timeout: 10000 });
+  const timeLabels = (await page.locator("#late-chart").getAttribute("data-time-labels")).split(" ");
+  for (const label of timeLabels) assert.match(label, /^\d\d:\d\d:\d\d$/, `time label ${label}`);
   assert.match(await page.locator('[data-testid="advice"]').textContent(), /Visibility timeout|no measured|durations/);
 
   await page.goto(`${endpoint}/_leasehold/dashboard/#/queue/orders`);

@@ -283,13 +283,32 @@ function barChart(target, { labels, values, title, marker, markerLabel, width })
   state.charts.push(new uPlot(options, [xs, values], target));
 }
 
+// A poll's instant as the clock on the wall shows it (HH:MM:SS, local time).
+function clockTime(seconds) {
+  const at = new Date(seconds * 1000);
+  return [at.getHours(), at.getMinutes(), at.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
+}
+
+// Whole seconds and up between ticks: polls are seconds apart, and uPlot's own time labels
+// for a short span read ":17.000 :17.500".
+const CLOCK_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+
 function lineChart(target, { title, points, series, width }) {
   const t = points.map((p) => p.t);
   const deltas = series.map((s) => points.map((p, i) => (i === 0 ? 0 : Math.max(0, p[s.field] - points[i - 1][s.field]))));
+  const timeAxis = {
+    ...axisColours(), incrs: CLOCK_STEPS, space: 80,
+    // The labels drawn are also kept on the chart's element: the canvas holds no text.
+    values: (u, splits) => {
+      const labels = splits.map(clockTime);
+      target.dataset.timeLabels = labels.join(" ");
+      return labels;
+    },
+  };
   const options = {
     title, width, height: 200,
     scales: { y: { range: (u, min, max) => [0, Math.max(1, max * 1.2)] } },
-    axes: [axisColours(), { ...axisColours(), values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? v : "")) }],
+    axes: [timeAxis, { ...axisColours(), values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? v : "")) }],
     legend: { show: true, live: false },
     series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2 }))],
   };
