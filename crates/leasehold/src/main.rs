@@ -112,6 +112,7 @@ async fn run() -> anyhow::Result<()> {
             | Command::Bench(_)
             | Command::Redrive(_)
             | Command::Backup(_)
+            | Command::Completions(_)
     ) {
         print_until_the_reader_goes();
     }

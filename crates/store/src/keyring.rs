@@ -1,9 +1,13 @@
 //! Keys that seal message contents at rest (issue 30): a key file of numbered AES-256 keys,
-//! and records sealed with AES-256-GCM-SIV under the newest, bound to their place.
+//! and records sealed with AES-256-GCM-SIV under the newest.
 //!
-//! A sealed record is `SEALED`, the key's number (4 bytes), a random 12-byte nonce, then the
-//! ciphertext and its 16-byte tag. The record's store key is the associated data, so a record
-//! copied under another key, or swapped with another, fails to open, as does a flipped byte.
+//! A sealed record is `SEALED`, the key's number (4 bytes), the key's check (4 bytes: which
+//! key of that number sealed it), a random 12-byte nonce, then the ciphertext and its 16-byte
+//! tag. The header and what the caller binds the record to are the associated data: a record
+//! opened with other binding data, or with a byte changed anywhere, fails to open. What to
+//! bind to is the caller's choice and must survive the record's legitimate moves: the store
+//! copies a content record to a new key when its message moves to another queue, and a
+//! redrive gives the message a new id, so neither the store key nor the message id can be it.
 //! GCM-SIV rather than GCM: a nonce drawn twice under one key (a queue's billions of
 //! records) reveals only that two contents were equal, where GCM's would reveal the key's
 //! authentication secret.
@@ -13,12 +17,13 @@
 //! restart), and an old key is removed only once no record it sealed is left.
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM_SIV, NONCE_LEN};
+use aws_lc_rs::digest::{digest, SHA256};
 use thiserror::Error;
 
 /// The first byte of a sealed record: no plain record starts with it (theirs is a small
@@ -26,7 +31,8 @@ use thiserror::Error;
 pub const SEALED: u8 = 0xA5;
 const KEY_LEN: usize = 32;
 const TAG_LEN: usize = 16;
-const HEADER_LEN: usize = 1 + 4 + NONCE_LEN;
+const CHECK_LEN: usize = 4;
+const HEADER_LEN: usize = 1 + 4 + CHECK_LEN + NONCE_LEN;
 
 /// Why a key file cannot be used: each a line a person can act on.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -43,6 +49,8 @@ pub enum KeyFileError {
     },
     #[error("the encryption key file {path} holds no key")]
     Empty { path: String },
+    #[error("the encryption key file {path} is missing, and the data it sealed cannot be read without it: restore it (a new key would not open what is stored)")]
+    Missing { path: String },
 }
 
 /// Why a sealed record does not open.
@@ -50,6 +58,10 @@ pub enum KeyFileError {
 pub enum OpenError {
     #[error("sealed with key {0}, which the encryption key file does not hold")]
     UnknownKey(u32),
+    #[error("sealed with another key numbered {0} than the encryption key file's (a different key file?)")]
+    WrongKey(u32),
+    #[error("it is not a sealed record")]
+    NotSealed,
     #[error("it fails its integrity check (changed on disk, or moved from another record)")]
     Damaged,
     #[error("it is {0} bytes, too short to be a sealed record")]
@@ -58,7 +70,7 @@ pub enum OpenError {
 
 /// The keys of a key file: every one opens, the newest seals.
 pub struct Keyring {
-    keys: HashMap<u32, LessSafeKey>,
+    keys: HashMap<u32, (LessSafeKey, [u8; CHECK_LEN])>,
     sealing: u32,
 }
 
@@ -80,7 +92,7 @@ impl Keyring {
         let sealing = keys.last()?.0;
         let keys = keys
             .iter()
-            .map(|(number, bytes)| (*number, aead_key(bytes)))
+            .map(|(number, bytes)| (*number, (aead_key(bytes), check_of(bytes))))
             .collect();
         Some(Keyring { keys, sealing })
     }
@@ -104,10 +116,17 @@ impl Keyring {
         Keyring::from_keys(&keys).ok_or(KeyFileError::Empty { path: shown })
     }
 
-    /// The keys of the file at `path`, which is created (readable by its owner only, one
-    /// fresh key numbered 1) when it does not exist: an embedded store's first start.
-    pub fn load_or_create(path: &Path) -> Result<Keyring, KeyFileError> {
+    /// The keys of the file at `path`. When it does not exist and `new_store` says nothing
+    /// was sealed yet (a store's first start), it is created, readable by its owner only, with
+    /// one fresh key numbered 1; when something may have been sealed, a missing file is an
+    /// error, never a new key that would not open it.
+    pub fn load_or_create(path: &Path, new_store: bool) -> Result<Keyring, KeyFileError> {
         if !path.exists() {
+            if !new_store {
+                return Err(KeyFileError::Missing {
+                    path: path.display().to_string(),
+                });
+            }
             create(path)?;
         }
         Keyring::load(path)
@@ -118,20 +137,22 @@ impl Keyring {
         self.sealing
     }
 
-    /// `plain` sealed under the newest key, bound to `place` (the record's store key).
-    pub fn seal(&self, place: &[u8], plain: &[u8]) -> Vec<u8> {
+    /// `plain` sealed under the newest key, bound to `bound_to`.
+    pub fn seal(&self, bound_to: &[u8], plain: &[u8]) -> Vec<u8> {
         let mut nonce = [0u8; NONCE_LEN];
         aws_lc_rs::rand::fill(&mut nonce).expect("the system's random source failed");
+        let (key, check) = &self.keys[&self.sealing];
         let mut sealed = Vec::with_capacity(HEADER_LEN + plain.len() + TAG_LEN);
         sealed.push(SEALED);
         sealed.extend_from_slice(&self.sealing.to_be_bytes());
+        sealed.extend_from_slice(check);
         sealed.extend_from_slice(&nonce);
+        let aad = associated(&sealed[..HEADER_LEN - NONCE_LEN], bound_to);
         sealed.extend_from_slice(plain);
-        let key = &self.keys[&self.sealing];
         let tag = key
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(place),
+                Aad::from(&aad),
                 &mut sealed[HEADER_LEN..],
             )
             .expect("sealing fails only for inputs of more than 64 GiB");
@@ -139,26 +160,51 @@ impl Keyring {
         sealed
     }
 
-    /// The plain bytes of a record `seal` made for `place`.
-    pub fn open(&self, place: &[u8], sealed: &[u8]) -> Result<Vec<u8>, OpenError> {
-        if sealed.len() < HEADER_LEN + TAG_LEN || sealed[0] != SEALED {
+    /// The plain bytes of a record `seal` made with the same `bound_to`.
+    pub fn open(&self, bound_to: &[u8], sealed: &[u8]) -> Result<Vec<u8>, OpenError> {
+        if !is_sealed(sealed) {
+            return Err(OpenError::NotSealed);
+        }
+        if sealed.len() < HEADER_LEN + TAG_LEN {
             return Err(OpenError::Truncated(sealed.len()));
         }
         let number = u32::from_be_bytes(sealed[1..5].try_into().expect("four bytes"));
-        let key = self
+        let (key, check) = self
             .keys
             .get(&number)
             .ok_or(OpenError::UnknownKey(number))?;
-        let nonce = Nonce::try_assume_unique_for_key(&sealed[5..HEADER_LEN])
+        if sealed[5..5 + CHECK_LEN] != check[..] {
+            return Err(OpenError::WrongKey(number));
+        }
+        let nonce = Nonce::try_assume_unique_for_key(&sealed[HEADER_LEN - NONCE_LEN..HEADER_LEN])
             .map_err(|_| OpenError::Truncated(sealed.len()))?;
+        let aad = associated(&sealed[..HEADER_LEN - NONCE_LEN], bound_to);
         let mut buffer = sealed[HEADER_LEN..].to_vec();
         let plain_len = key
-            .open_in_place(nonce, Aad::from(place), &mut buffer)
+            .open_in_place(nonce, Aad::from(&aad), &mut buffer)
             .map_err(|_| OpenError::Damaged)?
             .len();
         buffer.truncate(plain_len);
         Ok(buffer)
     }
+}
+
+/// The associated data: the header before the nonce (format, key number, key check), then
+/// what the caller binds the record to.
+fn associated(header: &[u8], bound_to: &[u8]) -> Vec<u8> {
+    [header, bound_to].concat()
+}
+
+/// Which key of a number sealed a record, without saying anything of the key: the first
+/// bytes of a hash of it under a label of its own.
+fn check_of(key: &[u8; KEY_LEN]) -> [u8; CHECK_LEN] {
+    let hashed = digest(
+        &SHA256,
+        &[b"leasehold key check\0".as_slice(), key].concat(),
+    );
+    hashed.as_ref()[..CHECK_LEN]
+        .try_into()
+        .expect("a SHA-256 is 32 bytes")
 }
 
 /// Whether a stored value is a sealed record.
@@ -172,7 +218,7 @@ fn aead_key(bytes: &[u8; KEY_LEN]) -> LessSafeKey {
 
 fn parse(text: &str, path: &str) -> Result<Vec<(u32, [u8; KEY_LEN])>, KeyFileError> {
     let mut keys: Vec<(u32, [u8; KEY_LEN])> = Vec::new();
-    for (index, line) in text.lines().enumerate() {
+    for (index, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -200,7 +246,7 @@ fn parse(text: &str, path: &str) -> Result<Vec<(u32, [u8; KEY_LEN])>, KeyFileErr
 }
 
 fn decode_hex(hex: &str) -> Option<[u8; KEY_LEN]> {
-    if hex.len() != KEY_LEN * 2 || !hex.is_ascii() {
+    if hex.len() != KEY_LEN * 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let mut bytes = [0u8; KEY_LEN];
@@ -210,8 +256,9 @@ fn decode_hex(hex: &str) -> Option<[u8; KEY_LEN]> {
     Some(bytes)
 }
 
-/// A new key file with one fresh key, readable and writable by its owner only; never
-/// replaces a file (`create_new`), so two first starts cannot each write a key.
+/// A new key file with one fresh key, readable and writable by its owner only, made whole
+/// beside it and linked into place, so that a crash leaves the whole file or none, and a
+/// second first start finds the first's file rather than writing a key of its own.
 fn create(path: &Path) -> Result<(), KeyFileError> {
     let failed = |e: std::io::Error| KeyFileError::Create {
         path: path.display().to_string(),
@@ -226,14 +273,30 @@ fn create(path: &Path) -> Result<(), KeyFileError> {
          # seals new messages; every line's opens old ones. Keep a copy: without it the\n\
          # messages stored are unreadable.\n1 {hex}\n"
     );
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(failed)?;
-    file.write_all(text.as_bytes()).map_err(failed)?;
-    file.sync_all().map_err(failed)
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let draft = directory.join(format!(".encryption-key.{}.new", std::process::id()));
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&draft)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()
+    })();
+    let linked = written.and_then(|()| std::fs::hard_link(&draft, path));
+    let _ = std::fs::remove_file(&draft);
+    match linked {
+        Ok(()) => File::open(directory)
+            .and_then(|d| d.sync_all())
+            .map_err(failed),
+        // Another first start linked its file first: that one is the key.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(failed(e)),
+    }
 }
 
 /// Where an embedded store keeps its key file when none is named: beside its data file.
@@ -251,35 +314,38 @@ mod tests {
     }
 
     #[test]
-    fn a_sealed_record_opens_for_its_place_and_holds_no_plain_text() {
+    fn a_sealed_record_opens_with_its_binding_and_holds_no_plain_text() {
         let keys = ring(&[(1, 7)]);
-        let sealed = keys.seal(b"place", b"a known body");
+        let sealed = keys.seal(b"bound", b"a known body");
         assert!(is_sealed(&sealed));
         assert!(!sealed.windows(5).any(|w| w == b"known"));
-        assert_eq!(keys.open(b"place", &sealed).unwrap(), b"a known body");
+        assert_eq!(keys.open(b"bound", &sealed).unwrap(), b"a known body");
         // A fresh nonce each time: the same body twice seals differently.
-        assert_ne!(sealed, keys.seal(b"place", b"a known body"));
+        assert_ne!(sealed, keys.seal(b"bound", b"a known body"));
+        assert_eq!(keys.open(b"bound", b"\x01plain"), Err(OpenError::NotSealed));
     }
 
     #[test]
-    fn a_record_moved_to_another_place_or_changed_by_a_byte_does_not_open() {
+    fn a_record_opened_with_other_binding_or_changed_by_a_byte_does_not_open() {
         let keys = ring(&[(1, 7)]);
-        let sealed = keys.seal(b"place", b"body");
+        let sealed = keys.seal(b"bound", b"body");
         assert_eq!(keys.open(b"other", &sealed), Err(OpenError::Damaged));
-        for at in HEADER_LEN..sealed.len() {
+        for at in 1..sealed.len() {
             let mut flipped = sealed.clone();
             flipped[at] ^= 0x01;
-            assert_eq!(
-                keys.open(b"place", &flipped),
-                Err(OpenError::Damaged),
-                "{at}"
-            );
+            let opened = keys.open(b"bound", &flipped);
+            match at {
+                1..=4 => assert_eq!(
+                    opened,
+                    Err(OpenError::UnknownKey(1 ^ (1 << (8 * (4 - at))))),
+                    "{at}"
+                ),
+                5..=8 => assert_eq!(opened, Err(OpenError::WrongKey(1)), "{at}"),
+                _ => assert_eq!(opened, Err(OpenError::Damaged), "{at}"),
+            }
         }
-        let mut nonce_flipped = sealed.clone();
-        nonce_flipped[6] ^= 0x80;
-        assert_eq!(keys.open(b"place", &nonce_flipped), Err(OpenError::Damaged));
         assert_eq!(
-            keys.open(b"place", &sealed[..HEADER_LEN + 3]),
+            keys.open(b"bound", &sealed[..HEADER_LEN + 3]),
             Err(OpenError::Truncated(HEADER_LEN + 3))
         );
     }
@@ -294,20 +360,43 @@ mod tests {
         let after = rotated.seal(b"p", b"new body");
         assert_eq!(after[1..5], 2u32.to_be_bytes());
         assert_eq!(old.open(b"p", &after), Err(OpenError::UnknownKey(2)));
-        // The same number with other bytes is the wrong key: it fails, never misreads.
-        assert_eq!(ring(&[(1, 8)]).open(b"p", &before), Err(OpenError::Damaged));
+        // The same number with other bytes is another key: said so, never misread.
+        assert_eq!(
+            ring(&[(1, 8)]).open(b"p", &before),
+            Err(OpenError::WrongKey(1))
+        );
     }
 
     #[test]
-    fn a_missing_key_file_is_created_for_its_owner_only_and_read_back() {
+    fn a_missing_key_file_is_created_for_its_owner_only_on_a_new_store_alone() {
         let dir = tempfile::tempdir().unwrap();
         let path = default_key_file(dir.path());
-        let first = Keyring::load_or_create(&path).unwrap();
+        assert_eq!(
+            Keyring::load_or_create(&path, false).unwrap_err(),
+            KeyFileError::Missing {
+                path: path.display().to_string()
+            }
+        );
+        assert!(!path.exists());
+        let first = Keyring::load_or_create(&path, true).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        let again = Keyring::load_or_create(&path).unwrap();
+        let again = Keyring::load_or_create(&path, false).unwrap();
         let sealed = first.seal(b"p", b"body");
         assert_eq!(again.open(b"p", &sealed).unwrap(), b"body");
+        // Nothing is left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_second_first_start_reads_the_key_the_first_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = default_key_file(dir.path());
+        let first = Keyring::load_or_create(&path, true).unwrap();
+        // As if it had checked before the first linked its file.
+        create(&path).unwrap();
+        let second = Keyring::load(&path).unwrap();
+        assert_eq!(second.open(b"p", &first.seal(b"p", b"x")).unwrap(), b"x");
     }
 
     #[test]
@@ -316,12 +405,14 @@ mod tests {
         let path = dir.path().join("keys");
         let shown = path.display().to_string();
         let good = "ab".repeat(32);
+        let signed = format!("+a{}", "b".repeat(62));
         let cases = [
             ("1\n", 1, "expected '<number> <64 hex digits>'"),
             (&*format!("# c\n\nx {good}\n"), 3, "'x' is not a key number"),
             ("1 abcd\n", 1, "a key is 64 hex digits"),
+            (&*format!("1 {signed}\n"), 1, "a key is 64 hex digits"),
             (
-                &*format!("1 {good}\n1 {good}\n"),
+                &*format!("1 {good}\r\n1 {good}\r\n"),
                 2,
                 "key number 1 is used twice",
             ),
@@ -335,6 +426,9 @@ mod tests {
                 other => panic!("{text:?}: {other:?}"),
             }
         }
+        // A byte-order mark before the first line is no part of it.
+        std::fs::write(&path, format!("\u{feff}7 {good}\n")).unwrap();
+        assert_eq!(Keyring::load(&path).unwrap().sealing_key(), 7);
         std::fs::write(&path, "# nothing\n").unwrap();
         assert_eq!(
             Keyring::load(&path).unwrap_err(),

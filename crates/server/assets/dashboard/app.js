@@ -289,9 +289,9 @@ function clockTime(seconds) {
   return [at.getHours(), at.getMinutes(), at.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
 }
 
-// Whole seconds and up between ticks: polls are seconds apart, and uPlot's own time labels
-// for a short span read ":17.000 :17.500".
-const CLOCK_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+// Whole seconds and up between ticks, to a day (a history kept across a laptop's sleep):
+// polls are seconds apart, and uPlot's own time labels for a short span read ":17.000".
+const CLOCK_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
 function lineChart(target, { title, points, series, width }) {
   const t = points.map((p) => p.t);
