@@ -16,6 +16,7 @@
 //! CreateQueue holds together with its attribute.
 
 mod run;
+mod work;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};

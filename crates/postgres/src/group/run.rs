@@ -18,123 +18,19 @@ use std::sync::Arc;
 use deadpool_postgres::Transaction;
 use futures_util::future::{try_join4, try_join_all};
 use leasehold_backend::{BackendError, Received};
-use leasehold_engine::{check_batch, Delivery, EngineError, ReceiveRequest, Sent};
+use leasehold_engine::{check_batch, Delivery, EngineError, Sent};
 
-use super::{Job, Reply, Result};
+use super::{Job, Result};
 use crate::dead_letters::ROUTE_SQL;
-use crate::handles::{answer_deletes, Seen, ToDelete, DELETE_SKIPPING};
+use crate::handles::{answer_deletes, ToDelete, DELETE_SKIPPING};
 use crate::messages::{Lease, NewRow, Opened, ReceiveTally, CLAIM_SQL, INSERT_SQL};
 use crate::notify::{notify_many, NOTIFY_SQL};
 use crate::queues::decode;
-use crate::{cached, storable, to_u64, unavailable, Core};
+use crate::{cached, to_u64, unavailable, Core};
 
-type SendAnswer = Vec<std::result::Result<Sent, EngineError>>;
-type DeleteAnswer = Vec<std::result::Result<(), EngineError>>;
-
-/// A request of the group, its answer once decided, and what it measured.
-struct Work<Asked, Answer, Measured> {
-    queue: String,
-    asked: Asked,
-    reply: Reply<Answer>,
-    answer: Option<Result<Answer>>,
-    measured: Measured,
-}
-
-impl<Asked, Answer, Measured: Default> Work<Asked, Answer, Measured> {
-    fn new(queue: String, asked: Asked, reply: Reply<Answer>) -> Self {
-        Work {
-            queue,
-            asked,
-            reply,
-            answer: None,
-            measured: Measured::default(),
-        }
-    }
-}
-
-/// Sends: the messages, whether a batch; measured: how many were stored.
-type SendWork = Work<(Vec<leasehold_engine::NewMessage>, bool), SendAnswer, u64>;
-type ReceiveWork = Work<ReceiveRequest, Received, Option<ReceiveTally>>;
-type DeleteWork = Work<Vec<String>, DeleteAnswer, Deleted>;
-
-/// What a delete measured, and its handles whose messages were busy (their places in its
-/// answer), deleted after the group in a transaction of their own.
-#[derive(Default)]
-struct Deleted {
-    seen: Vec<Seen>,
-    busy: Vec<(usize, String)>,
-}
-/// A delete's handles, each opened (or refused) against its queue.
-type Handles = Vec<(
-    std::result::Result<leasehold_engine::Receipt, EngineError>,
-    String,
-)>;
-
-/// A group's requests by kind, each kind in arrival order.
-#[derive(Default)]
-struct Group {
-    sends: Vec<SendWork>,
-    receives: Vec<ReceiveWork>,
-    deletes: Vec<DeleteWork>,
-}
-
-impl Group {
-    /// The jobs whose callers still wait: one that went (a client that disconnected, a
-    /// request past its deadline) is not run, so nothing is leased or stored for nobody.
-    fn of(jobs: Vec<Job>) -> Group {
-        let mut group = Group::default();
-        for job in jobs.into_iter().filter(|job| !job.abandoned()) {
-            match job {
-                Job::Send {
-                    queue,
-                    messages,
-                    batch,
-                    reply,
-                } => group.sends.push(Work::new(queue, (messages, batch), reply)),
-                Job::Receive {
-                    queue,
-                    request,
-                    reply,
-                } => group.receives.push(Work::new(queue, request, reply)),
-                Job::Delete {
-                    queue,
-                    handles,
-                    reply,
-                } => group.deletes.push(Work::new(queue, handles, reply)),
-            }
-        }
-        group
-    }
-
-    /// The queues the group names, each once.
-    fn keys(&self) -> Vec<&str> {
-        let mut keys: Vec<&str> = (self.sends.iter().map(|w| w.queue.as_str()))
-            .chain(self.receives.iter().map(|w| w.queue.as_str()))
-            .chain(self.deletes.iter().map(|w| w.queue.as_str()))
-            .filter(|key| storable(key))
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        keys
-    }
-}
-
-/// The queues a group names, as they were when it began, and the cluster's instant for it.
-struct Queues {
-    now: u64,
-    by_key: HashMap<String, Opened>,
-}
-
-impl Queues {
-    /// The queue a request names, or its refusal: it does not exist.
-    fn of<A, B, M>(&self, work: &mut Work<A, B, M>) -> Option<&Opened> {
-        let opened = self.by_key.get(&work.queue);
-        if opened.is_none() {
-            work.answer = Some(Err(EngineError::QueueDoesNotExist.into()));
-        }
-        opened
-    }
-}
+use super::work::{
+    DeleteWork, Deleted, Group, Handles, Queues, ReceiveWork, SendAnswer, SendWork, Work,
+};
 
 impl Core {
     /// Commits a group of requests in one transaction and answers each: its own answer once
