@@ -3,11 +3,11 @@
 //! queue, keeping their ids, bodies, attributes, send times and receive counts, and naming
 //! their source, as the engine's `Queue::accept_dead_letter` does.
 
-use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::{rules, QueueSettings};
 
 use crate::messages::{DeadLetterRoute, Lease, Opened};
+use crate::tx::Tx;
 use crate::{cached, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -25,7 +25,7 @@ impl Core {
     /// engine does.
     pub(crate) async fn dead_letter_route(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         queue: &str,
         settings: &QueueSettings,
     ) -> Result<Option<DeadLetterRoute>> {
@@ -58,7 +58,7 @@ impl Core {
     /// those this receive just leased (a lease of 0 s leaves them receivable).
     pub(crate) async fn exhausted(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         queue_id: u64,
         lease: &Lease,
         before: (u64, u64),
@@ -99,7 +99,7 @@ impl Core {
     /// answers each one's receive count and whether a delete came late for it.
     pub(crate) async fn dead_letter(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         route: &DeadLetterRoute,
         seqs: &[i64],
@@ -141,7 +141,7 @@ impl Core {
     /// (derived from its new place), no receives.
     pub(crate) async fn transfer(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         from: u64,
         to: &Destination<'_>,
         seqs: &[i64],

@@ -7,13 +7,13 @@
 //! round trip each, and group locks that keep two servers from serving one group out of
 //! order.
 
-use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::{
     content_deduplication_id, format_message_id, Delivery, NewMessage, Sent, FIFO_WINDOW_MS,
 };
 
 use crate::messages::{delivery_columns, encoded, Lease, Opened, ReceiveTally, DELIVERY_COLUMNS};
+use crate::tx::Tx;
 use crate::{cached, storable, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -41,7 +41,7 @@ impl Core {
     /// otherwise each hold one id's row while waiting for the other's.
     pub(crate) async fn lock_groups(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         messages: &[NewMessage],
     ) -> Result<()> {
@@ -81,7 +81,7 @@ impl Core {
     /// (false: nothing was stored).
     pub(crate) async fn send_fifo(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         message: NewMessage,
     ) -> Result<(Sent, bool)> {
@@ -121,7 +121,7 @@ impl Core {
     /// it. FIFO queues have no per-message delay: the queue's applies.
     async fn insert(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         message: NewMessage,
         seq: i64,
@@ -165,7 +165,7 @@ impl Core {
     /// remembered for five minutes.
     pub(crate) async fn claim_fifo(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         lease: &Lease,
         attempt: Option<&str>,
@@ -216,12 +216,7 @@ impl Core {
     }
 
     /// The deliveries of the messages `seqs` names, in that order.
-    async fn in_order(
-        &self,
-        tx: &Transaction<'_>,
-        opened: &Opened,
-        seqs: &[i64],
-    ) -> Result<Vec<Delivery>> {
+    async fn in_order(&self, tx: &Tx, opened: &Opened, seqs: &[i64]) -> Result<Vec<Delivery>> {
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
@@ -245,7 +240,7 @@ impl Core {
     /// still at the receive count it was handed out with. None: no such attempt.
     async fn replay(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         lease: &Lease,
         attempt: &str,
@@ -312,7 +307,7 @@ impl Core {
 
     async fn remember_attempt(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         attempt: &str,
         seqs: &[i64],

@@ -5,13 +5,13 @@
 
 use std::collections::HashMap;
 
-use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::rules::{self, ChangeKind, Handling, MessageLease};
 use leasehold_engine::{DeleteSeen, EngineError, Receipt, RECENT_DELETES_MS};
 
 use crate::messages::Opened;
 use crate::notify::notify;
+use crate::tx::Tx;
 use crate::{cached, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -190,9 +190,7 @@ impl Core {
         queue: &str,
         handles: Vec<String>,
     ) -> Result<Vec<std::result::Result<(), EngineError>>> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
-        let opened = self.open_queue(&tx, queue).await?;
+        let (tx, opened) = self.begin_at(queue).await?;
         let opened_handles = self.open_all(&opened, handles);
         let receipts: Vec<ToDelete> = self.to_delete(&opened, &opened_handles).collect();
         let found = self
@@ -207,7 +205,7 @@ impl Core {
             0
         };
         notify(&tx, self.server_id, queue, unblocked).await?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         self.waiters.wake_some(queue, unblocked);
         self.measure_deletes(queue, opened.now, &seen);
         Ok(results)
@@ -245,7 +243,7 @@ impl Core {
     /// statement, in their order, as the engine takes them one by one.
     pub(crate) async fn delete_receipts(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         now: u64,
         receipts: &[ToDelete],
         wait: bool,
@@ -283,7 +281,7 @@ impl Core {
     /// when a message was gone.
     async fn find_retries(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         now: u64,
         receipts: &[ToDelete],
         found: &mut [Found],
@@ -334,7 +332,7 @@ impl Core {
     /// which locks their rows in the one order every batch locks rows in.
     async fn delete_once(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         now: u64,
         receipts: &[&ToDelete],
         wait: bool,
@@ -422,9 +420,7 @@ impl Core {
         queue: &str,
         changes: Vec<(String, u32)>,
     ) -> Result<Vec<std::result::Result<(), EngineError>>> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
-        let opened = self.open_queue(&tx, queue).await?;
+        let (tx, opened) = self.begin_at(queue).await?;
         self.lock_in_order(&tx, &opened, &changes).await?;
         let mut results = Vec::with_capacity(changes.len());
         for (handle, timeout_s) in changes {
@@ -439,7 +435,7 @@ impl Core {
         }
         let changed = results.iter().filter(|r| r.is_ok()).count();
         notify(&tx, self.server_id, queue, changed).await?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         let changes: Vec<(ChangeKind, bool)> = results
             .iter()
             .filter_map(|r| r.as_ref().ok())
@@ -454,7 +450,7 @@ impl Core {
     /// batches (or a batch and a purge) could each hold a row the other waited for.
     async fn lock_in_order(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         changes: &[(String, u32)],
     ) -> Result<()> {
@@ -470,7 +466,7 @@ impl Core {
     }
 
     /// Locks the queue's rows `seqs` names, in sequence order.
-    async fn lock_rows(&self, tx: &Transaction<'_>, opened: &Opened, seqs: &[i64]) -> Result<()> {
+    async fn lock_rows(&self, tx: &Tx, opened: &Opened, seqs: &[i64]) -> Result<()> {
         tx.execute(
             &cached(
                 tx,
@@ -488,7 +484,7 @@ impl Core {
 
     async fn change_one(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         receipt: &Receipt,
         handle: &str,

@@ -244,8 +244,7 @@ impl Core {
     }
 
     async fn write_deltas(&self, deltas: &[(String, Delta)]) -> Result<()> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let adds = STATS
             .map(|c| format!("{c} = s.{c} + excluded.{c}"))
             .join(", ");
@@ -298,8 +297,7 @@ impl Core {
     /// The lease report of the whole cluster: every server's measurements, added up.
     pub(crate) async fn cluster_report(&self, queue: &str) -> Result<LeaseReport> {
         self.flush_measurements(true).await?;
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let columns = STATS.map(|c| format!("coalesce(s.{c}, 0)")).join(", ");
         let sql = format!(
             "SELECT q.record, leasehold_now(), {columns}
@@ -333,7 +331,7 @@ impl Core {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         let metrics = LeaseMetrics::from_record(&record_of(&counted));
         let (held, expired_unseen) = self.held(record.meta.id, &record.meta.settings).await?;
         // Leases that ran out on messages nobody has received since: the engine counts an

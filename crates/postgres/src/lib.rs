@@ -24,6 +24,7 @@ mod notify;
 mod queues;
 mod schema;
 mod sweep;
+mod tx;
 mod vacuum;
 
 use std::sync::Arc;
@@ -197,20 +198,9 @@ impl Core {
         self.pool.get().await.map_err(|e| unavailable(&e))
     }
 
-    /// A transaction at READ COMMITTED, which every statement here is written for (each
-    /// sees what committed before it; a row lock waits for its holder, then takes the
-    /// newest version), whatever the database's default: a stricter one would turn every
-    /// contention into a serialization failure. One statement (`BEGIN ISOLATION LEVEL READ
-    /// COMMITTED`), and no startup parameter a connection pooler might refuse.
-    async fn begin<'c>(
-        client: &'c mut deadpool_postgres::Object,
-    ) -> Result<deadpool_postgres::Transaction<'c>, BackendError> {
-        client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
-            .start()
-            .await
-            .map_err(|e| unavailable(&e))
+    /// A transaction (`tx.rs`) on a connection of the pool.
+    async fn begin(&self) -> Result<tx::Tx, BackendError> {
+        tx::Tx::begin(self.client().await?).await
     }
 
     /// Moves every server's clock `by_ms` forward (time travel); answers the new instant.
@@ -243,7 +233,7 @@ impl Core {
 /// A statement prepared once per connection and kept: a command then costs one round trip
 /// per statement, not two.
 async fn cached(
-    tx: &deadpool_postgres::Transaction<'_>,
+    tx: &deadpool_postgres::ClientWrapper,
     sql: &str,
 ) -> Result<tokio_postgres::Statement, BackendError> {
     tx.prepare_cached(sql).await.map_err(|e| unavailable(&e))

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use deadpool_postgres::Transaction;
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{
     check_batch, format_message_id, rules, Delivery, EngineError, MessageState, MsgKey, NewMessage,
@@ -16,6 +15,7 @@ use leasehold_store::codec;
 
 use crate::notify::notify;
 use crate::queues::{decode, now};
+use crate::tx::Tx;
 use crate::{cached, storable, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -160,26 +160,25 @@ pub(crate) fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Optio
 }
 
 impl Core {
-    /// The queue's id and settings and the cluster's instant, read in one statement. The
-    /// queue's row is not locked (a lock on it would be a write by every command, and a
-    /// multixact among concurrent ones): a row a command adds to a queue deleted meanwhile is
-    /// swept with the queue's others (V7__background_deletes.sql).
-    pub(crate) async fn open_queue(&self, tx: &Transaction<'_>, key: &str) -> Result<Opened> {
+    /// A transaction, and in the same round trip the queue's id and settings and the
+    /// cluster's instant, read in one statement. The queue's row is not locked (a lock on it
+    /// would be a write by every command, and a multixact among concurrent ones): a row a
+    /// command adds to a queue deleted meanwhile is swept with the queue's others
+    /// (V7__background_deletes.sql).
+    pub(crate) async fn begin_at(&self, key: &str) -> Result<(Tx, Opened)> {
         if !storable(key) {
             return Err(EngineError::QueueDoesNotExist.into());
         }
         let sql = "SELECT record, leasehold_now() FROM leasehold_queues WHERE key = $1";
-        let row = tx
-            .query_opt(&cached(tx, sql).await?, &[&key])
-            .await
-            .map_err(|e| unavailable(&e))?
-            .ok_or(EngineError::QueueDoesNotExist)?;
+        let (tx, rows) = Tx::begin_with_query(self.client().await?, sql, &[&key]).await?;
+        let row = rows.first().ok_or(EngineError::QueueDoesNotExist)?;
         let record = decode(row.get(0))?;
-        Ok(Opened {
+        let opened = Opened {
             id: record.meta.id,
             settings: record.meta.settings,
             now: to_u64(row.get(1)),
-        })
+        };
+        Ok((tx, opened))
     }
 
     /// Sends each message to a FIFO queue (a standard queue's sends are grouped, `group/`),
@@ -191,9 +190,7 @@ impl Core {
         messages: Vec<NewMessage>,
         batch: bool,
     ) -> Result<Vec<std::result::Result<Sent, EngineError>>> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
-        let opened = self.open_queue(&tx, queue).await?;
+        let (tx, opened) = self.begin_at(queue).await?;
         if batch {
             check_batch(&opened.settings, &messages)?;
         }
@@ -212,7 +209,7 @@ impl Core {
         }
         let sent = results.iter().filter(|r| r.is_ok()).count();
         notify(&tx, self.server_id, queue, sent).await?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         self.measurements.record(queue, |m| m.stats.sent += stored);
         Ok(results)
     }
@@ -220,7 +217,7 @@ impl Core {
     /// Stores standard messages, of any queues, in one statement; answers them in order.
     pub(crate) async fn insert_many(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         now: u64,
         rows: &[NewRow<'_>],
     ) -> Result<Vec<Sent>> {
@@ -281,9 +278,7 @@ impl Core {
     /// already received maxReceiveCount times that it passes on the way to the dead-letter
     /// queue, as the engine's receive does.
     pub(crate) async fn claim(&self, queue: &str, request: ReceiveRequest) -> Result<Received> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
-        let opened = self.open_queue(&tx, queue).await?;
+        let (tx, opened) = self.begin_at(queue).await?;
         let settings = &opened.settings;
         let route = self.dead_letter_route(&tx, queue, settings).await?;
         let lease_s = request
@@ -303,7 +298,7 @@ impl Core {
         if let Some((target, moved)) = &dead_lettered {
             notify(&tx, self.server_id, target, *moved).await?;
         }
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         if let Some((target, moved)) = &dead_lettered {
             self.waiters.wake_some(target, *moved);
         }
@@ -317,11 +312,7 @@ impl Core {
 
     /// For a receive that found nothing: in how many milliseconds a delay or a lease of the
     /// queue ends by itself (None: none will).
-    pub(crate) async fn next_due(
-        &self,
-        tx: &Transaction<'_>,
-        opened: &Opened,
-    ) -> Result<Option<u64>> {
+    pub(crate) async fn next_due(&self, tx: &Tx, opened: &Opened) -> Result<Option<u64>> {
         let due = tx
             .query_one(
                 &cached(tx, "SELECT min(visible_ms) FROM leasehold_messages WHERE queue_id = $1 AND visible_ms > $2").await?,
@@ -338,7 +329,7 @@ impl Core {
     /// the receive is not full) move to the dead-letter queue.
     pub(crate) async fn claim_standard(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         opened: &Opened,
         lease: &Lease,
         tally: &mut ReceiveTally,
@@ -443,8 +434,7 @@ impl Core {
     /// ... then the oldest one's send time (0: none), and how many receivable ones got there
     /// by a lease running out (counted as expired when they are received or deleted again).
     pub(crate) async fn counts(&self, queue_id: u64, settings: &QueueSettings) -> Result<[u64; 5]> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let now = now(&tx).await?;
         let row = tx
             .query_one(
@@ -467,16 +457,14 @@ impl Core {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         Ok([0, 1, 2, 3, 4].map(|i| to_u64(row.get(i))))
     }
 
     /// The `limit` oldest messages, changing nothing (the dashboard's peek); none past the
     /// queue's retention, as the counts.
     pub(crate) async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<Peeked>> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
-        let opened = self.open_queue(&tx, queue).await?;
+        let (tx, opened) = self.begin_at(queue).await?;
         let oldest_kept = opened
             .now
             .saturating_sub(u64::from(opened.settings.retention_s) * 1000);
@@ -498,7 +486,7 @@ impl Core {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         rows.iter()
             .map(|row| {
                 let seq = to_u64(row.get(0));

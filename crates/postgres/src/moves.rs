@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 
-use deadpool_postgres::Transaction;
 use leasehold_backend::{BackendError, MoveTaskStart};
 use leasehold_engine::{
     format_message_id, EngineError, MoveTask, MoveTaskInfo, MoveTaskStatus, MsgKey,
@@ -16,6 +15,7 @@ use leasehold_engine::{
 use crate::dead_letters::Destination;
 use crate::notify::notify;
 use crate::queues::{decode, now};
+use crate::tx::Tx;
 use crate::{cached, storable, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
@@ -70,8 +70,7 @@ struct Ready {
 
 impl Core {
     pub(crate) async fn start_task(&self, start: MoveTaskStart) -> Result<(String, Vec<String>)> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let source_arn = start.source_arn.as_str();
         let source = self.naming.key_of_arn(source_arn);
         let source_found = match &source {
@@ -113,12 +112,10 @@ impl Core {
             _ => return Err(EngineError::QueueDoesNotExist.into()),
         };
         drop(tx);
-        drop(client);
         // Checked first, as the engine does; then every running task's round, in
         // transactions of their own (it stands even when this start is refused below).
         let mut woken = self.run_tasks().await?;
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let now = now(&tx).await?;
         let newest = self.newest(&tx, source_found.id, now).await?;
         let id = format_message_id(rand::random());
@@ -158,7 +155,7 @@ impl Core {
         if started.is_ok() {
             woken.extend(self.progress(&tx, &mut task, now).await?);
         }
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         started?;
         Ok((task.handle(), woken))
     }
@@ -168,8 +165,7 @@ impl Core {
         self.check_source(&source_arn).await?;
         // The round stands even when this cancel is refused, as in the engine.
         let woken = self.run_tasks().await?;
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
              WHERE id = $1 AND source_arn = $2 FOR UPDATE"
@@ -186,7 +182,7 @@ impl Core {
         if let (Some(task), Ok(_)) = (&task, &cancelled) {
             self.save(&tx, task).await?;
         }
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         Ok((cancelled?, woken))
     }
 
@@ -198,8 +194,7 @@ impl Core {
         self.check_source(source_arn).await?;
         let max = MoveTask::list_max(max)?;
         let woken = self.run_tasks().await?;
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM leasehold_move_tasks
              WHERE source_arn = $1 ORDER BY n DESC LIMIT $2"
@@ -212,7 +207,7 @@ impl Core {
             .iter()
             .map(|row| task_of_row(row).map(|t| t.info()))
             .collect::<Result<Vec<_>>>()?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         Ok((tasks, woken))
     }
 
@@ -231,8 +226,7 @@ impl Core {
     /// rounds in one transaction would hold the first's while taking the second's, out of
     /// that order.
     pub(crate) async fn run_tasks(&self) -> Result<Vec<String>> {
-        let mut client = self.client().await?;
-        let running = client
+        let running = (self.client().await?)
             .query(
                 "SELECT id FROM leasehold_move_tasks WHERE status = 'RUNNING' ORDER BY n",
                 &[],
@@ -248,7 +242,7 @@ impl Core {
             let id: String = row.get(0);
             // One task's failed round (the rows it met, a queue gone mid-round) neither stops
             // the others nor loses the wake-ups of the rounds already committed.
-            match self.round(&mut client, &sql, &id).await {
+            match self.round(&sql, &id).await {
                 Ok(queues) => woken.extend(queues),
                 Err(error) => tracing::warn!(%error, task = %id, "a move task's round did not run"),
             }
@@ -260,36 +254,22 @@ impl Core {
 
     /// One round of the running task `id`, in a transaction of its own, unless another
     /// server holds it.
-    async fn round(
-        &self,
-        client: &mut deadpool_postgres::Object,
-        sql: &str,
-        id: &str,
-    ) -> Result<Vec<String>> {
-        let tx = Self::begin(client).await?;
-        let Some(row) = tx
-            .query_opt(sql, &[&id])
-            .await
-            .map_err(|e| unavailable(&e))?
-        else {
+    async fn round(&self, sql: &str, id: &str) -> Result<Vec<String>> {
+        let (tx, rows) = Tx::begin_with_query(self.client().await?, sql, &[&id]).await?;
+        let Some(row) = rows.first() else {
             return Ok(Vec::new());
         };
-        let mut task = task_of_row(&row)?;
+        let mut task = task_of_row(row)?;
         let now = now(&tx).await?;
         let woken = self.progress(&tx, &mut task, now).await?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         Ok(woken)
     }
 
     /// A round of one task: moves what its rate allows by now, in order, until the source
     /// has nothing left from before the task started (Completed) or a queue it needs is
     /// gone (Failed), as the engine's `progress_task`; saves the task.
-    async fn progress(
-        &self,
-        tx: &Transaction<'_>,
-        task: &mut MoveTask,
-        now: u64,
-    ) -> Result<Vec<String>> {
+    async fn progress(&self, tx: &Tx, task: &mut MoveTask, now: u64) -> Result<Vec<String>> {
         let budget = task.budget(now, ROUND_MOVES);
         let mut woken = Vec::new();
         let mut moved = 0;
@@ -368,7 +348,7 @@ impl Core {
     /// Moves the messages gathered in `run` to `to`, emptying it; answers how many.
     async fn move_run(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         from: u64,
         to: &Option<(String, Found)>,
         run: &mut Vec<i64>,
@@ -401,7 +381,7 @@ impl Core {
     /// none but held ones would call the task complete with messages left.
     async fn oldest_ready(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         queue_id: u64,
         limit: MsgKey,
         now: u64,
@@ -455,7 +435,7 @@ impl Core {
     /// lock while a batch send held the next and waited for it.
     async fn lock_destination_groups(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         source: u64,
         plan: &[(i64, String, Found)],
     ) -> Result<()> {
@@ -486,12 +466,7 @@ impl Core {
     }
 
     /// The newest message of a queue and how many it holds: what a task starting now moves.
-    async fn newest(
-        &self,
-        tx: &Transaction<'_>,
-        queue_id: u64,
-        now: u64,
-    ) -> Result<(Option<MsgKey>, u64)> {
+    async fn newest(&self, tx: &Tx, queue_id: u64, now: u64) -> Result<(Option<MsgKey>, u64)> {
         let row = tx
             .query_one(
                 &cached(
@@ -516,7 +491,7 @@ impl Core {
         Ok((limit, to_u64(row.get(2))))
     }
 
-    async fn save(&self, tx: &Transaction<'_>, task: &MoveTask) -> Result<()> {
+    async fn save(&self, tx: &Tx, task: &MoveTask) -> Result<()> {
         tx.execute(
             &cached(
                 tx,
@@ -536,7 +511,7 @@ impl Core {
         Ok(())
     }
 
-    async fn find_queue(&self, tx: &Transaction<'_>, key: &str) -> Result<Option<Found>> {
+    async fn find_queue(&self, tx: &Tx, key: &str) -> Result<Option<Found>> {
         if !storable(key) {
             return Ok(None);
         }
@@ -560,13 +535,12 @@ impl Core {
     /// AWS's error for a SourceArn that names no queue, on a connection given back before
     /// the rounds `run_tasks` runs on its own.
     async fn check_source(&self, source_arn: &str) -> Result<()> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         self.source_exists(&tx, source_arn).await
     }
 
     /// AWS's error for a SourceArn that names no queue.
-    async fn source_exists(&self, tx: &Transaction<'_>, source_arn: &str) -> Result<()> {
+    async fn source_exists(&self, tx: &Tx, source_arn: &str) -> Result<()> {
         let exists = match self.naming.key_of_arn(source_arn) {
             Some(key) if storable(source_arn) => self.find_queue(tx, &key).await?.is_some(),
             _ => false,

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::Transaction;
 use leasehold_backend::Waiters;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Config, NoTls};
 
+use crate::tx::Tx;
 use crate::{cached, cause, unavailable};
 
 const CHANNEL: &str = "leasehold_ready";
@@ -25,7 +25,7 @@ const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// Tells every other server that `count` messages of `queue` may be receivable, when `tx`
 /// commits.
 pub(crate) async fn notify(
-    tx: &Transaction<'_>,
+    tx: &Tx,
     server: u64,
     queue: &str,
     count: usize,
@@ -35,7 +35,7 @@ pub(crate) async fn notify(
 
 /// `notify` for several queues, in one statement.
 pub(crate) async fn notify_many(
-    tx: &Transaction<'_>,
+    tx: &Tx,
     server: u64,
     counts: &[(&str, usize)],
 ) -> Result<(), leasehold_backend::BackendError> {

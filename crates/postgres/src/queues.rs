@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use deadpool_postgres::Transaction;
 use leasehold_backend::BackendError;
 use leasehold_engine::{
     check_queue_room, Change, Engine, EngineConfig, EngineError, EngineRecord, ManualClock,
@@ -13,12 +12,13 @@ use leasehold_engine::{
 };
 use leasehold_store::codec;
 
+use crate::tx::Tx;
 use crate::{cached, storable, to_i64, to_u64, unavailable, Core};
 
 type Result<T> = std::result::Result<T, BackendError>;
 
 /// The instant of the cluster's clock, read in the transaction.
-pub(crate) async fn now(tx: &Transaction<'_>) -> Result<u64> {
+pub(crate) async fn now(tx: &Tx) -> Result<u64> {
     let row = tx
         .query_one(&cached(tx, "SELECT leasehold_now()").await?, &[])
         .await
@@ -48,8 +48,7 @@ impl Core {
         made: Option<&str>,
         command: impl FnOnce(&mut Engine) -> std::result::Result<T, EngineError>,
     ) -> Result<T> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let db = |e: tokio_postgres::Error| unavailable(&e);
         let account = made.map(|key| self.naming.key_account(key));
         if let Some(account) = account {
@@ -130,7 +129,7 @@ impl Core {
         for change in engine.take_changes() {
             purged.extend(write_change(&tx, change, now).await?);
         }
-        tx.commit().await.map_err(db)?;
+        tx.commit().await?;
         // A purge ends leases that ran out unseen: counted now, as the engine had.
         for (queue_id, expired) in purged {
             if let Some((_, name)) = names.iter().find(|(id, _)| *id == queue_id) {
@@ -143,7 +142,7 @@ impl Core {
 
     /// Refuses a new queue in `account` once the database holds its quota of them. A key
     /// without an account part is the server's own account's.
-    async fn check_queue_room(&self, tx: &Transaction<'_>, account: &str) -> Result<()> {
+    async fn check_queue_room(&self, tx: &Tx, account: &str) -> Result<()> {
         let sql = "SELECT count(*) FROM leasehold_queues
                    WHERE CASE WHEN strpos(key, ':') = 0 THEN $2 ELSE split_part(key, ':', 1) END = $1";
         let row = tx
@@ -196,11 +195,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<QueueRecord> {
 
 /// Writes what the engine changed; a purge answers its queue and how many of the messages it
 /// removed had a lease run out unseen.
-async fn write_change(
-    tx: &Transaction<'_>,
-    change: Change,
-    now: u64,
-) -> Result<Option<(u64, u64)>> {
+async fn write_change(tx: &Tx, change: Change, now: u64) -> Result<Option<(u64, u64)>> {
     let db = |e: tokio_postgres::Error| unavailable(&e);
     match change {
         Change::Queue(record) => {
@@ -302,7 +297,7 @@ async fn write_change(
 /// theirs, after the purge, and are left (waiting for them, in whatever order the table is
 /// read, could close a cycle with a batch send). Answers how many of the messages had a lease
 /// run out that no receive had counted.
-async fn forget_messages(tx: &Transaction<'_>, queue_id: u64, now: u64) -> Result<u64> {
+async fn forget_messages(tx: &Tx, queue_id: u64, now: u64) -> Result<u64> {
     let row = tx
         .query_one(
             &cached(

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_backend::BackendError;
 
+use crate::tx::Tx;
 use crate::{cached, unavailable, Core};
 
 /// Any constant: the advisory lock of the cluster's sweep.
@@ -65,8 +66,7 @@ impl Core {
         if !self.sweep_clock.due() {
             return Ok(0);
         }
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
+        let tx = self.begin().await?;
         let taken = tx
             .query_one(
                 &cached(&tx, "SELECT pg_try_advisory_xact_lock($1)").await?,
@@ -124,16 +124,13 @@ impl Core {
                 .map_err(|e| unavailable(&e))?;
         }
         let dropped = self.sweep_dropped(&tx).await?;
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         Ok(deleted + dropped)
     }
 
     /// Deletes the rows of deleted queues, a bounded number per table and queue; forgets a
     /// queue a minute after its last row went.
-    async fn sweep_dropped(
-        &self,
-        tx: &deadpool_postgres::Transaction<'_>,
-    ) -> Result<u64, BackendError> {
+    async fn sweep_dropped(&self, tx: &Tx) -> Result<u64, BackendError> {
         let dropped = tx
             .query(
                 &cached(

@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use deadpool_postgres::Transaction;
 use futures_util::future::{try_join4, try_join_all};
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{check_batch, Delivery, EngineError, Sent};
@@ -26,7 +25,8 @@ use crate::handles::{answer_deletes, ToDelete, DELETE_SKIPPING};
 use crate::messages::{Lease, NewRow, Opened, ReceiveTally, CLAIM_SQL, INSERT_SQL};
 use crate::notify::{notify_many, NOTIFY_SQL};
 use crate::queues::decode;
-use crate::{cached, to_u64, unavailable, Core};
+use crate::tx::Tx;
+use crate::{cached, to_u64, Core};
 
 use super::work::{
     DeleteWork, Deleted, Group, Handles, Queues, ReceiveWork, SendAnswer, SendWork, Work,
@@ -86,9 +86,7 @@ impl Core {
     /// read, the group's statements are sent together (pipelined: one round trip for all
     /// of them, executed in the order sent), then one commit.
     async fn commit_group(&self, group: &mut Group) -> Result<(u64, Vec<(String, usize)>)> {
-        let mut client = self.client().await?;
-        let tx = Self::begin(&mut client).await?;
-        let queues = self.open_queues(&tx, &group.keys()).await?;
+        let (tx, queues) = self.begin_at_queues(&group.keys()).await?;
         let (opened_handles, receipts) = self.open_deletes(&queues, &mut group.deletes);
         let classes = receive_classes(&queues, &mut group.receives);
         let checked = check_sends(&queues, &mut group.sends);
@@ -173,20 +171,18 @@ impl Core {
             }
             notify_many(&tx, self.server_id, &counted(&ready)).await?;
         }
-        tx.commit().await.map_err(|e| unavailable(&e))?;
+        tx.commit().await?;
         Ok((queues.now, moved))
     }
 
-    /// Every queue the group names, and the cluster's instant, in one statement. The rows
-    /// are not locked, as `open_queue` explains.
-    async fn open_queues(&self, tx: &Transaction<'_>, keys: &[&str]) -> Result<Queues> {
+    /// A transaction, and in the same round trip every queue the group names and the
+    /// cluster's instant, read in one statement. The rows are not locked, as `begin_at`
+    /// explains.
+    async fn begin_at_queues(&self, keys: &[&str]) -> Result<(Tx, Queues)> {
         let sql = "SELECT n.now, q.key, q.record
                    FROM (SELECT leasehold_now() AS now) n
                    LEFT JOIN leasehold_queues q ON q.key = ANY($1::text[])";
-        let rows = tx
-            .query(&cached(tx, sql).await?, &[&keys])
-            .await
-            .map_err(|e| unavailable(&e))?;
+        let (tx, rows) = Tx::begin_with_query(self.client().await?, sql, &[&keys]).await?;
         let now = rows.first().map_or(0, |row| to_u64(row.get(0)));
         let mut by_key = HashMap::with_capacity(rows.len());
         for row in &rows {
@@ -197,7 +193,7 @@ impl Core {
             let (id, settings) = (record.meta.id, record.meta.settings);
             by_key.insert(key, Opened { id, settings, now });
         }
-        Ok(Queues { now, by_key })
+        Ok((tx, Queues { now, by_key }))
     }
 
     /// The deletes' handles, opened against their queues, each delete's apart; and the
@@ -227,7 +223,7 @@ impl Core {
     /// without a message, when the queue's next delay or lease ends.
     async fn claim_class(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx,
         queues: &Queues,
         class: &Class,
         works: &[ReceiveWork],
@@ -469,7 +465,7 @@ fn answer_sends(
 
 /// Statements prepared on the transaction's connection, if they were not yet (once per
 /// connection: then nothing is sent).
-async fn prepare(tx: &Transaction<'_>, statements: &[&str]) -> Result<()> {
+async fn prepare(tx: &Tx, statements: &[&str]) -> Result<()> {
     try_join_all(statements.iter().map(|sql| cached(tx, sql))).await?;
     Ok(())
 }
