@@ -68,6 +68,10 @@ impl Tx {
         };
         // `join` polls the `BEGIN` first, so it is sent, and executed, first.
         let (began, rows) = join(tx.client.batch_execute(BEGIN), first).await;
+        // Either failing fails the command, and the dropped `Tx` rolls back. A BEGIN that
+        // fails while its statement succeeds would have run the statement alone: every
+        // first statement here only reads (or locks a row its own implicit transaction
+        // then releases), so nothing of it stands.
         began.map_err(|e| unavailable(&e))?;
         let rows = rows.map_err(|e| unavailable(&e))?;
         Ok((tx, rows))
@@ -112,12 +116,15 @@ mod tests {
 
     use std::time::Duration;
 
-    use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+    use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
     use tokio_postgres::NoTls;
 
     use super::Tx;
 
-    async fn one_connection() -> Pool {
+    /// A pool of one connection (a `Tx` that kept it would make the next `get` time out,
+    /// not hang), `t` made on it, and `sql` already prepared there: a statement in the
+    /// cache is sent at once, which is where the order of `BEGIN` and it matters.
+    async fn one_connection(sql: &str) -> Pool {
         let config: tokio_postgres::Config =
             "postgres://postgres@127.0.0.1:5432/test".parse().unwrap();
         let manager = Manager::from_config(
@@ -127,75 +134,84 @@ mod tests {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let pool = Pool::builder(manager).max_size(1).build().unwrap();
+        let pool = Pool::builder(manager)
+            .max_size(1)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(5)))
+            .build()
+            .unwrap();
         let client = pool.get().await.unwrap();
         client
             .batch_execute("CREATE TEMPORARY TABLE t (x integer)")
             .await
             .unwrap();
+        client.prepare_cached(sql).await.unwrap();
         pool
     }
 
-    /// How many rows `t` holds, and whether the connection is inside a transaction that
-    /// wrote (an xid assigned to the statement's own implicit one would be none).
-    async fn rows_and_open_writes(pool: &Pool) -> (i64, bool) {
+    /// How many rows `t` holds, and whether the connection is still inside a transaction
+    /// block (only there does a SAVEPOINT not fail).
+    async fn rows_and_open_transaction(pool: &Pool) -> (i64, bool) {
         let client = pool.get().await.unwrap();
+        let open = client.batch_execute("SAVEPOINT probe").await.is_ok();
         let row = client
-            .query_one(
-                "SELECT (SELECT count(*) FROM t), pg_current_xact_id_if_assigned() IS NOT NULL",
-                &[],
-            )
+            .query_one("SELECT count(*) FROM t", &[])
             .await
             .unwrap();
-        (row.get(0), row.get(1))
+        (row.get(0), open)
     }
 
     #[tokio::test]
     async fn the_first_statement_runs_inside_the_transaction_it_is_sent_with() {
-        let pool = one_connection().await;
-        let (tx, rows) = Tx::begin_with_query(
-            pool.get().await.unwrap(),
-            "INSERT INTO t VALUES (7) RETURNING x",
-            &[],
-        )
-        .await
-        .unwrap();
+        let sql = "INSERT INTO t VALUES (7) RETURNING x";
+        let pool = one_connection(sql).await;
+        let (tx, rows) = Tx::begin_with_query(pool.get().await.unwrap(), sql, &[])
+            .await
+            .unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].get::<_, i32>(0), 7);
         drop(tx);
         // Rolled back with the transaction: it was inside it, not committed on its own.
-        assert_eq!(rows_and_open_writes(&pool).await, (0, false));
+        assert_eq!(rows_and_open_transaction(&pool).await, (0, false));
+    }
+
+    #[tokio::test]
+    async fn a_transaction_that_only_read_is_not_left_open_when_dropped() {
+        let sql = "SELECT count(*) FROM t";
+        let pool = one_connection(sql).await;
+        let (tx, _) = Tx::begin_with_query(pool.get().await.unwrap(), sql, &[])
+            .await
+            .unwrap();
+        drop(tx);
+        assert_eq!(rows_and_open_transaction(&pool).await, (0, false));
     }
 
     #[tokio::test]
     async fn a_committed_transaction_keeps_its_writes() {
-        let pool = one_connection().await;
+        let pool = one_connection("SELECT 1").await;
         let tx = Tx::begin(pool.get().await.unwrap()).await.unwrap();
         tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
         tx.commit().await.unwrap();
-        assert_eq!(rows_and_open_writes(&pool).await, (1, false));
+        assert_eq!(rows_and_open_transaction(&pool).await, (1, false));
     }
 
     #[tokio::test]
     async fn a_transaction_dropped_uncommitted_leaves_nothing_on_its_connection() {
-        let pool = one_connection().await;
+        let pool = one_connection("SELECT 1").await;
         let tx = Tx::begin(pool.get().await.unwrap()).await.unwrap();
         tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
         drop(tx);
-        assert_eq!(rows_and_open_writes(&pool).await, (0, false));
+        assert_eq!(rows_and_open_transaction(&pool).await, (0, false));
     }
 
     #[tokio::test]
     async fn a_transaction_cancelled_while_its_statement_runs_is_rolled_back_after_it() {
-        let pool = one_connection().await;
-        let slow = Tx::begin_with_query(
-            pool.get().await.unwrap(),
-            "INSERT INTO t SELECT 1 FROM pg_sleep(0.3) RETURNING x",
-            &[],
-        );
+        let sql = "INSERT INTO t SELECT 1 FROM pg_sleep(0.3) RETURNING x";
+        let pool = one_connection(sql).await;
+        let slow = Tx::begin_with_query(pool.get().await.unwrap(), sql, &[]);
         // The caller gives up while the insert runs: the future, and the Tx in it, dropped.
         let gave_up = tokio::time::timeout(Duration::from_millis(50), slow).await;
         assert!(gave_up.is_err());
-        assert_eq!(rows_and_open_writes(&pool).await, (0, false));
+        assert_eq!(rows_and_open_transaction(&pool).await, (0, false));
     }
 }
