@@ -234,12 +234,14 @@ impl Messages for Embedded {
         };
         // The receive's own commit is done, so every content it hands out is written.
         let leased = received.deliveries.len();
-        let (deliveries, unread) = contents
+        let filled = contents
             .fill_deliveries(received.deliveries)
             .await
             .map_err(|e| BackendError::Failed(e.to_string()))?;
-        if !unread.is_empty() {
-            self.drop_contentless(queue, unread).await;
+        let deliveries = filled.delivered;
+        if !filled.unread.is_empty() {
+            self.drop_contentless(queue, filled.unread, &filled.damaged)
+                .await;
         }
         // Every message it leased was deleted before its content was read (a late delete):
         // the receive found nothing, and knows no delay or lease to wait for, so a long poll

@@ -8,7 +8,8 @@
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 // The engine's lock and the failure's: std's, or under the `simulation` feature shuttle's, so
@@ -18,22 +19,25 @@ use shuttle::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(not(feature = "simulation"))]
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use leasehold_backend::{BackendError, Result, SendGate, Waiters};
+use leasehold_backend::{BackendError, Result, Waiters};
 use leasehold_engine::{
     Change, Clock, Engine, EngineConfig, EngineError, LeaseMode, Naming, NewMessage, ReceiptSealer,
-    Sink, MOVE_BATCH_STORED,
+    Sink,
 };
-use leasehold_store::{codec, restore, Committer, Durability, Store, StoreError};
+use leasehold_store::keyring::Keyring;
+use leasehold_store::{codec, restore, sealing, Committer, Durability, Store, StoreError};
 
 mod commands;
 mod contents;
+mod disk_reserve;
 #[cfg(feature = "simulation")]
 pub mod simulation;
 
 use contents::Contents;
+use disk_reserve::{DiskReserve, STORED_MESSAGE_OVERHEAD};
 
 /// How a durable backend keeps its store.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct StoreOptions {
     pub durability: Durability,
     /// Bytes of recent message contents kept in memory (0: none), so that a short queue's
@@ -43,6 +47,10 @@ pub struct StoreOptions {
     /// receives, deletes and visibility changes go on, so consumers can drain the queue.
     /// None: `DEFAULT_DISK_RESERVE_BYTES`, or a tenth of a smaller file system.
     pub disk_reserve_bytes: Option<u64>,
+    /// The key file whose keys seal message contents at rest, where their queue asks for it
+    /// (SqsManagedSseEnabled, the default, or a KmsMasterKeyId); created on the store's first
+    /// start. None: contents are stored in the clear, and no queue may ask otherwise.
+    pub encryption_key_file: Option<PathBuf>,
 }
 
 /// `--body-cache-mb`'s default.
@@ -56,89 +64,8 @@ impl From<Durability> for StoreOptions {
             durability,
             body_cache_bytes: DEFAULT_BODY_CACHE_BYTES,
             disk_reserve_bytes: None,
+            encryption_key_file: None,
         }
-    }
-}
-
-/// What a message adds to the store besides its body and attributes (its record, its keys,
-/// the b-tree's share), as sends are counted against the disk reserve between measurements.
-const STORED_MESSAGE_OVERHEAD: u64 = 512;
-
-/// The disk reserve: whether the store's file system has room for new messages.
-struct DiskReserve {
-    reserve: u64,
-    /// Bytes the store's writes may still use, as last measured (`u64::MAX` until then).
-    available: AtomicU64,
-    /// Bytes of sends taken since that measurement: space is measured ten times a second,
-    /// and a burst of big sends in between must not pass the reserve together.
-    taken_since: AtomicU64,
-    gate: SendGate,
-}
-
-impl DiskReserve {
-    /// Takes a measurement. Sends taken since the last one and already written are in it;
-    /// those still on their way to the disk are not (a few milliseconds' worth, inside the
-    /// reserve's margin).
-    fn measured(&self, available: u64) {
-        self.available.store(available, Ordering::Relaxed);
-        self.taken_since.store(0, Ordering::Relaxed);
-        self.gate.decide(available < self.reserve, || {
-            format!(
-                "{} MiB left for writes, reserve {} MiB",
-                available >> 20,
-                self.reserve >> 20
-            )
-        });
-    }
-
-    /// Counts a send of `bytes` against what the last measurement left, and refuses it when
-    /// the reserve would be reached (or already is). Only the measurements open and close the
-    /// gate (its log line, `/ready`, held move tasks), so it does not flap between them.
-    fn take(&self, bytes: u64) -> Option<String> {
-        if let Some(why) = self.refusal() {
-            return Some(why);
-        }
-        let taken = self.taken_since.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        let left = self.available.load(Ordering::Relaxed).saturating_sub(taken);
-        if left >= self.reserve {
-            return None;
-        }
-        // Refused: it takes nothing (saturating: a measurement may have reset the count
-        // since this send added to it).
-        let _ = self
-            .taken_since
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
-                Some(taken.saturating_sub(bytes))
-            });
-        Some(format!(
-            "The data directory's file system is about to go below its reserve of {} MiB: sends are refused until space returns.",
-            self.reserve >> 20
-        ))
-    }
-
-    /// How many messages move tasks may move in one write: none below the reserve, else as
-    /// many bodies of the largest size (1 MiB) as the room above it holds, at most a round's.
-    fn room_for_moves(&self) -> u64 {
-        if self.gate.is_refusing() {
-            return 0;
-        }
-        let room = self
-            .available
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.taken_since.load(Ordering::Relaxed))
-            .saturating_sub(self.reserve);
-        (room / u64::from(leasehold_engine::MAX_MESSAGE_SIZE)).min(MOVE_BATCH_STORED)
-    }
-
-    /// Why sends are refused now, if they are.
-    fn refusal(&self) -> Option<String> {
-        self.gate.is_refusing().then(|| {
-            format!(
-                "The data directory's file system has {} MiB left for writes, below its reserve of {} MiB: sends are refused until space returns.",
-                self.available.load(Ordering::Relaxed) >> 20,
-                self.reserve >> 20
-            )
-        })
     }
 }
 
@@ -185,6 +112,8 @@ pub struct Embedded {
     committer: Option<Committer>,
     /// Where message contents are read back from: durable backends only.
     contents: Option<Contents>,
+    /// Seals contents on their way to the store (`StoreOptions::encryption_key_file`).
+    keyring: Option<Arc<Keyring>>,
     disk: DiskReserve,
     /// `HEALTHY`, `RECOVERING` or `READ_ONLY`: after a failed write the engine is put back
     /// to what the store holds, and the backend then answers reads only.
@@ -225,23 +154,38 @@ impl Embedded {
     ) -> Result<Embedded, StoreError> {
         let options = options.into();
         setup.config.track_changes = true;
+        let (keyring, sealing_recorded) = match &options.encryption_key_file {
+            Some(path) => {
+                let (keyring, record) = sealing::keyring_for(&mut *store, path)
+                    .map_err(|e| StoreError::Keys(e.to_string()))?;
+                store.rebind_copies_with(keyring.clone());
+                (Some(keyring), record)
+            }
+            None => (None, None),
+        };
+        setup.config.encrypts_at_rest = keyring.is_some();
         // With what a background delete had not finished when the server last stopped.
         let (mut engine, leftovers) =
             restore(&mut *store, setup.clock.clone(), setup.config.clone())?;
-        let contents = Contents::new(store.reader()?, options.body_cache_bytes);
+        let contents = Contents::new(store.reader()?, options.body_cache_bytes, keyring.clone());
         let committer = Committer::start(store, options.durability);
+        if let Some(record) = sealing_recorded {
+            // Ahead of every write that seals with the key, in the order the store applies.
+            committer.submit_detached(record);
+        }
         // Contents a file written before they had records of their own kept inside message
         // records: rewritten apart, once.
         engine.hand_over_contents();
         let changes = engine.take_changes();
         if !changes.is_empty() {
             // A new engine's receipt key must be on disk before any handle is issued with it.
-            committer.submit_detached(codec::encode(&changes));
+            committer.submit_detached(codec::encode_sealed(&changes, keyring.as_deref()));
         }
         if !leftovers.is_empty() {
             committer.submit_detached(leftovers);
         }
         let mut backend = Embedded::assemble(setup, engine, Some(committer));
+        backend.keyring = keyring;
         let space = contents.reader().space();
         backend.disk.reserve = options.disk_reserve_bytes.unwrap_or_else(|| {
             let tenth = space.map_or(u64::MAX, |s| s.file_system_size / 10);
@@ -263,12 +207,8 @@ impl Embedded {
             waiters: Waiters::default(),
             committer,
             contents: None,
-            disk: DiskReserve {
-                reserve: 0,
-                available: AtomicU64::new(u64::MAX),
-                taken_since: AtomicU64::new(0),
-                gate: SendGate::new("disk space"),
-            },
+            keyring: None,
+            disk: DiskReserve::unmeasured(),
             health: AtomicU8::new(HEALTHY),
             failure: Mutex::new(None),
         }
@@ -448,8 +388,7 @@ impl Embedded {
             contents.note(&changes);
         }
         // A read-only backend's engine is frozen; nothing is written.
-        (self.is_healthy() && !changes.is_empty())
-            .then(|| committer.submit(codec::encode(&changes)))
+        (self.is_healthy() && !changes.is_empty()).then(|| committer.submit(self.encoded(&changes)))
     }
 
     /// Like `submit`, for background work nobody waits on.
@@ -459,9 +398,14 @@ impl Embedded {
                 if let Some(contents) = &self.contents {
                     contents.note(changes);
                 }
-                committer.submit_detached(codec::encode(changes));
+                committer.submit_detached(self.encoded(changes));
             }
         }
+    }
+
+    /// The writes of `changes`, contents sealed where their queue asks.
+    fn encoded(&self, changes: &[Change]) -> leasehold_store::WriteBatch {
+        codec::encode_sealed(changes, self.keyring.as_deref())
     }
 
     fn is_healthy(&self) -> bool {
@@ -534,45 +478,6 @@ impl Embedded {
         self.engine_shared().check_invariants()
     }
 
-    /// Deliveries whose content the store did not hold: each one's message was deleted
-    /// meanwhile (a late delete through an earlier handle, a purge: the receive answers as if
-    /// it had come first), or its record is there without its body (a damaged or edited data
-    /// file). The latter could never be delivered, yet each receive would lease it and count a
-    /// receive, and in a FIFO queue it would hold its group until retention ends: it is
-    /// removed while this receive is still its latest (`Queue::forget_lost`, which counts
-    /// nothing), and said in the log.
-    async fn drop_contentless(&self, queue: &str, unread: Vec<leasehold_engine::Delivery>) {
-        let handles: Vec<String> = unread.iter().map(|d| d.receipt_handle.clone()).collect();
-        let opened: Vec<_> = handles.iter().map(|h| self.sealer.open(h)).collect();
-        let forgotten = self
-            .on_queue(|e, sink| {
-                e.on_handles(queue, opened, sink, |q, i, receipt| {
-                    q.forget_lost_opened(&handles[i], receipt)
-                })
-            })
-            .await;
-        let forgotten = match forgotten {
-            Ok(results) => results,
-            Err(error) => {
-                tracing::warn!(%error, queue, "cannot drop messages whose body is lost");
-                return;
-            }
-        };
-        let mut dropped = 0;
-        for (delivery, forgotten) in unread.iter().zip(forgotten) {
-            if forgotten.is_ok_and(|removed| removed) {
-                dropped += 1;
-                tracing::error!(
-                    queue,
-                    message_id = %delivery.message_id,
-                    "a message's record has no body in the store (the data file is damaged or was changed): it cannot be delivered, and is dropped"
-                );
-            }
-        }
-        // In a FIFO queue its group's next message may now go.
-        self.waiters.wake_some(queue, dropped);
-    }
-
     /// Wakes one waiting receive on `queue` per entry that succeeded.
     fn wake_per_success<T, E>(&self, queue: &str, results: &[std::result::Result<T, E>]) {
         self.waiters
@@ -641,32 +546,6 @@ async fn off_async<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Issue 46, defect 2: space is measured ten times a second; between two measurements a
-    /// burst of big sends passed the reserve together. Each send now counts against what the
-    /// last measurement left.
-    #[test]
-    fn sends_between_two_measurements_count_against_the_reserve() {
-        let disk = DiskReserve {
-            reserve: 64 << 20,
-            available: AtomicU64::new(u64::MAX),
-            taken_since: AtomicU64::new(0),
-            gate: SendGate::new("disk space"),
-        };
-        disk.measured(100 << 20);
-        for _ in 0..3 {
-            assert_eq!(disk.take(10 << 20), None);
-        }
-        assert!(disk.take(10 << 20).is_some(), "a send past the reserve");
-        // A refused send took nothing: a small one still fits; the gate stays open.
-        assert_eq!(disk.take(1 << 20), None);
-        assert!(!disk.gate.is_refusing());
-        // The next measurement decides, from what it finds.
-        disk.measured(60 << 20);
-        assert!(disk.take(1).is_some());
-        disk.measured(100 << 20);
-        assert_eq!(disk.take(1 << 20), None);
-    }
 
     /// Issue 46, defect 8: while the engine is put back to what the store holds, a change is
     /// answered 503 (retry), as the full disk that caused it is, not 500; once the store has

@@ -191,13 +191,12 @@ impl QueueSettings {
                 self.kms_data_key_reuse_s = parse_in_range(name, value, 60, 86_400)?
             }
             "SqsManagedSseEnabled" => {
-                // Reported only when it is done, and Leasehold does not encrypt at rest.
-                if parse_bool(name, value)? {
-                    return Err(EngineError::InvalidAttributeValueReason(
-                        "Invalid value for the parameter SqsManagedSseEnabled. Reason: Leasehold does not encrypt messages at rest (its data file is readable by its owner only), so it cannot honour true.".into(),
-                    ));
+                // One kind of server-side encryption at a time, as on AWS: SSE-SQS replaces
+                // SSE-KMS (whether the server can honour it is `Engine::check_encryption`'s).
+                self.sqs_managed_sse = parse_bool(name, value)?;
+                if self.sqs_managed_sse {
+                    self.kms_master_key_id = None;
                 }
-                self.sqs_managed_sse = false;
             }
             "Policy" => {
                 self.policy = if value.is_empty() {
@@ -216,11 +215,20 @@ impl QueueSettings {
                 }
             }
             "KmsMasterKeyId" => {
-                self.kms_master_key_id = (!value.is_empty()).then(|| value.to_string())
+                self.kms_master_key_id = (!value.is_empty()).then(|| value.to_string());
+                if self.kms_master_key_id.is_some() {
+                    self.sqs_managed_sse = false;
+                }
             }
             other => return Err(EngineError::InvalidAttributeName(other.to_string())),
         }
         Ok(())
+    }
+
+    /// Whether the queue's messages are to be encrypted at rest: SSE-SQS, or SSE-KMS (which
+    /// Leasehold, having no KMS, honours with its own keys; the key id is kept and shown).
+    pub fn encrypted_at_rest(&self) -> bool {
+        self.sqs_managed_sse || self.kms_master_key_id.is_some()
     }
 
     /// Applies a whole map atomically: all attributes are valid, or nothing changes.
@@ -229,8 +237,19 @@ impl QueueSettings {
         attributes: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<QueueSettings> {
         let mut next = self.clone();
+        let (mut sse_asked, mut kms_asked) = (false, false);
         for (name, value) in attributes {
             next.apply(name, value)?;
+            match name {
+                "SqsManagedSseEnabled" => sse_asked = next.sqs_managed_sse,
+                "KmsMasterKeyId" => kms_asked = !value.is_empty(),
+                _ => {}
+            }
+        }
+        if sse_asked && kms_asked {
+            return Err(EngineError::InvalidAttributeValueReason(
+                "Invalid value for the parameter SqsManagedSseEnabled. Reason: You can use one type of server-side encryption (SSE) at one time. You can either enable KMS SSE or SQS SSE.".into(),
+            ));
         }
         if next.throughput_per_group && !next.dedup_per_group {
             // High-throughput FIFO needs deduplication scoped to the message group.

@@ -44,7 +44,7 @@ impl MapStore {
                     self.messages.retain(|(q, _), _| *q != queue_id);
                     self.contents.retain(|at, _| at.queue_id != queue_id);
                 }
-                Change::Content { at, content } => {
+                Change::Content { at, content, .. } => {
                     self.contents.insert(at, content);
                 }
                 Change::ContentMoved { from, to } => {

@@ -81,25 +81,41 @@ fn get_queue_attributes_reports_counts_and_defaults() {
             send q b                     -> ok
             send q c delay=10            -> ok
             recv q max=1                 -> a rc=1 h1
-            attrs q                      -> ApproximateNumberOfMessages=1 ApproximateNumberOfMessagesDelayed=1 ApproximateNumberOfMessagesNotVisible=1 CreatedTimestamp=1700000000 DelaySeconds=0 LastModifiedTimestamp=1700000000 MaximumMessageSize=1048576 MessageRetentionPeriod=345600 QueueArn=arn:aws:sqs:us-east-1:000000000000:q ReceiveMessageWaitTimeSeconds=0 SqsManagedSseEnabled=false VisibilityTimeout=30
+            attrs q                      -> ApproximateNumberOfMessages=1 ApproximateNumberOfMessagesDelayed=1 ApproximateNumberOfMessagesNotVisible=1 CreatedTimestamp=1700000000 DelaySeconds=0 LastModifiedTimestamp=1700000000 MaximumMessageSize=1048576 MessageRetentionPeriod=345600 QueueArn=arn:aws:sqs:us-east-1:000000000000:q ReceiveMessageWaitTimeSeconds=0 SqsManagedSseEnabled=true VisibilityTimeout=30
         "#]],
     );
 }
 
+/// As AWS answers (LocalStack's `test_sse_queue_attributes`, recorded on AWS): SSE-SQS on by
+/// default; SSE-KMS's key replaces it, SSE-SQS replaces SSE-KMS; both at once are refused.
 #[test]
-fn encryption_at_rest_is_reported_off_and_cannot_be_claimed() {
+fn encryption_at_rest_is_on_by_default_and_one_kind_at_a_time() {
     check(
         "
         create q
+        attrs q SqsManagedSseEnabled KmsMasterKeyId
+        set q KmsMasterKeyId=testKeyId KmsDataKeyReusePeriodSeconds=6000
+        attrs q SqsManagedSseEnabled KmsMasterKeyId KmsDataKeyReusePeriodSeconds
+        set q SqsManagedSseEnabled=true KmsMasterKeyId=other
         set q SqsManagedSseEnabled=true
+        attrs q SqsManagedSseEnabled KmsMasterKeyId
         set q SqsManagedSseEnabled=false
         attrs q SqsManagedSseEnabled
+        create clear SqsManagedSseEnabled=false
+        attrs clear SqsManagedSseEnabled
         ",
         expect![[r#"
             create q                     -> ok
-            set q SqsManagedSseEnabled=true -> error InvalidAttributeValueReason("Invalid value for the parameter SqsManagedSseEnabled. Reason: Leasehold does not encrypt messages at rest (its data file is readable by its owner only), so it cannot honour true.")
+            attrs q SqsManagedSseEnabled KmsMasterKeyId -> SqsManagedSseEnabled=true
+            set q KmsMasterKeyId=testKeyId KmsDataKeyReusePeriodSeconds=6000 -> ok
+            attrs q SqsManagedSseEnabled KmsMasterKeyId KmsDataKeyReusePeriodSeconds -> KmsDataKeyReusePeriodSeconds=6000 KmsMasterKeyId=testKeyId SqsManagedSseEnabled=false
+            set q SqsManagedSseEnabled=true KmsMasterKeyId=other -> error InvalidAttributeValueReason("Invalid value for the parameter SqsManagedSseEnabled. Reason: You can use one type of server-side encryption (SSE) at one time. You can either enable KMS SSE or SQS SSE.")
+            set q SqsManagedSseEnabled=true -> ok
+            attrs q SqsManagedSseEnabled KmsMasterKeyId -> SqsManagedSseEnabled=true
             set q SqsManagedSseEnabled=false -> ok
             attrs q SqsManagedSseEnabled -> SqsManagedSseEnabled=false
+            create clear SqsManagedSseEnabled=false -> ok
+            attrs clear SqsManagedSseEnabled -> SqsManagedSseEnabled=false
         "#]],
     );
 }

@@ -36,6 +36,7 @@ pub struct ConfigFile {
     pub memory_limit: Option<String>,
     pub body_cache_mb: Option<u64>,
     pub disk_reserve_mb: Option<u64>,
+    pub encryption_key_file: Option<PathBuf>,
     pub max_queues_per_account: Option<u64>,
     pub stripes: Option<u64>,
     /// The one flag of `leasehold` itself rather than of `serve`.

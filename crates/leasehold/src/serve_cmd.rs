@@ -125,6 +125,14 @@ pub(crate) struct ServeArgs {
     /// by themselves when space returns. Default: 64, or a tenth of a smaller file system.
     #[arg(long, env = "LEASEHOLD_DISK_RESERVE_MB", conflicts_with_all = ["in_memory", "postgres"])]
     disk_reserve_mb: Option<u64>,
+    /// The file of the keys that encrypt message bodies and attributes at rest, for every
+    /// queue that asks (SqsManagedSseEnabled, on by default as on AWS, or a KmsMasterKeyId):
+    /// `<number> <64 hex digits>` a line, the last line's key sealing, every line's opening,
+    /// so a rotation adds a line. Created, readable by its owner only, on the data
+    /// directory's first start. Keep a copy: without it the messages are unreadable.
+    /// Default: encryption.key in the data directory.
+    #[arg(long, env = "LEASEHOLD_ENCRYPTION_KEY_FILE", conflicts_with_all = ["in_memory", "postgres"])]
+    encryption_key_file: Option<std::path::PathBuf>,
     /// The most queues one account may hold (AWS's default quota, 1000000, is the most it
     /// may be set to): a CreateQueue past it is refused with OverLimit.
     #[arg(long, env = "LEASEHOLD_MAX_QUEUES_PER_ACCOUNT", default_value = "1000000", value_parser = clap::value_parser!(u64).range(1..=leasehold_engine::MAX_QUEUES_PER_ACCOUNT as u64))]
@@ -376,6 +384,11 @@ async fn build_backend(
             |mb| mb << 20,
         ),
         disk_reserve_bytes: args.disk_reserve_mb.map(|mb| mb << 20),
+        encryption_key_file: Some(
+            args.encryption_key_file
+                .clone()
+                .unwrap_or_else(|| leasehold_store::keyring::default_key_file(&args.data_dir)),
+        ),
     };
     let backend = Embedded::durable(setup, Box::new(store), options)?;
     tracing::info!(

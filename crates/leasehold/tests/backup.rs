@@ -73,10 +73,13 @@ async fn a_backup_under_load_restores_every_message_acknowledged_before_it_began
     assert!(all > before.len(), "sends went on during the backup");
     drop(server);
 
-    // Restore: the copy becomes a new data directory's leasehold.db.
+    // Restore: the copy becomes a new data directory's leasehold.db, beside the key file
+    // (kept apart from backups: without it the messages stay encrypted).
     let restored_dir = dir.path().join("restored");
     std::fs::create_dir(&restored_dir).unwrap();
     std::fs::copy(&copy, restored_dir.join("leasehold.db")).unwrap();
+    let key = "encryption.key";
+    std::fs::copy(data.join(key), restored_dir.join(key)).unwrap();
     let restored = Server::start_on(free_port(), &[], Some(&restored_dir));
     let sqs = restored.client();
     let url = common::queue_url(&sqs, "backed-up").await;

@@ -460,6 +460,8 @@ async fn compare(lease_mode: LeaseMode, commands: Vec<Command>) -> Result<(), St
         clock: Arc::new(clock.clone()),
         config: EngineConfig {
             lease_mode,
+            // As the backend compared with (`Core`'s engines).
+            encrypts_at_rest: false,
             ..EngineConfig::default()
         },
     });

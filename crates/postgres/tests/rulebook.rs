@@ -212,6 +212,8 @@ impl Rig {
             clock: Arc::new(clock.clone()),
             config: EngineConfig {
                 lease_mode: mode,
+                // As the backend compared with (`Core`'s engines).
+                encrypts_at_rest: false,
                 ..EngineConfig::default()
             },
         });

@@ -142,7 +142,7 @@ mod tests {
                     data.remove(k);
                 }
                 Op::DeleteRange(range) => data.retain(|k, _| !range.covers(k)),
-                Op::Copy { from, to } => copy(&mut data, from, to),
+                Op::Copy { from, to } => copy(&mut data, from, to, None),
             }
         }
         data

@@ -450,6 +450,10 @@ mod tests {
         fn reader(&self) -> Result<Arc<dyn crate::Reader>, StoreError> {
             self.inner.reader()
         }
+
+        fn rebind_copies_with(&mut self, keyring: Arc<crate::keyring::Keyring>) {
+            self.inner.rebind_copies_with(keyring);
+        }
     }
 
     /// Issue 46, defect 2: a group commit had no bound in bytes, so eight batches of 10 MiB

@@ -93,4 +93,8 @@ impl<S: Store> Store for FaultyStore<S> {
     fn reader(&self) -> Result<Arc<dyn crate::Reader>, StoreError> {
         self.inner.reader()
     }
+
+    fn rebind_copies_with(&mut self, keyring: Arc<crate::keyring::Keyring>) {
+        self.inner.rebind_copies_with(keyring);
+    }
 }

@@ -31,7 +31,8 @@ use thiserror::Error;
 pub const SEALED: u8 = 0xA5;
 const KEY_LEN: usize = 32;
 const TAG_LEN: usize = 16;
-const CHECK_LEN: usize = 4;
+/// The length of a key's check (`Keyring::check`).
+pub const CHECK_LEN: usize = 4;
 const HEADER_LEN: usize = 1 + 4 + CHECK_LEN + NONCE_LEN;
 
 /// Why a key file cannot be used: each a line a person can act on.
@@ -66,6 +67,8 @@ pub enum OpenError {
     Damaged,
     #[error("it is {0} bytes, too short to be a sealed record")]
     Truncated(usize),
+    #[error("it is sealed, and this server was given no encryption keys")]
+    NoKeys,
 }
 
 /// The keys of a key file: every one opens, the newest seals.
@@ -135,6 +138,12 @@ impl Keyring {
     /// The number of the key that seals.
     pub fn sealing_key(&self) -> u32 {
         self.sealing
+    }
+
+    /// Which key the ring holds under `number` (a few bytes of a hash of it, as every record
+    /// it seals carries), if it holds one.
+    pub fn check(&self, number: u32) -> Option<[u8; CHECK_LEN]> {
+        self.keys.get(&number).map(|(_, check)| *check)
     }
 
     /// `plain` sealed under the newest key, bound to `bound_to`.

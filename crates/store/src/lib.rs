@@ -17,12 +17,15 @@ mod faulty;
 mod guard;
 pub mod keyring;
 mod memory;
+pub mod sealing;
 mod sqlite;
 
 use std::sync::Arc;
 
 use leasehold_engine::{Clock, Content, ContentKey, Engine, EngineConfig, Snapshot};
 use thiserror::Error;
+
+use keyring::Keyring;
 
 pub use backup::{backup, BackupSummary};
 pub use batch::{Op, RangeDelete, WriteBatch};
@@ -47,6 +50,9 @@ pub enum StoreError {
     Read { path: String, reason: String },
     #[error("the store failed earlier and takes no more writes until a restart: {0}")]
     Failed(String),
+    /// The encryption key file does not fit the store (`sealing::KeyError`): its line.
+    #[error("{0}")]
+    Keys(String),
     #[error("injected fault: {0}")]
     Injected(String),
 }
@@ -83,6 +89,10 @@ pub trait Store: Send {
     fn describe(&self) -> String;
     /// A reader of what this store holds, for any number of threads while it writes.
     fn reader(&self) -> Result<Arc<dyn Reader>, StoreError>;
+    /// From now on a copy (`Op::Copy`: a content moving with its message) of a record
+    /// sealed to its key is sealed again to its new key (`sealing::rebound`); without it a
+    /// moved sealed content would no longer open.
+    fn rebind_copies_with(&mut self, keyring: Arc<Keyring>);
 }
 
 /// Reads a store while its committer writes: message contents as a receive hands them out,
@@ -178,26 +188,40 @@ fn scan_into(
         })
 }
 
-/// The contents kept under `at` (None where a message is gone), read through `reader`.
+/// A message's content as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReadContent {
+    Found(Content),
+    /// The store holds none: the message is gone.
+    Gone,
+    /// The record does not open or decode (changed on disk, moved from another record's
+    /// place, sealed with a key the server lacks): why. Never served as if it were valid.
+    Damaged(String),
+}
+
+/// The contents kept under `at`, read through `reader`, the sealed ones opened with
+/// `keyring`: each on its own, so one damaged record fails nothing else.
 pub fn read_contents(
     reader: &dyn Reader,
+    keyring: Option<&Keyring>,
     at: &[ContentKey],
-) -> Result<Vec<Option<Content>>, StoreError> {
+) -> Result<Vec<ReadContent>, StoreError> {
     let keys: Vec<Vec<u8>> = at.iter().map(|a| codec::content_key(*a)).collect();
-    reader
-        .get(&keys)?
+    let values = reader.get(&keys)?;
+    Ok(values
         .into_iter()
         .zip(&keys)
         .map(|(value, key)| {
-            value
-                .map(|bytes| codec::decode_content(&bytes))
-                .transpose()
-                .map_err(|reason| StoreError::Corrupt {
-                    path: "message content".into(),
-                    reason: format!("record {}: {reason}", printable(key)),
-                })
+            let Some(value) = value else {
+                return ReadContent::Gone;
+            };
+            let opened = sealing::opened(keyring, key, value).map_err(|e| e.to_string());
+            match opened.and_then(|plain| codec::decode_content(&plain)) {
+                Ok(content) => ReadContent::Found(content),
+                Err(reason) => ReadContent::Damaged(reason),
+            }
         })
-        .collect()
+        .collect())
 }
 
 fn printable(key: &[u8]) -> String {

@@ -5,6 +5,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::batch::{Op, RangeDelete, WriteBatch};
 use crate::codec::is_content;
+use crate::keyring::Keyring;
+use crate::sealing::rebound;
 use crate::{Reader, Space, Store, StoreError, Visitor};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -14,6 +16,7 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 pub struct MemoryStore {
     data: Arc<RwLock<Map>>,
     pub syncs: u64,
+    rebind: Option<Arc<Keyring>>,
     /// The free space its readers report (`with_free_space`); None: no file system.
     free: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
@@ -23,8 +26,8 @@ impl MemoryStore {
     pub fn from_records(records: Map) -> MemoryStore {
         MemoryStore {
             data: Arc::new(RwLock::new(records)),
-            syncs: 0,
             free: None,
+            ..MemoryStore::default()
         }
     }
 
@@ -81,7 +84,7 @@ impl Reader for MemoryStore {
 }
 
 /// Applies a batch's puts and deletes; range deletes are `delete_some`'s.
-fn apply(data: &mut Map, batch: &WriteBatch) {
+fn apply(data: &mut Map, batch: &WriteBatch, rebind: Option<&Keyring>) {
     for op in &batch.ops {
         match op {
             Op::Put(k, v) => {
@@ -91,14 +94,19 @@ fn apply(data: &mut Map, batch: &WriteBatch) {
                 data.remove(k);
             }
             Op::DeleteRange(_) => {}
-            Op::Copy { from, to } => copy(data, from, to),
+            Op::Copy { from, to } => copy(data, from, to, rebind),
         }
     }
 }
 
-/// `Op::Copy` on a map: a missing source copies nothing, as SQLite's does.
-pub(crate) fn copy(data: &mut Map, from: &[u8], to: &[u8]) {
+/// `Op::Copy` on a map: a missing source copies nothing, as SQLite's does; a sealed value is
+/// sealed again to its new key when the store rebinds copies.
+pub(crate) fn copy(data: &mut Map, from: &[u8], to: &[u8], rebind: Option<&Keyring>) {
     if let Some(value) = data.get(from).cloned() {
+        let value = match rebind {
+            Some(keyring) => rebound(keyring, from, to, value),
+            None => value,
+        };
         data.insert(to.to_vec(), value);
     }
 }
@@ -127,7 +135,7 @@ impl Store for MemoryStore {
     fn write(&mut self, batches: &[WriteBatch], sync: bool) -> Result<(), StoreError> {
         let mut data = self.write_lock();
         for batch in batches {
-            apply(&mut data, batch);
+            apply(&mut data, batch, self.rebind.as_deref());
         }
         drop(data);
         if sync {
@@ -162,5 +170,9 @@ impl Store for MemoryStore {
 
     fn reader(&self) -> Result<Arc<dyn Reader>, StoreError> {
         Ok(Arc::new(self.clone()))
+    }
+
+    fn rebind_copies_with(&mut self, keyring: Arc<Keyring>) {
+        self.rebind = Some(keyring);
     }
 }

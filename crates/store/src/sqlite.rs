@@ -10,6 +10,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use crate::batch::{effective_ops, Op, RangeDelete, WriteBatch};
 use crate::codec::CONTENT_KEY;
 use crate::guard::{create_private_dir, make_private, wal_path, DirLock, FileIdentity};
+use crate::keyring::Keyring;
+use crate::sealing::rebound;
 use crate::{Reader, Space, Store, StoreError, Visitor};
 
 pub const FILE_NAME: &str = "leasehold.db";
@@ -34,6 +36,8 @@ pub struct SqliteStore {
     path: PathBuf,
     synchronous_full: bool,
     identity: FileIdentity,
+    /// Seals a copied sealed record again to its new key (`Store::rebind_copies_with`).
+    rebind: Option<Arc<Keyring>>,
     _lock: DirLock,
 }
 
@@ -136,6 +140,7 @@ impl SqliteStore {
             path,
             synchronous_full: true,
             identity,
+            rebind: None,
             _lock: lock,
         })
     }
@@ -220,12 +225,26 @@ impl Store for SqliteStore {
                      ON CONFLICT (k) DO UPDATE SET v = excluded.v",
                 )
                 .map_err(err)?;
+            let mut get = tx
+                .prepare_cached("SELECT v FROM kv WHERE k = ?1")
+                .map_err(err)?;
             for op in effective_ops(batches) {
-                match op {
-                    Op::Put(k, v) => put.execute((k, v)).map(|_| ()),
-                    Op::Delete(k) => delete.execute([k]).map(|_| ()),
-                    Op::Copy { from, to } => copy.execute((from, to)).map(|_| ()),
-                    Op::DeleteRange(_) => Ok(()),
+                match (op, &self.rebind) {
+                    (Op::Put(k, v), _) => put.execute((k, v)).map(|_| ()),
+                    (Op::Delete(k), _) => delete.execute([k]).map(|_| ()),
+                    (Op::Copy { from, to }, None) => copy.execute((from, to)).map(|_| ()),
+                    // Through this process, to be sealed again to its new key: the write of
+                    // a move, which is rare beside sends and deletes.
+                    (Op::Copy { from, to }, Some(keyring)) => get
+                        .query_row([from], |row| row.get::<_, Vec<u8>>(0))
+                        .optional()
+                        .and_then(|value| match value {
+                            Some(value) => put
+                                .execute((to, rebound(keyring, from, to, value)))
+                                .map(|_| ()),
+                            None => Ok(()),
+                        }),
+                    (Op::DeleteRange(_), _) => Ok(()),
                 }
                 .map_err(err)?;
             }
@@ -291,6 +310,10 @@ impl Store for SqliteStore {
             path: self.path.clone(),
             idle: Mutex::new(Vec::new()),
         }))
+    }
+
+    fn rebind_copies_with(&mut self, keyring: Arc<Keyring>) {
+        self.rebind = Some(keyring);
     }
 }
 

@@ -40,8 +40,11 @@ fn bodies(engine: &mut Engine, queue: &str, store: &dyn Store) -> Vec<String> {
         }
         let at: Vec<_> = got.iter().filter_map(|d| d.unread).collect();
         assert_eq!(at.len(), got.len(), "a restored engine holds no content");
-        let contents = read_contents(&*reader, &at).unwrap();
-        out.extend(contents.into_iter().map(|c| c.unwrap().body.to_string()));
+        let contents = read_contents(&*reader, None, &at).unwrap();
+        out.extend(contents.into_iter().map(|c| match c {
+            leasehold_store::ReadContent::Found(content) => content.body.to_string(),
+            other => panic!("a content not read back: {other:?}"),
+        }));
     }
 }
 
@@ -134,6 +137,10 @@ impl Store for Shared {
     }
     fn reader(&self) -> Result<Arc<dyn Reader>, StoreError> {
         self.inner.lock().unwrap().reader()
+    }
+
+    fn rebind_copies_with(&mut self, keyring: Arc<leasehold_store::keyring::Keyring>) {
+        self.inner.lock().unwrap().rebind_copies_with(keyring);
     }
 }
 

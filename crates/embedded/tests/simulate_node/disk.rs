@@ -147,4 +147,8 @@ impl Store for SimStore {
     fn reader(&self) -> Result<Arc<dyn Reader>, StoreError> {
         Ok(Arc::new(self.0.disk().written.clone()))
     }
+
+    fn rebind_copies_with(&mut self, keyring: Arc<leasehold_store::keyring::Keyring>) {
+        self.0.disk().written.rebind_copies_with(keyring);
+    }
 }

@@ -75,6 +75,11 @@ pub struct EngineConfig {
     /// `MAX_STRIPES`), so that as many threads work on it side by side (`stripes.rs`): a
     /// server's cores. 1 keeps one order for a whole queue, as simulations need.
     pub stripes: usize,
+    /// Whether the store behind the engine encrypts what a queue asks it to (SSE-SQS or
+    /// SSE-KMS) at rest: then a new queue has SqsManagedSseEnabled on, as on AWS; otherwise
+    /// a new queue has it off and a request to turn it on is refused (never claimed and
+    /// not done).
+    pub encrypts_at_rest: bool,
 }
 
 impl Default for EngineConfig {
@@ -89,6 +94,7 @@ impl Default for EngineConfig {
             defer_drops: false,
             max_queues_per_account: crate::settings::MAX_QUEUES_PER_ACCOUNT,
             stripes: 1,
+            encrypts_at_rest: true,
         }
     }
 }

@@ -60,6 +60,9 @@ pub enum Change {
     Content {
         at: ContentKey,
         content: Content,
+        /// Its queue asks for encryption at rest (`QueueSettings::encrypted_at_rest`): the
+        /// store seals it. A content keeps what it was when it moves.
+        sealed: bool,
     },
     /// A message whose content the store keeps moved to another queue: the content is now
     /// under `to`. Comes before the changes that delete the message at `from`.
@@ -122,6 +125,7 @@ impl Queue {
                 out.push(Change::Content {
                     at: self.content_key(key),
                     content,
+                    sealed: self.meta.settings.encrypted_at_rest(),
                 });
             }
             let message = self

@@ -137,7 +137,10 @@ impl Engine {
             // A standard queue knows no FifoQueue attribute, not even "false".
             return Err(EngineError::InvalidAttributeName("FifoQueue".into()));
         }
-        let settings = QueueSettings::new(fifo).with_applied(requested.iter().copied())?;
+        let mut defaults = QueueSettings::new(fifo);
+        defaults.sqs_managed_sse = self.config.encrypts_at_rest;
+        let settings = defaults.with_applied(requested.iter().copied())?;
+        self.check_encryption(&settings)?;
         let now = self.clock.now_ms();
         if let Some(existing) = self.queues.get(name) {
             let existing = existing.head();
@@ -296,8 +299,16 @@ impl Engine {
             }
         }
         let redrive_set = changed.iter().any(|(key, _)| *key == "RedrivePolicy");
+        let sse_set = changed
+            .iter()
+            .any(|(key, _)| *key == "SqsManagedSseEnabled");
         let settings = queue.meta.settings.with_applied(changed)?;
         drop(queue);
+        // Only when asked now: a queue restored with it on (from a server that encrypted)
+        // keeps taking changes of its other attributes.
+        if sse_set {
+            self.check_encryption(&settings)?;
+        }
         // Only a RedrivePolicy being set is checked against its target: one set before
         // stands (its target may since be gone, which turns dead-lettering off), and a
         // change of any other attribute must not fail because of it.
@@ -307,6 +318,18 @@ impl Engine {
         let (mut queue, _) = self.queue_mut(name)?;
         queue.meta.settings = settings;
         queue.meta.modified_ms = now;
+        Ok(())
+    }
+
+    /// Refuses SSE-SQS where the store cannot encrypt at rest (`EngineConfig::
+    /// encrypts_at_rest`). SSE-KMS is kept as asked there, as before: its key id is a
+    /// reference to a key outside the server, which Leasehold records and shows.
+    fn check_encryption(&self, settings: &QueueSettings) -> Result<()> {
+        if settings.sqs_managed_sse && !self.config.encrypts_at_rest {
+            return Err(EngineError::InvalidAttributeValueReason(
+                "Invalid value for the parameter SqsManagedSseEnabled. Reason: this server's store does not encrypt messages at rest, so it cannot honour true.".into(),
+            ));
+        }
         Ok(())
     }
 

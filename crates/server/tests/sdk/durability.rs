@@ -305,7 +305,7 @@ async fn bodies_and_attributes_come_back_from_the_store_through_moves_and_restar
         body_cache_bytes: 0,
         ..Durability::Always.into()
     };
-    let s = durable_with(dir.path(), uncached).await;
+    let s = durable_with(dir.path(), uncached.clone()).await;
     let dlq = s.queue("dlq", &[]).await;
     let redrive =
         r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}"#;

@@ -344,3 +344,98 @@ async fn the_region_flag_is_the_servers_own_and_a_signed_request_names_its_own()
         .unwrap_err();
     assert_eq!(code(&err), "AWS.SimpleQueueService.NonExistentQueue");
 }
+
+/// The server-side encryption attributes as AWS answers them (LocalStack's
+/// `test_sse_queue_attributes`, recorded on AWS): SSE-SQS on by default, SSE-KMS's key and
+/// reuse period kept with SSE-SQS off, SSE-SQS back on; one kind at a time. On PostgreSQL,
+/// which keeps bodies in the clear, SSE-SQS is off and refused rather than claimed.
+#[tokio::test]
+async fn server_side_encryption_attributes_answer_as_aws_recorded() {
+    let s = TestServer::start().await;
+    let encrypts = std::env::var("LEASEHOLD_TEST_BACKEND").as_deref() != Ok("postgres");
+    let names = [
+        A::KmsMasterKeyId,
+        A::KmsDataKeyReusePeriodSeconds,
+        A::SqsManagedSseEnabled,
+    ];
+    let read = |url: String| {
+        let request = s
+            .sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .set_attribute_names(Some(names.to_vec()));
+        async move {
+            let mut read: Vec<(String, String)> = (request.send().await.unwrap().attributes)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, value)| (name.as_str().to_string(), value))
+                .collect();
+            read.sort();
+            read
+        }
+    };
+    let pairs = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        let mut pairs: Vec<(String, String)> = (pairs.iter())
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        pairs.sort();
+        pairs
+    };
+    let set = |url: &str, attributes: &[(&str, &str)]| {
+        let mut request = s.sqs.set_queue_attributes().queue_url(url);
+        for (name, value) in attributes {
+            request = request.attributes(A::from(*name), *value);
+        }
+        request.send()
+    };
+
+    let kms = s.queue("sse-kms", &[]).await;
+    let default = if encrypts { "true" } else { "false" };
+    assert_eq!(
+        read(kms.clone()).await,
+        pairs(&[("SqsManagedSseEnabled", default)])
+    );
+    let kms_attributes = [
+        ("KmsMasterKeyId", "testKeyId"),
+        ("KmsDataKeyReusePeriodSeconds", "6000"),
+        ("SqsManagedSseEnabled", "false"),
+    ];
+    set(&kms, &kms_attributes).await.unwrap();
+    assert_eq!(read(kms.clone()).await, pairs(&kms_attributes));
+
+    let sqs = s.queue("sse-sqs", &[]).await;
+    let turned_on = set(&sqs, &[("SqsManagedSseEnabled", "true")]).await;
+    if encrypts {
+        turned_on.unwrap();
+        assert_eq!(
+            read(sqs.clone()).await,
+            pairs(&[("SqsManagedSseEnabled", "true")])
+        );
+        // SSE-SQS on a queue with SSE-KMS replaces it.
+        set(&kms, &[("SqsManagedSseEnabled", "true")])
+            .await
+            .unwrap();
+        assert_eq!(
+            read(kms.clone()).await,
+            pairs(&[("SqsManagedSseEnabled", "true")])
+        );
+    } else {
+        assert_eq!(code(&turned_on.unwrap_err()), "InvalidAttributeValue");
+    }
+
+    // Both kinds at once are refused, and change nothing.
+    let before = read(sqs.clone()).await;
+    let both = set(
+        &sqs,
+        &[
+            ("SqsManagedSseEnabled", "true"),
+            ("KmsMasterKeyId", "testKeyId"),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(code(&both), "InvalidAttributeValue");
+    assert_eq!(read(sqs.clone()).await, before);
+    let reuse = set(&sqs, &[("KmsDataKeyReusePeriodSeconds", "59")]).await;
+    assert_eq!(code(&reuse.unwrap_err()), "InvalidAttributeValue");
+}

@@ -14,6 +14,15 @@ use leasehold_engine::{
 
 use crate::batch::{RangeDelete, WriteBatch};
 
+mod primitives;
+mod records;
+
+use crate::keyring::Keyring;
+use crate::sealing::SEALS_KEY;
+use primitives::{Reader, Writer};
+use records::*;
+pub use records::{attributes_value, decode_attributes, decode_queue, queue_value};
+
 const VERSION: u8 = 1;
 /// Message records without their content, which has a record of its own (`content_key`).
 const MESSAGE_VERSION: u8 = 2;
@@ -172,8 +181,14 @@ impl Leftovers {
     }
 }
 
-/// The writes that apply `changes`, in order.
+/// The writes that apply `changes`, in order, sealing nothing.
 pub fn encode(changes: &[Change]) -> WriteBatch {
+    encode_sealed(changes, None)
+}
+
+/// The writes that apply `changes`, in order; with `keyring`, a content whose queue asks for
+/// encryption at rest is written sealed, bound to its store key.
+pub fn encode_sealed(changes: &[Change], keyring: Option<&Keyring>) -> WriteBatch {
     let mut batch = WriteBatch::default();
     for change in changes {
         match change {
@@ -196,7 +211,18 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
                 queue_id,
                 below_seq,
             } => batch.delete_range(purged(*queue_id, *below_seq)),
-            Change::Content { at, content } => batch.put(content_key(*at), content_value(content)),
+            Change::Content {
+                at,
+                content,
+                sealed,
+            } => {
+                let key = content_key(*at);
+                let value = match (sealed, keyring) {
+                    (true, Some(keyring)) => keyring.seal(&key, &content_value(content)),
+                    _ => content_value(content),
+                };
+                batch.put(key, value)
+            }
             Change::ContentMoved { from, to } => batch.copy(content_key(*from), content_key(*to)),
             Change::Metrics {
                 queue_id,
@@ -241,6 +267,10 @@ pub fn encode(changes: &[Change]) -> WriteBatch {
 
 /// Adds one stored record to a snapshot being rebuilt.
 pub fn decode_into(snapshot: &mut Snapshot, key: &[u8], value: &[u8]) -> Result<(), String> {
+    if key == SEALS_KEY {
+        // Not the engine's: read at start by `sealing::recorded`.
+        return Ok(());
+    }
     if key.first() == Some(&MESSAGE) {
         snapshot.messages.push(decode_message(key, value)?);
         return Ok(());
@@ -319,286 +349,6 @@ pub fn decode_message(
     let (id, message) = read_message(&mut r, version == VERSION)?;
     r.finish()?;
     Ok((queue_id, key, id, message))
-}
-
-// ---- values ----
-
-fn metrics_value(m: &MetricsRecord) -> Vec<u8> {
-    let mut w = Writer::new();
-    for windowed in [&m.hold, &m.first_receive] {
-        write_counts(&mut w, &windowed.total);
-        w.list(&windowed.recent, |w, (start, counts)| {
-            w.u64(*start);
-            write_counts(w, counts);
-        });
-    }
-    for map in [&m.receive_counts, &m.extensions_per_message] {
-        w.list(&map.iter().collect::<Vec<_>>(), |w, (k, v)| {
-            w.u32(**k);
-            w.u64(**v);
-        });
-    }
-    w.0
-}
-
-fn write_counts(w: &mut Writer, counts: &Counts) {
-    w.list(counts, |w, (value, count)| {
-        w.u64(*value);
-        w.u64(*count);
-    });
-}
-
-fn read_counts(r: &mut Reader) -> Result<Counts, String> {
-    r.list(|r| Ok((r.u64()?, r.u64()?)))
-}
-
-fn read_windowed(r: &mut Reader) -> Result<WindowedRecord, String> {
-    Ok(WindowedRecord {
-        total: read_counts(r)?,
-        recent: r.list(|r| Ok((r.u64()?, read_counts(r)?)))?,
-    })
-}
-
-fn read_metrics(r: &mut Reader) -> Result<MetricsRecord, String> {
-    let hold = read_windowed(r)?;
-    let first_receive = read_windowed(r)?;
-    let mut map = || -> Result<BTreeMap<u32, u64>, String> {
-        Ok(r.list(|r| Ok((r.u32()?, r.u64()?)))?.into_iter().collect())
-    };
-    Ok(MetricsRecord {
-        hold,
-        first_receive,
-        receive_counts: map()?,
-        extensions_per_message: map()?,
-    })
-}
-
-fn engine_value(e: &EngineRecord) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.raw(&e.receipt_key);
-    w.u64(e.next_queue_id);
-    w.list(&e.deleted_at, |w, (name, at)| {
-        w.str(name);
-        w.u64(*at);
-    });
-    w.list(&e.tasks, write_task);
-    w.0
-}
-
-fn read_engine(r: &mut Reader) -> Result<EngineRecord, String> {
-    Ok(EngineRecord {
-        receipt_key: r.array()?,
-        next_queue_id: r.u64()?,
-        deleted_at: r.list(|r| Ok((r.string()?, r.u64()?)))?,
-        tasks: r.list(read_task)?,
-    })
-}
-
-fn write_task(w: &mut Writer, t: &MoveTask) {
-    w.str(&t.id);
-    w.str(&t.source);
-    w.str(&t.source_arn);
-    w.opt(&t.destination_arn, |w, d| w.str(d));
-    w.opt(&t.rate, |w, r| w.u32(*r));
-    w.u8(match t.status {
-        MoveTaskStatus::Running => 0,
-        MoveTaskStatus::Completed => 1,
-        MoveTaskStatus::Cancelled => 2,
-        MoveTaskStatus::Failed => 3,
-    });
-    w.u64(t.moved);
-    w.u64(t.to_move);
-    w.opt(&t.limit, |w, k| {
-        w.u64(k.sent_ms);
-        w.u64(k.seq);
-    });
-    w.u64(t.started_ms);
-    w.opt(&t.failure, |w, f| w.str(f));
-}
-
-fn read_task(r: &mut Reader) -> Result<MoveTask, String> {
-    Ok(MoveTask {
-        id: r.string()?,
-        source: r.string()?,
-        source_arn: r.string()?,
-        destination_arn: r.opt(|r| r.string())?,
-        rate: r.opt(|r| r.u32())?,
-        status: match r.u8()? {
-            0 => MoveTaskStatus::Running,
-            1 => MoveTaskStatus::Completed,
-            2 => MoveTaskStatus::Cancelled,
-            3 => MoveTaskStatus::Failed,
-            s => return Err(format!("unknown move task status {s}")),
-        },
-        moved: r.u64()?,
-        to_move: r.u64()?,
-        limit: r.opt(|r| {
-            Ok(MsgKey {
-                sent_ms: r.u64()?,
-                seq: r.u64()?,
-            })
-        })?,
-        started_ms: r.u64()?,
-        failure: r.opt(|r| r.string())?,
-    })
-}
-
-/// A queue's record as stored: the same bytes in SQLite and in PostgreSQL.
-pub fn queue_value(q: &QueueRecord) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.str(&q.name);
-    w.u64(q.meta.id);
-    let s = &q.meta.settings;
-    for n in [
-        s.visibility_timeout_s,
-        s.delay_s,
-        s.retention_s,
-        s.max_message_size,
-        s.receive_wait_s,
-        s.kms_data_key_reuse_s,
-    ] {
-        w.u32(n);
-    }
-    w.opt(&s.policy, |w, p| w.str(p));
-    w.opt(&s.kms_master_key_id, |w, k| w.str(k));
-    for b in [
-        s.sqs_managed_sse,
-        s.fifo,
-        s.content_based_dedup,
-        s.dedup_per_group,
-        s.throughput_per_group,
-    ] {
-        w.u8(b as u8);
-    }
-    w.opt(&s.redrive, |w, p| {
-        w.str(&p.dead_letter_target_arn);
-        w.u32(p.max_receive_count);
-    });
-    w.opt(&s.redrive_allow, |w, p| match p {
-        RedriveAllowPolicy::AllowAll => w.u8(0),
-        RedriveAllowPolicy::DenyAll => w.u8(1),
-        RedriveAllowPolicy::ByQueue(arns) => {
-            w.u8(2);
-            w.list(arns, |w, a| w.str(a));
-        }
-    });
-    w.list(&q.meta.tags.iter().collect::<Vec<_>>(), |w, (k, v)| {
-        w.str(k);
-        w.str(v);
-    });
-    w.u64(q.meta.created_ms);
-    w.u64(q.meta.modified_ms);
-    w.opt(&q.meta.last_purge_ms, |w, t| w.u64(*t));
-    for n in q.meta.stats.values() {
-        w.u64(n);
-    }
-    w.u64(q.next_seq);
-    // Appended later: a record without it (older files) reads as never purged.
-    w.u64(q.meta.purged_below_seq);
-    // Appended later still: a record without it is of a queue of one stripe.
-    w.u32(q.meta.stripes);
-    w.0
-}
-
-/// A queue's record from `queue_value`'s bytes.
-pub fn decode_queue(bytes: &[u8]) -> Result<QueueRecord, String> {
-    read_value(bytes, read_queue)
-}
-
-/// Message attributes as stored.
-pub fn attributes_value(attributes: &MessageAttributes) -> Vec<u8> {
-    let mut w = Writer::new();
-    write_attributes(&mut w, attributes);
-    w.0
-}
-
-/// Message attributes from `attributes_value`'s bytes.
-pub fn decode_attributes(bytes: &[u8]) -> Result<Arc<MessageAttributes>, String> {
-    read_value(bytes, read_attributes)
-}
-
-/// One value as a `Writer` wrote it: the format's version, then all of `read`'s.
-fn read_value<T>(
-    bytes: &[u8],
-    read: impl FnOnce(&mut Reader) -> Result<T, String>,
-) -> Result<T, String> {
-    let mut r = Reader::new(bytes);
-    if r.u8()? != VERSION {
-        return Err("unknown record format version".into());
-    }
-    let value = read(&mut r)?;
-    r.finish()?;
-    Ok(value)
-}
-
-fn read_queue(r: &mut Reader) -> Result<QueueRecord, String> {
-    let name = r.string()?;
-    let id = r.u64()?;
-    let s = QueueSettings {
-        visibility_timeout_s: r.u32()?,
-        delay_s: r.u32()?,
-        retention_s: r.u32()?,
-        max_message_size: r.u32()?,
-        receive_wait_s: r.u32()?,
-        kms_data_key_reuse_s: r.u32()?,
-        policy: r.opt(|r| r.string())?,
-        kms_master_key_id: r.opt(|r| r.string())?,
-        // Files written before encryption was reported honestly say true; nothing was ever
-        // encrypted, so the flag is read and dropped.
-        sqs_managed_sse: r.bool().map(|_| false)?,
-        fifo: r.bool()?,
-        content_based_dedup: r.bool()?,
-        dedup_per_group: r.bool()?,
-        throughput_per_group: r.bool()?,
-        redrive: r.opt(|r| {
-            Ok(RedrivePolicy {
-                dead_letter_target_arn: r.string()?,
-                max_receive_count: r.u32()?,
-            })
-        })?,
-        redrive_allow: r.opt(|r| match r.u8()? {
-            0 => Ok(RedriveAllowPolicy::AllowAll),
-            1 => Ok(RedriveAllowPolicy::DenyAll),
-            2 => Ok(RedriveAllowPolicy::ByQueue(r.list(|r| r.string())?)),
-            t => Err(format!("unknown redrive allow policy {t}")),
-        })?,
-    };
-    let tags: BTreeMap<String, String> = r
-        .list(|r| Ok((r.string()?, r.string()?)))?
-        .into_iter()
-        .collect();
-    // Read in the order written: the sequence number sits between the stats and the purge mark.
-    let created_ms = r.u64()?;
-    let modified_ms = r.u64()?;
-    let last_purge_ms = r.opt(|r| r.u64())?;
-    let mut stats = QueueStats::default();
-    for counter in stats.values_mut() {
-        *counter = r.u64()?;
-    }
-    let next_seq = r.u64()?;
-    let purged_below_seq = if r.at_end() { 0 } else { r.u64()? };
-    let stripes = if r.at_end() { 1 } else { r.u32()?.max(1) };
-    if stripes as usize > leasehold_engine::MAX_STRIPES || (s.fifo && stripes > 1) {
-        return Err(format!(
-            "a queue of {stripes} stripes, more than it can be split into"
-        ));
-    }
-    Ok(QueueRecord {
-        name,
-        meta: QueueMeta {
-            id,
-            settings: s,
-            tags,
-            created_ms,
-            modified_ms,
-            last_purge_ms,
-            purged_below_seq,
-            stats,
-            stripes,
-        },
-        next_seq,
-        stripe: 0,
-    })
 }
 
 fn write_attributes(w: &mut Writer, attributes: &MessageAttributes) {
@@ -748,132 +498,4 @@ fn read_original(r: &mut Reader) -> Result<Original, String> {
         seq: r.u64()?,
         expires_ms: r.u64()?,
     })
-}
-
-// ---- primitives ----
-
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn new() -> Writer {
-        Writer(vec![VERSION])
-    }
-    fn raw(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
-    }
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.raw(&v.to_be_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.raw(&v.to_be_bytes());
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        self.u32(b.len() as u32);
-        self.raw(b);
-    }
-    fn str(&mut self, s: &str) {
-        self.bytes(s.as_bytes());
-    }
-    fn opt<T>(&mut self, v: &Option<T>, f: impl FnOnce(&mut Writer, &T)) {
-        match v {
-            None => self.u8(0),
-            Some(x) => {
-                self.u8(1);
-                f(self, x);
-            }
-        }
-    }
-    fn list<T>(&mut self, items: &[T], mut f: impl FnMut(&mut Writer, &T)) {
-        self.u32(items.len() as u32);
-        for item in items {
-            f(self, item);
-        }
-    }
-}
-
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
-    }
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|e| *e <= self.buf.len())
-            .ok_or("record is truncated")?;
-        let out = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(out)
-    }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        Ok(self.take(N)?.try_into().expect("took N bytes"))
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-    fn bool(&mut self) -> Result<bool, String> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            b => Err(format!("bad boolean {b}")),
-        }
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_be_bytes(self.array()?))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_be_bytes(self.array()?))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], String> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
-    fn string(&mut self) -> Result<String, String> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| "text is not UTF-8".to_string())
-    }
-    fn arc_str(&mut self) -> Result<Arc<str>, String> {
-        std::str::from_utf8(self.bytes()?)
-            .map(Arc::from)
-            .map_err(|_| "text is not UTF-8".to_string())
-    }
-    fn opt<T>(
-        &mut self,
-        f: impl FnOnce(&mut Reader<'a>) -> Result<T, String>,
-    ) -> Result<Option<T>, String> {
-        match self.u8()? {
-            0 => Ok(None),
-            1 => f(self).map(Some),
-            b => Err(format!("bad option tag {b}")),
-        }
-    }
-    fn list<T>(
-        &mut self,
-        mut f: impl FnMut(&mut Reader<'a>) -> Result<T, String>,
-    ) -> Result<Vec<T>, String> {
-        let n = self.u32()? as usize;
-        // A length larger than what is left is damage, not a reason to allocate.
-        if n > self.buf.len() - self.pos {
-            return Err("list length exceeds the record".into());
-        }
-        (0..n).map(|_| f(self)).collect()
-    }
-    fn at_end(&self) -> bool {
-        self.pos == self.buf.len()
-    }
-
-    fn finish(&self) -> Result<(), String> {
-        if self.pos == self.buf.len() {
-            Ok(())
-        } else {
-            Err("trailing bytes after the record".into())
-        }
-    }
 }
