@@ -112,8 +112,6 @@ pub struct Embedded {
     committer: Option<Committer>,
     /// Where message contents are read back from: durable backends only.
     contents: Option<Contents>,
-    /// Seals contents on their way to the store (`StoreOptions::encryption_key_file`).
-    keyring: Option<Arc<Keyring>>,
     disk: DiskReserve,
     /// `HEALTHY`, `RECOVERING` or `READ_ONLY`: after a failed write the engine is put back
     /// to what the store holds, and the backend then answers reads only.
@@ -154,38 +152,25 @@ impl Embedded {
     ) -> Result<Embedded, StoreError> {
         let options = options.into();
         setup.config.track_changes = true;
-        let (keyring, sealing_recorded) = match &options.encryption_key_file {
-            Some(path) => {
-                let (keyring, record) = sealing::keyring_for(&mut *store, path)
-                    .map_err(|e| StoreError::Keys(e.to_string()))?;
-                store.rebind_copies_with(keyring.clone());
-                (Some(keyring), record)
-            }
-            None => (None, None),
-        };
+        let keyring = open_keys(&mut *store, options.encryption_key_file.as_deref())?;
         setup.config.encrypts_at_rest = keyring.is_some();
         // With what a background delete had not finished when the server last stopped.
         let (mut engine, leftovers) =
             restore(&mut *store, setup.clock.clone(), setup.config.clone())?;
         let contents = Contents::new(store.reader()?, options.body_cache_bytes, keyring.clone());
         let committer = Committer::start(store, options.durability);
-        if let Some(record) = sealing_recorded {
-            // Ahead of every write that seals with the key, in the order the store applies.
-            committer.submit_detached(record);
-        }
         // Contents a file written before they had records of their own kept inside message
         // records: rewritten apart, once.
         engine.hand_over_contents();
         let changes = engine.take_changes();
         if !changes.is_empty() {
             // A new engine's receipt key must be on disk before any handle is issued with it.
-            committer.submit_detached(codec::encode_sealed(&changes, keyring.as_deref()));
+            committer.submit_detached(codec::encode(&changes));
         }
         if !leftovers.is_empty() {
             committer.submit_detached(leftovers);
         }
         let mut backend = Embedded::assemble(setup, engine, Some(committer));
-        backend.keyring = keyring;
         let space = contents.reader().space();
         backend.disk.reserve = options.disk_reserve_bytes.unwrap_or_else(|| {
             let tenth = space.map_or(u64::MAX, |s| s.file_system_size / 10);
@@ -207,7 +192,6 @@ impl Embedded {
             waiters: Waiters::default(),
             committer,
             contents: None,
-            keyring: None,
             disk: DiskReserve::unmeasured(),
             health: AtomicU8::new(HEALTHY),
             failure: Mutex::new(None),
@@ -388,7 +372,8 @@ impl Embedded {
             contents.note(&changes);
         }
         // A read-only backend's engine is frozen; nothing is written.
-        (self.is_healthy() && !changes.is_empty()).then(|| committer.submit(self.encoded(&changes)))
+        (self.is_healthy() && !changes.is_empty())
+            .then(|| committer.submit(codec::encode(&changes)))
     }
 
     /// Like `submit`, for background work nobody waits on.
@@ -398,14 +383,9 @@ impl Embedded {
                 if let Some(contents) = &self.contents {
                     contents.note(changes);
                 }
-                committer.submit_detached(self.encoded(changes));
+                committer.submit_detached(codec::encode(changes));
             }
         }
-    }
-
-    /// The writes of `changes`, contents sealed where their queue asks.
-    fn encoded(&self, changes: &[Change]) -> leasehold_store::WriteBatch {
-        codec::encode_sealed(changes, self.keyring.as_deref())
     }
 
     fn is_healthy(&self) -> bool {
@@ -483,6 +463,33 @@ impl Embedded {
         self.waiters
             .wake_some(queue, results.iter().filter(|r| r.is_ok()).count());
     }
+}
+
+/// The keys that seal `store`'s contents, from `key_file` (`sealing::keyring_for`), the store
+/// told to seal with them; the record of a new sealing key written, synced, before anything
+/// is sealed with it (a start that cannot write it stops here, in one line). Without a key
+/// file, a store that holds sealed contents is refused: served without its keys they could
+/// only be dropped as damaged.
+fn open_keys(
+    store: &mut dyn Store,
+    key_file: Option<&std::path::Path>,
+) -> std::result::Result<Option<Arc<Keyring>>, StoreError> {
+    let Some(path) = key_file else {
+        if !sealing::recorded(store)?.is_empty() {
+            return Err(StoreError::Keys(format!(
+                "{} holds encrypted messages, and no encryption key file was given",
+                store.describe()
+            )));
+        }
+        return Ok(None);
+    };
+    let (keyring, record) =
+        sealing::keyring_for(store, path).map_err(|e| StoreError::Keys(e.to_string()))?;
+    if let Some(record) = record {
+        store.write(&[record], true)?;
+    }
+    store.seal_with(keyring.clone());
+    Ok(Some(keyring))
 }
 
 /// Whether a command of `access` may run in `health`: Err(true) while the engine is being put

@@ -68,3 +68,41 @@ async fn a_message_whose_body_is_lost_is_dropped_and_its_group_goes_on() {
     assert_eq!(counts[0].1, "0");
     assert_eq!(counts[1].1, "1", "only the second is in flight");
 }
+
+/// A store that holds encrypted contents, opened without its key file, could only drop them
+/// as damaged: it is refused, in one line; with the key file it opens and they read.
+#[tokio::test]
+async fn a_store_with_encrypted_contents_is_refused_without_its_key_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("encryption.key");
+    let store = MemoryStore::default();
+    let setup = || EngineSetup {
+        clock: Arc::new(ManualClock::new(1_000_000)),
+        config: EngineConfig::default(),
+    };
+    let options = |key_file: Option<std::path::PathBuf>| StoreOptions {
+        encryption_key_file: key_file,
+        ..StoreOptions::from(Durability::Always)
+    };
+    let backend = Embedded::durable(
+        setup(),
+        Box::new(store.clone()),
+        options(Some(key_file.clone())),
+    )
+    .unwrap();
+    backend.create_queue("q", vec![], vec![]).await.unwrap();
+    backend.send("q", NewMessage::new("secret")).await.unwrap();
+    drop(backend);
+    let held = store.records();
+    assert!(!held.values().any(|v| v.windows(6).any(|w| w == b"secret")));
+
+    let refused = Embedded::durable(setup(), Box::new(store.clone()), options(None));
+    let error = refused.err().expect("opened without its keys").to_string();
+    assert!(error.contains("no encryption key file"), "{error}");
+    assert_eq!(error.lines().count(), 1);
+
+    let backend = Embedded::durable(setup(), Box::new(store), options(Some(key_file))).unwrap();
+    let got = backend.receive("q", one()).await.unwrap();
+    assert_eq!(got.deliveries.len(), 1);
+    assert_eq!(&*got.deliveries[0].body, "secret");
+}

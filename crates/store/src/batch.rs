@@ -5,6 +5,10 @@ use std::collections::HashSet;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     Put(Vec<u8>, Vec<u8>),
+    /// A put of a message content whose queue asks for encryption at rest: sealed to its
+    /// key by a store told `Store::seal_with` (on the committer's thread, not under the
+    /// request's locks), put as it is by one that was not.
+    PutSealed(Vec<u8>, Vec<u8>),
     Delete(Vec<u8>),
     DeleteRange(RangeDelete),
     /// Puts under `to` the value stored under `from` (a message's content moving to another
@@ -44,7 +48,7 @@ impl Op {
     /// The one key a put, delete or copy writes.
     pub fn key(&self) -> Option<&[u8]> {
         match self {
-            Op::Put(k, _) | Op::Delete(k) => Some(k),
+            Op::Put(k, _) | Op::PutSealed(k, _) | Op::Delete(k) => Some(k),
             Op::Copy { to, .. } => Some(to),
             Op::DeleteRange(_) => None,
         }
@@ -59,6 +63,11 @@ pub struct WriteBatch {
 impl WriteBatch {
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.ops.push(Op::Put(key, value));
+    }
+
+    /// `value` under `key`, sealed where the store seals (`Op::PutSealed`).
+    pub fn put_sealed(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.push(Op::PutSealed(key, value));
     }
 
     pub fn delete(&mut self, key: Vec<u8>) {
@@ -83,7 +92,7 @@ impl WriteBatch {
         self.ops
             .iter()
             .map(|op| match op {
-                Op::Put(k, v) => k.len() + v.len(),
+                Op::Put(k, v) | Op::PutSealed(k, v) => k.len() + v.len(),
                 Op::Delete(k) => k.len(),
                 Op::Copy { from, to } => from.len() + to.len(),
                 Op::DeleteRange(range) => range.start.len() + range.end.len(),
@@ -135,7 +144,7 @@ mod tests {
         let mut data = BTreeMap::new();
         for op in ops {
             match op {
-                Op::Put(k, v) => {
+                Op::Put(k, v) | Op::PutSealed(k, v) => {
                     data.insert(k.clone(), v.clone());
                 }
                 Op::Delete(k) => {
@@ -152,6 +161,7 @@ mod tests {
         let key = || (0u8..6).prop_map(|k| vec![k]);
         prop_oneof![
             4 => (key(), any::<u8>()).prop_map(|(k, v)| Op::Put(k, vec![v])),
+            1 => (key(), any::<u8>()).prop_map(|(k, v)| Op::PutSealed(k, vec![v])),
             2 => key().prop_map(Op::Delete),
             2 => (key(), key()).prop_map(|(from, to)| Op::Copy { from, to }),
             1 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(RangeDelete {

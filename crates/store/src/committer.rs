@@ -451,8 +451,8 @@ mod tests {
             self.inner.reader()
         }
 
-        fn rebind_copies_with(&mut self, keyring: Arc<crate::keyring::Keyring>) {
-            self.inner.rebind_copies_with(keyring);
+        fn seal_with(&mut self, keyring: Arc<crate::keyring::Keyring>) {
+            self.inner.seal_with(keyring);
         }
     }
 

@@ -94,7 +94,7 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.reader()
     }
 
-    fn rebind_copies_with(&mut self, keyring: Arc<crate::keyring::Keyring>) {
-        self.inner.rebind_copies_with(keyring);
+    fn seal_with(&mut self, keyring: Arc<crate::keyring::Keyring>) {
+        self.inner.seal_with(keyring);
     }
 }

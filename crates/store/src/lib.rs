@@ -89,10 +89,11 @@ pub trait Store: Send {
     fn describe(&self) -> String;
     /// A reader of what this store holds, for any number of threads while it writes.
     fn reader(&self) -> Result<Arc<dyn Reader>, StoreError>;
-    /// From now on a copy (`Op::Copy`: a content moving with its message) of a record
-    /// sealed to its key is sealed again to its new key (`sealing::rebound`); without it a
-    /// moved sealed content would no longer open.
-    fn rebind_copies_with(&mut self, keyring: Arc<Keyring>);
+    /// From now on the contents marked for it (`Op::PutSealed`) are sealed with `keyring`'s
+    /// newest key, bound to their store key, and a copy (`Op::Copy`: a content moving with
+    /// its message) of a sealed record is sealed again to its new key (`sealing::rebound`).
+    /// Without it contents are stored as they come.
+    fn seal_with(&mut self, keyring: Arc<Keyring>);
 }
 
 /// Reads a store while its committer writes: message contents as a receive hands them out,

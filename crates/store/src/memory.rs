@@ -90,6 +90,10 @@ fn apply(data: &mut Map, batch: &WriteBatch, rebind: Option<&Keyring>) {
             Op::Put(k, v) => {
                 data.insert(k.clone(), v.clone());
             }
+            Op::PutSealed(k, v) => {
+                let value = rebind.map_or_else(|| v.clone(), |keyring| keyring.seal(k, v));
+                data.insert(k.clone(), value);
+            }
             Op::Delete(k) => {
                 data.remove(k);
             }
@@ -172,7 +176,7 @@ impl Store for MemoryStore {
         Ok(Arc::new(self.clone()))
     }
 
-    fn rebind_copies_with(&mut self, keyring: Arc<Keyring>) {
+    fn seal_with(&mut self, keyring: Arc<Keyring>) {
         self.rebind = Some(keyring);
     }
 }

@@ -1,5 +1,6 @@
 //! Message contents sealed at rest (issue 30): a content whose queue asks for encryption is
-//! written sealed to its store key (`codec::encode_sealed`), sealed again to its new key when
+//! written sealed to its store key (`Op::PutSealed`, sealed by the store on the committer's
+//! thread), sealed again to its new key when
 //! it moves with its message (`rebound`), and opened when read (`opened`). The store records
 //! which keys sealed anything, and the key file is checked against that record at start
 //! (`keyring_for`): a missing or wrong key file is one line then, never a message that does
@@ -136,7 +137,7 @@ mod tests {
     use leasehold_engine::{Change, Content, ContentKey, MsgKey};
 
     use super::*;
-    use crate::codec::{content_key, encode_sealed};
+    use crate::codec::{content_key, encode};
     use crate::{read_contents, MemoryStore, ReadContent};
 
     fn at(queue_id: u64, seq: u64) -> ContentKey {
@@ -177,8 +178,8 @@ mod tests {
             sent(at(1, 1), "secret body", true),
             sent(at(2, 1), "plain body", false),
         ];
-        let batch = encode_sealed(&changes, Some(&keys));
-        store.write(&[batch], true).unwrap();
+        store.seal_with(keys.clone());
+        store.write(&[encode(&changes)], true).unwrap();
         let raw: Vec<u8> = store.records().into_values().flatten().collect();
         let holds = |text: &str| raw.windows(text.len()).any(|w| w == text.as_bytes());
         assert!(!holds("secret body"));
@@ -202,9 +203,8 @@ mod tests {
             sent(at(1, 2), "two", true),
             sent(at(1, 3), "three", true),
         ];
-        store
-            .write(&[encode_sealed(&changes, Some(&keys))], true)
-            .unwrap();
+        store.seal_with(keys.clone());
+        store.write(&[encode(&changes)], true).unwrap();
         let mut records = store.records();
         let (one, two) = (content_key(at(1, 1)), content_key(at(1, 2)));
         let mut flipped = records[&one].clone();
@@ -222,20 +222,26 @@ mod tests {
     #[test]
     fn a_copied_sealed_content_opens_at_its_new_key_only_where_the_store_rebinds_copies() {
         let keys = keyring(3);
+        let sealed_at = |at: ContentKey| {
+            let mut store = MemoryStore::default();
+            store.seal_with(keys.clone());
+            store
+                .write(&[encode(&[sent(at, "moving", true)])], true)
+                .unwrap();
+            store.records()
+        };
         let moved = |store: &mut MemoryStore| {
-            let mut batch = encode_sealed(&[sent(at(1, 1), "moving", true)], Some(&keys));
+            let mut batch = WriteBatch::default();
             batch.copy(content_key(at(1, 1)), content_key(at(2, 7)));
             store.write(&[batch], true).unwrap();
             read(store, &keys, &[at(2, 7)]).remove(0)
         };
-        let mut rebinding = MemoryStore::default();
-        rebinding.rebind_copies_with(keys.clone());
+        let mut rebinding = MemoryStore::from_records(sealed_at(at(1, 1)));
+        rebinding.seal_with(keys.clone());
         assert_eq!(moved(&mut rebinding), ReadContent::Found(content("moving")));
         // Bound to its key: copied as it is, it no longer opens there.
-        assert!(matches!(
-            moved(&mut MemoryStore::default()),
-            ReadContent::Damaged(_)
-        ));
+        let mut plain_copier = MemoryStore::from_records(sealed_at(at(1, 1)));
+        assert!(matches!(moved(&mut plain_copier), ReadContent::Damaged(_)));
     }
 
     #[test]

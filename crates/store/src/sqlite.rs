@@ -36,7 +36,8 @@ pub struct SqliteStore {
     path: PathBuf,
     synchronous_full: bool,
     identity: FileIdentity,
-    /// Seals a copied sealed record again to its new key (`Store::rebind_copies_with`).
+    /// Seals the contents marked for it, and a copied sealed record again to its new key
+    /// (`Store::seal_with`).
     rebind: Option<Arc<Keyring>>,
     _lock: DirLock,
 }
@@ -230,7 +231,12 @@ impl Store for SqliteStore {
                 .map_err(err)?;
             for op in effective_ops(batches) {
                 match (op, &self.rebind) {
-                    (Op::Put(k, v), _) => put.execute((k, v)).map(|_| ()),
+                    (Op::Put(k, v), _) | (Op::PutSealed(k, v), None) => {
+                        put.execute((k, v)).map(|_| ())
+                    }
+                    (Op::PutSealed(k, v), Some(keyring)) => {
+                        put.execute((k, keyring.seal(k, v))).map(|_| ())
+                    }
                     (Op::Delete(k), _) => delete.execute([k]).map(|_| ()),
                     (Op::Copy { from, to }, None) => copy.execute((from, to)).map(|_| ()),
                     // Through this process, to be sealed again to its new key: the write of
@@ -312,7 +318,7 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn rebind_copies_with(&mut self, keyring: Arc<Keyring>) {
+    fn seal_with(&mut self, keyring: Arc<Keyring>) {
         self.rebind = Some(keyring);
     }
 }

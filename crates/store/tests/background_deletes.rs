@@ -139,8 +139,8 @@ impl Store for Shared {
         self.inner.lock().unwrap().reader()
     }
 
-    fn rebind_copies_with(&mut self, keyring: Arc<leasehold_store::keyring::Keyring>) {
-        self.inner.lock().unwrap().rebind_copies_with(keyring);
+    fn seal_with(&mut self, keyring: Arc<leasehold_store::keyring::Keyring>) {
+        self.inner.lock().unwrap().seal_with(keyring);
     }
 }
 

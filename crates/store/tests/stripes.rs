@@ -34,7 +34,7 @@ fn read_back(changes: &[Change]) -> (Snapshot, BTreeMap<Vec<u8>, Vec<u8>>) {
     let mut kept = BTreeMap::new();
     for op in codec::encode(changes).ops {
         match op {
-            Op::Put(k, v) => {
+            Op::Put(k, v) | Op::PutSealed(k, v) => {
                 kept.insert(k, v);
             }
             Op::Delete(k) => {

@@ -148,7 +148,7 @@ impl Store for SimStore {
         Ok(Arc::new(self.0.disk().written.clone()))
     }
 
-    fn rebind_copies_with(&mut self, keyring: Arc<leasehold_store::keyring::Keyring>) {
-        self.0.disk().written.rebind_copies_with(keyring);
+    fn seal_with(&mut self, keyring: Arc<leasehold_store::keyring::Keyring>) {
+        self.0.disk().written.seal_with(keyring);
     }
 }

@@ -332,6 +332,9 @@ fn one_run(start: &Start) {
         durability: plan.durability,
         body_cache_bytes: plan.body_cache,
         disk_reserve_bytes: Some(0),
+        // Contents in the clear: a sealed record's random nonce would make a seed's run
+        // differ between replays.
+        encryption_key_file: None,
     };
     let node = match Embedded::durable(setup, Box::new(start.disk.store()), options) {
         Ok(node) => node,

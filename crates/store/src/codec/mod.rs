@@ -17,7 +17,6 @@ use crate::batch::{RangeDelete, WriteBatch};
 mod primitives;
 mod records;
 
-use crate::keyring::Keyring;
 use crate::sealing::SEALS_KEY;
 use primitives::{Reader, Writer};
 use records::*;
@@ -181,14 +180,9 @@ impl Leftovers {
     }
 }
 
-/// The writes that apply `changes`, in order, sealing nothing.
+/// The writes that apply `changes`, in order; a content whose queue asks for encryption at
+/// rest is a put to be sealed (`Op::PutSealed`), bound to its store key, by the store.
 pub fn encode(changes: &[Change]) -> WriteBatch {
-    encode_sealed(changes, None)
-}
-
-/// The writes that apply `changes`, in order; with `keyring`, a content whose queue asks for
-/// encryption at rest is written sealed, bound to its store key.
-pub fn encode_sealed(changes: &[Change], keyring: Option<&Keyring>) -> WriteBatch {
     let mut batch = WriteBatch::default();
     for change in changes {
         match change {
@@ -215,14 +209,10 @@ pub fn encode_sealed(changes: &[Change], keyring: Option<&Keyring>) -> WriteBatc
                 at,
                 content,
                 sealed,
-            } => {
-                let key = content_key(*at);
-                let value = match (sealed, keyring) {
-                    (true, Some(keyring)) => keyring.seal(&key, &content_value(content)),
-                    _ => content_value(content),
-                };
-                batch.put(key, value)
-            }
+            } => match sealed {
+                true => batch.put_sealed(content_key(*at), content_value(content)),
+                false => batch.put(content_key(*at), content_value(content)),
+            },
             Change::ContentMoved { from, to } => batch.copy(content_key(*from), content_key(*to)),
             Change::Metrics {
                 queue_id,
