@@ -229,6 +229,13 @@ async fn an_encrypted_queue_s_bodies_and_attributes_are_not_in_the_data_files_an
         &std::fs::metadata(key_file(&data)).unwrap().permissions(),
     );
     assert_eq!(mode & 0o777, 0o600, "the key file is readable by others");
+    // Format 2: a release that cannot open sealed contents refuses the file at start.
+    let format: i64 = data_file(&data)
+        .query_row("SELECT v FROM meta WHERE k = 'format'", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(format, 2);
 
     let server = Serving::start(&data, &log, &[]);
     let sqs = server.sqs();

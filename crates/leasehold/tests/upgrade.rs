@@ -508,10 +508,10 @@ fn a_data_file_of_a_newer_format_is_refused_at_start_and_left_as_it_was() {
     assert!(!dir.path().join("data").join("leasehold.db-wal").exists());
 }
 
-/// Marks the data file as written in format 2: the format lives in its `meta` table.
+/// Marks the data file as written in format 3: the format lives in its `meta` table.
 fn mark_newer_format(file: &Path) {
     let conn = rusqlite::Connection::open(file).unwrap();
-    conn.execute("UPDATE meta SET v = 2 WHERE k = 'format'", [])
+    conn.execute("UPDATE meta SET v = 3 WHERE k = 'format'", [])
         .unwrap();
     conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
         .unwrap();

@@ -11,11 +11,16 @@ use crate::batch::{effective_ops, Op, RangeDelete, WriteBatch};
 use crate::codec::CONTENT_KEY;
 use crate::guard::{create_private_dir, make_private, wal_path, DirLock, FileIdentity};
 use crate::keyring::Keyring;
-use crate::sealing::rebound;
+use crate::sealing::{rebound, SEALS_KEY};
 use crate::{Reader, Space, Store, StoreError, Visitor};
 
 pub const FILE_NAME: &str = "leasehold.db";
-const FORMAT: i64 = 1;
+/// The data format this release writes: 2 since contents may be sealed (issue 30), which a
+/// file becomes when its first sealing key is recorded (`sealing::SEALS_KEY`), so a release
+/// that cannot open sealed contents refuses the file at start rather than reading it as
+/// damaged. Format 1 files are read as they are.
+const FORMAT: i64 = 2;
+const FORMAT_BEFORE_SEALING: i64 = 1;
 /// Bytes the write-ahead log keeps after a checkpoint.
 const WAL_SIZE_LIMIT: i64 = 16 << 20;
 
@@ -107,7 +112,7 @@ impl SqliteStore {
                         "it was written by a newer Leasehold (data format {format}; this release reads format {FORMAT}) and is left as it is: run that release or a newer one, or restore a backup this release made"
                     )))
                 }
-                Some(FORMAT) => {}
+                Some(FORMAT | FORMAT_BEFORE_SEALING) => {}
                 Some(format) => return Err(corrupt(format!("unknown data format {format}"))),
             }
         }
@@ -229,6 +234,15 @@ impl Store for SqliteStore {
             let mut get = tx
                 .prepare_cached("SELECT v FROM kv WHERE k = ?1")
                 .map_err(err)?;
+            let ops = batches.iter().flat_map(|b| &b.ops);
+            if ops.map(Op::key).any(|key| key == Some(SEALS_KEY)) {
+                // Idempotent, and in the same transaction as the record.
+                tx.execute(
+                    "UPDATE meta SET v = ?1 WHERE k = 'format' AND v < ?1",
+                    [FORMAT],
+                )
+                .map_err(err)?;
+            }
             for op in effective_ops(batches) {
                 match (op, &self.rebind) {
                     (Op::Put(k, v), _) | (Op::PutSealed(k, v), None) => {
