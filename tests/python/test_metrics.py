@@ -39,6 +39,10 @@ def check(found, queue):
     assert [s.value for s in count] == [5.0]
     recent = found["leasehold_lease_hold_recent_seconds"]
     assert {s.labels["quantile"] for s in recent.samples} == {"0.5", "0.9", "0.99", "0.999"}
+    # What the alert on a hold time near its lease compares it with.
+    lease = found["leasehold_visibility_timeout_seconds"]
+    assert lease.type == "gauge"
+    assert [s.value for s in lease.samples if s.labels.get("queue") == queue] == [30.0]
 
 
 def test_the_text_format_is_what_plain_scrapers_get_and_parses(server):

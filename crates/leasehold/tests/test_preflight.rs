@@ -62,9 +62,9 @@ fn a_machine_without_the_tools_is_told_what_to_install_in_one_line_at_once() {
     let line = refusal(preflight(bare.path(), &[]));
     for named in [
         "scripts/test needs cargo python3 ",
-        " node npm chromium psql, which this machine lacks",
+        " node npm chromium promtool psql, which this machine lacks",
         "; as root: apt-get install python3 ",
-        " nodejs npm chromium postgresql-client python3-venv; cargo: https://rustup.rs",
+        " nodejs npm chromium prometheus postgresql-client python3-venv; cargo: https://rustup.rs",
     ] {
         assert!(line.contains(named), "{named:?} not in {line}");
     }
@@ -72,7 +72,7 @@ fn a_machine_without_the_tools_is_told_what_to_install_in_one_line_at_once() {
 
 #[test]
 fn without_services_psql_is_not_asked_for() {
-    let bare = path_with(&["cargo", "python3", "mkfs.ext4", "node", "npm"]);
+    let bare = path_with(&["cargo", "python3", "mkfs.ext4", "node", "npm", "promtool"]);
     let line = refusal(preflight(bare.path(), &["--no-services"]));
     assert_eq!(
         line.trim_end(),
@@ -89,6 +89,7 @@ fn a_machine_with_the_tools_passes_silently() {
         "node",
         "npm",
         "chromium",
+        "promtool",
         "psql",
     ];
     let out = preflight(path_with(&all).path(), &[]);

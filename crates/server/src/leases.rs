@@ -227,7 +227,14 @@ impl Collector for QueueReports {
             "ReceiveMessage calls that returned nothing.",
             &per_queue_counter(&|r| r.stats.empty_receives),
         )?;
-        // What SQS does not tell.
+        // What SQS does not tell: first the lease a hold is measured against (the alert on a
+        // hold time near its lease compares the two, deploy/prometheus/).
+        gauge(
+            &mut encoder,
+            "leasehold_visibility_timeout_seconds",
+            "The queue's visibility timeout: the lease a receive takes unless it asks another.",
+            &per_queue_gauge(&|r| f64::from(r.visibility_timeout_s)),
+        )?;
         let mut hold = Vec::new();
         let mut hold_max = Vec::new();
         for (name, r) in &self.0 {
