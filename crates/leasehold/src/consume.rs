@@ -13,6 +13,7 @@ use leasehold_worker::{idempotency, Backoff, IdempotencyStore, Message, Settings
 
 use crate::group::ProcessGroup;
 use crate::guard::{self, Guardian};
+use crate::http_target::{self, HttpTarget};
 use tokio::io::AsyncWriteExt;
 
 /// Where to find SQS: the AWS defaults (environment, profile), with an optional endpoint.
@@ -212,11 +213,29 @@ pub struct WorkArgs {
     /// Seconds between SIGTERM and SIGKILL when a command's process group is stopped (its
     /// lease could end before it would, or the shutdown grace ran out); default: a sixth of
     /// the lease, at most 5. The stop begins this long (plus slack) before the lease can end.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "http")]
     kill_grace: Option<f64>,
+    /// POST each message to this URL instead of running a command, as Elastic Beanstalk's
+    /// worker daemon (sqsd) does: the body as the request's, X-Aws-Sqsd-* headers; a 200
+    /// deletes it, anything else or no answer in --http-timeout retries after the backoff.
+    #[arg(long, value_parser = parse_http_url, conflicts_with = "command")]
+    http: Option<reqwest::Url>,
+    /// Seconds --http waits for an answer (sqsd's inactivity timeout) before the message
+    /// fails; the lease is heartbeated meanwhile.
+    #[arg(long, default_value = "299", requires = "http", value_parser = clap::value_parser!(u64).range(1..=43_200))]
+    http_timeout: u64,
     /// The command to run per message: body on stdin, metadata in LEASEHOLD_* variables.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "http")]
     command: Vec<String>,
+}
+
+/// `--http`: an http or https URL.
+fn parse_http_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(format!("an http or https URL, not {other}:")),
+    }
 }
 
 fn string_attributes(attrs: &HashMap<String, MessageAttributeValue>) -> String {
@@ -327,7 +346,9 @@ fn register_with_guardian(command: &mut tokio::process::Command, fd: std::os::fd
 }
 
 pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
-    check_command(&args.command[0])?;
+    if let Some(program) = args.command.first() {
+        check_command(program)?;
+    }
     let client = sqs_client(&args.sqs, &args.queue_url).await?;
     queue_attributes(&client, &args.queue_url, &[QueueAttributeName::QueueArn]).await?;
     let store = match &args.idempotency {
@@ -336,9 +357,11 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
     };
     let shutdown = crate::cancelled_on_shutdown();
     let lease = Duration::from_secs(args.lease);
-    let kill_grace = match args.kill_grace {
-        None => leasehold_worker::default_stop_grace(lease, Duration::from_secs(5)),
-        Some(seconds) => Duration::try_from_secs_f64(seconds)
+    let kill_grace = match (args.kill_grace, &args.http) {
+        // A request is aborted at once: the stop's grace is the runtime's slack alone.
+        (_, Some(_)) => Duration::ZERO,
+        (None, None) => leasehold_worker::default_stop_grace(lease, Duration::from_secs(5)),
+        (Some(seconds), None) => Duration::try_from_secs_f64(seconds)
             .map_err(|_| usage("--kill-grace must be a number of seconds >= 0"))?,
     };
     let mut builder = Worker::builder(client, args.queue_url.clone())
@@ -384,6 +407,18 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
             slack.as_secs_f64(),
             args.lease
         )));
+    }
+    if let Some(url) = args.http {
+        let timeout = Duration::from_secs(args.http_timeout);
+        let connections = args.concurrency as usize;
+        let target = Arc::new(HttpTarget::new(url, &args.queue_url, connections, timeout)?);
+        let worker = builder
+            .handler(move |m| http_target::post(target.clone(), m))
+            .build();
+        tracing::info!(queue = %args.queue_url, "worker started");
+        let stats = worker.run().await;
+        tracing::info!(?stats, "worker stopped");
+        return Ok(());
     }
     let guardian = Guardian::start(shutdown.clone())?;
     let commands = Arc::new(Commands {

@@ -13,6 +13,7 @@ mod config;
 mod consume;
 mod group;
 mod guard;
+mod http_target;
 mod in_process;
 mod lab;
 mod redrive;

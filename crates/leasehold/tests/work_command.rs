@@ -2,8 +2,6 @@
 //! own, and when its lease is lost the whole group goes (SIGTERM, then SIGKILL after
 //! `--kill-grace`), grandchildren that ignore SIGTERM included.
 
-#![allow(unsafe_code)] // signals and ioctls through libc, on processes this test started
-
 mod common;
 
 use std::os::unix::process::CommandExt;
@@ -82,22 +80,7 @@ async fn ctrl_c_drains_the_worker_and_does_not_reach_the_command() {
         dir.path().join("started").exists()
     })
     .await;
-    // The terminal's Ctrl-C: SIGINT to the foreground process group, the worker's.
-    assert_eq!(
-        unsafe { libc::kill(-(worker.id() as i32), libc::SIGINT) },
-        0
-    );
-    let mut exited = None;
-    wait_for(
-        "the worker drained and exited",
-        Duration::from_secs(10),
-        || {
-            exited = worker.try_wait().unwrap();
-            exited.is_some()
-        },
-    )
-    .await;
-    assert!(exited.unwrap().success());
+    assert!(common::interrupt(&mut worker).await.success());
     assert!(
         dir.path().join("finished").exists(),
         "the command was interrupted"

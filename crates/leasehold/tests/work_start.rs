@@ -120,6 +120,38 @@ async fn mistakes_are_found_at_start_and_said_in_one_line_with_exit_code_2() {
         h,
         "the command \"no-such-command-here\" was not found",
     );
+    // --http: a web URL, instead of a command, never both.
+    assert_mistake(
+        &["work", "--queue-url", &url, "--http", "ftp://x/work"],
+        h,
+        "an http or https URL, not ftp:",
+    );
+    assert_mistake(
+        &[
+            "work",
+            "--queue-url",
+            &url,
+            "--http",
+            "http://x/work",
+            "--",
+            "true",
+        ],
+        h,
+        "cannot be used with",
+    );
+    assert_mistake(
+        &[
+            "work",
+            "--queue-url",
+            &url,
+            "--kill-grace",
+            "1",
+            "--http",
+            "http://x/w",
+        ],
+        h,
+        "cannot be used with",
+    );
     let stopped = url.replace(&server.port.to_string(), &common::free_port().to_string());
     assert_mistake(
         &["work", "--queue-url", &stopped, "--", "true"],

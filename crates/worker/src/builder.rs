@@ -14,7 +14,7 @@ use crate::backoff::Backoff;
 use crate::idempotency::IdempotencyStore;
 use crate::inner::Inner;
 use crate::lease::{slack, Timing};
-use crate::message::{Handler, KeyFn, Message, IDEMPOTENCY_KEY_ATTRIBUTE};
+use crate::message::{idempotency_key, Handler, KeyFn, Message};
 use crate::runtime::Worker;
 use crate::stats::Counters;
 
@@ -56,13 +56,6 @@ pub struct WorkerBuilder {
     wait_time_s: i32,
 }
 
-fn default_key(m: &Message) -> String {
-    m.message_attributes
-        .get(IDEMPOTENCY_KEY_ATTRIBUTE)
-        .and_then(|a| a.string_value.clone())
-        .unwrap_or_else(|| m.message_id.clone())
-}
-
 /// The default stop grace: a sixth of the lease, at most `cap`.
 pub fn default_stop_grace(lease: Duration, cap: Duration) -> Duration {
     (lease / 6).min(cap)
@@ -87,7 +80,7 @@ impl WorkerBuilder {
             stop_grace: None,
             idempotency: None,
             completed_retention: Duration::from_secs(14 * 24 * 3600),
-            key: Arc::new(default_key),
+            key: Arc::new(idempotency_key),
             backoff: Backoff::default(),
             fail_fast: false,
             shutdown: CancellationToken::new(),

@@ -27,7 +27,7 @@ pub use backoff::Backoff;
 pub use builder::{default_stop_grace, SettingsError, WorkerBuilder};
 pub use errors::is_lost_lease;
 pub use idempotency::{Begin, Claim, IdempotencyError, IdempotencyStore};
-pub use message::{HandlerError, Message, IDEMPOTENCY_KEY_ATTRIBUTE};
+pub use message::{idempotency_key, HandlerError, Message, IDEMPOTENCY_KEY_ATTRIBUTE};
 pub use runtime::Worker;
 pub use stats::WorkerStats;
 pub use tokio_util::sync::CancellationToken;

@@ -19,6 +19,15 @@ pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>
 pub(crate) type Handler = Arc<dyn Fn(Message) -> BoxFuture + Send + Sync>;
 pub(crate) type KeyFn = Arc<dyn Fn(&Message) -> String + Send + Sync>;
 
+/// The idempotency key the runtime gives a message unless told otherwise (`WorkerBuilder::
+/// key`): its `leasehold-idempotency-key` attribute, else its message id.
+pub fn idempotency_key(m: &Message) -> String {
+    m.message_attributes
+        .get(IDEMPOTENCY_KEY_ATTRIBUTE)
+        .and_then(|a| a.string_value.clone())
+        .unwrap_or_else(|| m.message_id.clone())
+}
+
 /// One message as a handler sees it.
 #[derive(Clone, Debug)]
 pub struct Message {

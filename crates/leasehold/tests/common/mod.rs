@@ -308,3 +308,24 @@ pub fn restart_postgres() {
         .expect("pg_ctlcluster runs");
     assert!(status.success(), "pg_ctlcluster restart failed");
 }
+
+/// The terminal's Ctrl-C to a worker started in a process group of its own, as a shell runs a
+/// foreground job: SIGINT to the group; then how the worker exited, within 10 s.
+#[allow(unsafe_code)] // a signal through libc, to a process group this test started
+pub async fn interrupt(worker: &mut Child) -> std::process::ExitStatus {
+    assert_eq!(
+        unsafe { libc::kill(-(worker.id() as i32), libc::SIGINT) },
+        0
+    );
+    let mut exited = None;
+    wait_for(
+        "the worker drained and exited",
+        Duration::from_secs(10),
+        || {
+            exited = worker.try_wait().unwrap();
+            exited.is_some()
+        },
+    )
+    .await;
+    exited.expect("waited for")
+}
