@@ -86,8 +86,9 @@ class Prometheus:
 
 def test_a_real_prometheus_scrapes_the_lease_series_with_their_labels():
     server = Server()
-    prometheus = Prometheus(f"127.0.0.1:{server.port}")
+    prometheus = None
     try:
+        prometheus = Prometheus(f"127.0.0.1:{server.port}")
         sqs = server.sqs
         busy = server.queue(VisibilityTimeout=30)
         for i in range(5):
@@ -103,9 +104,12 @@ def test_a_real_prometheus_scrapes_the_lease_series_with_their_labels():
         busy_name, slow_name = busy.rsplit("/", 1)[1], slow.rsplit("/", 1)[1]
 
         prometheus.wait_for('up{job="leasehold"}', lambda r: r and r[0][1] == 1.0)
-        held = prometheus.wait_for(
-            f'leasehold_lease_hold_seconds_count{{queue="{busy_name}"}}', lambda r: r and r[0][1] == 5.0
+        # The late delete came last: once a scrape shows it, it shows everything before it.
+        prometheus.wait_for(
+            f'leasehold_late_deletes_total{{queue="{slow_name}"}}', lambda r: r and r[0][1] == 1.0
         )
+        held = prometheus.query(f'leasehold_lease_hold_seconds_count{{queue="{busy_name}"}}')
+        assert [v for _, v in held] == [5.0], held
         labels = held[0][0]
         assert labels["job"] == "leasehold" and labels["instance"] == f"127.0.0.1:{server.port}"
         buckets = prometheus.query(f'leasehold_lease_hold_seconds_bucket{{queue="{busy_name}"}}')
@@ -124,5 +128,6 @@ def test_a_real_prometheus_scrapes_the_lease_series_with_their_labels():
         assert age[1] >= 5.0, age
         assert age[0]["queue"] == busy_name
     finally:
-        prometheus.stop()
+        if prometheus is not None:
+            prometheus.stop()
         server.stop()

@@ -218,7 +218,7 @@ pub struct WorkArgs {
     /// POST each message to this URL instead of running a command, as Elastic Beanstalk's
     /// worker daemon (sqsd) does: the body as the request's, X-Aws-Sqsd-* headers; a 200
     /// deletes it, anything else or no answer in --http-timeout retries after the backoff.
-    #[arg(long, value_parser = parse_http_url, conflicts_with = "command")]
+    #[arg(long, value_name = "URL", value_parser = parse_http_url, conflicts_with = "command")]
     http: Option<reqwest::Url>,
     /// Seconds --http waits for an answer (sqsd's inactivity timeout) before the message
     /// fails; the lease is heartbeated meanwhile.
@@ -229,12 +229,13 @@ pub struct WorkArgs {
     command: Vec<String>,
 }
 
-/// `--http`: an http or https URL.
+/// `--http`: an http URL: the web app is local, as sqsd's is (this build speaks no TLS to
+/// it, so an https URL is refused here rather than failing every message).
 fn parse_http_url(text: &str) -> Result<reqwest::Url, String> {
     let url = reqwest::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
     match url.scheme() {
-        "http" | "https" => Ok(url),
-        other => Err(format!("an http or https URL, not {other}:")),
+        "http" => Ok(url),
+        other => Err(format!("an http:// URL of a local web app, not {other}:")),
     }
 }
 
@@ -398,11 +399,18 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
         heartbeat, slack, ..
     }) = builder.check()
     {
+        // --http has no kill grace to shorten.
+        let (grace, shorten) = match args.http {
+            Some(_) => (String::new(), "--heartbeat"),
+            None => (
+                format!("--kill-grace {:.2} s, ", kill_grace.as_secs_f64()),
+                "--kill-grace or --heartbeat",
+            ),
+        };
         return Err(usage(format!(
-            "--kill-grace {:.2} s, a heartbeat every {:.2} s and {:.2} s of slack leave a \
-             heartbeat no time in a {} s --lease: a command must be stopped before its lease can \
-             end; lengthen --lease, or shorten --kill-grace or --heartbeat",
-            kill_grace.as_secs_f64(),
+            "{grace}a heartbeat every {:.2} s and {:.2} s of slack leave a heartbeat no time in \
+             a {} s --lease: a run must be stopped before its lease can end; lengthen --lease, \
+             or shorten {shorten}",
             heartbeat.as_secs_f64(),
             slack.as_secs_f64(),
             args.lease

@@ -36,11 +36,16 @@ impl HttpTarget {
     ) -> anyhow::Result<HttpTarget> {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(connections)
+            // sqsd's own, first: web frameworks recognise the daemon by it (aws-sdk-rails'
+            // middleware checks that it starts with `aws-sqsd`).
             .user_agent(concat!(
-                "leasehold-work/",
+                "aws-sqsd/1.1 (leasehold-work/",
                 env!("CARGO_PKG_VERSION"),
-                " (aws-sqsd)"
+                ")"
             ))
+            // Only the POST's own 200 counts: a redirect followed (to a login page, as a
+            // GET) must not delete a message nobody processed.
+            .redirect(reqwest::redirect::Policy::none())
             .build()?;
         let queue_name = queue_url
             .rsplit('/')
@@ -76,7 +81,8 @@ impl HttpTarget {
                 continue; // a binary attribute has no header form
             };
             let header = HeaderName::from_bytes(format!("X-Aws-Sqsd-Attr-{name}").as_bytes());
-            match (header, HeaderValue::from_str(text)) {
+            // UTF-8 as it is: a header value may hold any byte but controls.
+            match (header, HeaderValue::from_bytes(text.as_bytes())) {
                 (Ok(header), Ok(value)) => request = request.header(header, value),
                 _ => tracing::warn!(
                     attribute = %name,

@@ -52,8 +52,9 @@ impl Drop for Ending {
     }
 }
 
-/// The app: `ok` answers 200; `fail-once` 500, then 200; `hang-once` never answers, then 200;
-/// `slow` and `drain` answer 200 after 4 s and 1.5 s; `hold` never answers.
+/// The app: `ok` answers 200; `fail-once` 500, then 200; `created-once` 201, then 200;
+/// `hang-once` never answers, then 200; `slow` and `drain` answer 200 after 4 s and 1.5 s;
+/// `hold` never answers.
 async fn handle(State(app): State<Arc<App>>, headers: HeaderMap, body: String) -> StatusCode {
     let shown = (headers.iter())
         .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
@@ -67,6 +68,7 @@ async fn handle(State(app): State<Arc<App>>, headers: HeaderMap, body: String) -
     };
     let status = match (body.as_str(), before) {
         ("fail-once", 0) => StatusCode::INTERNAL_SERVER_ERROR,
+        ("created-once", 0) => StatusCode::CREATED,
         ("hang-once", 0) | ("hold", _) => {
             tokio::time::sleep(Duration::from_secs(600)).await;
             StatusCode::OK
@@ -97,19 +99,13 @@ async fn start_app(app: Arc<App>) -> String {
 }
 
 /// `leasehold work --http` in a process group of its own, as a shell runs a foreground job:
-/// a 3 s lease heartbeated every second, a 6 s answer timeout, retries after 1 s.
-fn work(server: &Server, queue: &str, app: &str) -> Child {
+/// a 3 s lease heartbeated every second, an answer timeout of `timeout_s`, retries after 1 s.
+fn work(server: &Server, queue: &str, app: &str, timeout_s: u32) -> Child {
     common::leasehold_work(server, queue)
         .process_group(0)
         .args(["--lease", "3", "--heartbeat", "1", "--http", app])
-        .args([
-            "--http-timeout",
-            "6",
-            "--backoff",
-            "1",
-            "--max-backoff",
-            "1",
-        ])
+        .args(["--http-timeout", &timeout_s.to_string()])
+        .args(["--backoff", "1", "--max-backoff", "1"])
         .spawn()
         .unwrap()
 }
@@ -136,12 +132,12 @@ async fn each_message_is_posted_as_sqsd_does_and_only_a_200_deletes_it() {
         .unwrap()
         .message_id
         .unwrap();
-    for body in ["fail-once", "hang-once", "slow"] {
+    for body in ["fail-once", "created-once", "hang-once", "slow"] {
         common::send(&sqs, &queue, body).await;
     }
     let app = Arc::new(App::default());
     let url = start_app(app.clone()).await;
-    let worker = work(&server, &queue, &url);
+    let worker = work(&server, &queue, &url, 6);
     wait_for("every message deleted", Duration::from_secs(30), || {
         app.ended("hang-once", "answered") && app.seen("hang-once").len() == 2
     })
@@ -170,13 +166,15 @@ async fn each_message_is_posted_as_sqsd_does_and_only_a_200_deletes_it() {
         first.len() >= 20 && first.ends_with('Z') && first.contains('T'),
         "{first}"
     );
-    // A 500, and no answer within --http-timeout, each retried on the next receive.
+    // A 500, a 201 (only a 200 deletes, as with sqsd), and no answer within --http-timeout,
+    // each retried on the next receive.
     let counts = |body: &str| -> Vec<String> {
         (app.seen(body).iter())
             .map(|h| h["x-aws-sqsd-receive-count"].clone())
             .collect()
     };
     assert_eq!(counts("fail-once"), ["1", "2"]);
+    assert_eq!(counts("created-once"), ["1", "2"]);
     assert_eq!(counts("hang-once"), ["1", "2"]);
     assert!(
         app.ended("hang-once", "aborted"),
@@ -194,14 +192,15 @@ async fn a_lost_lease_aborts_the_request_open() {
     common::send(&sqs, &queue, "hold").await;
     let app = Arc::new(App::default());
     let url = start_app(app.clone()).await;
-    let worker = work(&server, &queue, &url);
+    // An answer timeout far beyond the wait below: only the lost lease can end the request.
+    let worker = work(&server, &queue, &url, 120);
     wait_for("the request is open", Duration::from_secs(10), || {
         app.seen("hold").len() == 1
     })
     .await;
     // The message disappears under the worker: its next heartbeat finds the lease gone.
     sqs.purge_queue().queue_url(&queue).send().await.unwrap();
-    wait_for("the request was aborted", Duration::from_secs(6), || {
+    wait_for("the request was aborted", Duration::from_secs(5), || {
         app.ended("hold", "aborted")
     })
     .await;
@@ -216,7 +215,7 @@ async fn ctrl_c_lets_the_requests_open_finish_and_deletes_their_messages() {
     common::send(&sqs, &queue, "drain").await;
     let app = Arc::new(App::default());
     let url = start_app(app.clone()).await;
-    let mut worker = work(&server, &queue, &url);
+    let mut worker = work(&server, &queue, &url, 6);
     wait_for("the request is open", Duration::from_secs(10), || {
         app.seen("drain").len() == 1
     })

@@ -124,7 +124,12 @@ async fn mistakes_are_found_at_start_and_said_in_one_line_with_exit_code_2() {
     assert_mistake(
         &["work", "--queue-url", &url, "--http", "ftp://x/work"],
         h,
-        "an http or https URL, not ftp:",
+        "an http:// URL of a local web app, not ftp:",
+    );
+    assert_mistake(
+        &["work", "--queue-url", &url, "--http", "https://x/work"],
+        h,
+        "an http:// URL of a local web app, not https:",
     );
     assert_mistake(
         &[
