@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -40,11 +42,20 @@ class Server:
         self.endpoint = f"{scheme}://{host}:{self.port}"
         self.verify = verify
         self.schema = None
+        self.key_dir = None
         storage = ["--in-memory"]
         if BACKEND == "postgres":
             self.schema = f"leasehold_pytest_{uuid.uuid4().hex[:12]}"
             _psql(f"CREATE SCHEMA {self.schema}")
-            storage = ["--postgres", f"{POSTGRES_URL}?options=-c%20search_path%3D{self.schema}"]
+            # Encrypted there too, as the embedded default is: a key file made on the
+            # schema's first start, removed with it.
+            self.key_dir = tempfile.mkdtemp(prefix="leasehold-pytest-")
+            storage = [
+                "--postgres",
+                f"{POSTGRES_URL}?options=-c%20search_path%3D{self.schema}",
+                "--encryption-key-file",
+                os.path.join(self.key_dir, "encryption.key"),
+            ]
         self.process = subprocess.Popen(
             [str(BINARY), "serve", "--bind", f"127.0.0.1:{self.port}", *storage, "--time-travel", *extra_args],
             stdout=subprocess.DEVNULL,
@@ -103,6 +114,8 @@ class Server:
             self.process.wait()
         if self.schema:
             _psql(f"DROP SCHEMA {self.schema} CASCADE")
+        if self.key_dir:
+            shutil.rmtree(self.key_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -129,9 +129,14 @@ pub(crate) struct ServeArgs {
     /// queue that asks (SqsManagedSseEnabled, on by default as on AWS, or a KmsMasterKeyId):
     /// `<number> <64 hex digits>` a line, the last line's key sealing, every line's opening,
     /// so a rotation adds a line. Created, readable by its owner only, on the data
-    /// directory's first start. Keep a copy: without it the messages are unreadable.
-    /// Default: encryption.key in the data directory.
-    #[arg(long, env = "LEASEHOLD_ENCRYPTION_KEY_FILE", conflicts_with_all = ["in_memory", "postgres"])]
+    /// directory's (or database's) first start. Keep a copy: without it the messages are
+    /// unreadable. Default: encryption.key in the data directory; with --postgres, none
+    /// (messages in the clear, SqsManagedSseEnabled refused): give every server the same file.
+    #[arg(
+        long,
+        env = "LEASEHOLD_ENCRYPTION_KEY_FILE",
+        conflicts_with = "in_memory"
+    )]
     encryption_key_file: Option<std::path::PathBuf>,
     /// The most queues one account may hold (AWS's default quota, 1000000, is the most it
     /// may be set to): a CreateQueue past it is refused with OverLimit.
@@ -349,6 +354,7 @@ async fn build_backend(
         let options = leasehold_postgres::Options {
             lease_mode: config.lease_mode,
             max_queues_per_account: config.max_queues_per_account,
+            encryption_key_file: args.encryption_key_file.clone(),
             ..leasehold_postgres::Options::default()
         };
         let backend = match leasehold_postgres::Postgres::connect(url, naming, options).await {
@@ -361,6 +367,9 @@ async fn build_backend(
             schema_version = leasehold_postgres::SCHEMA_VERSION,
             "PostgreSQL backend ready"
         );
+        if args.encryption_key_file.is_none() {
+            tracing::warn!("no --encryption-key-file: messages are stored in PostgreSQL in the clear, and SqsManagedSseEnabled=true is refused");
+        }
         return Ok(Arc::new(backend));
     }
     let mut setup = EngineSetup::serving(clock.clone(), config.lease_mode, naming);

@@ -11,7 +11,11 @@ use common::{create_queue, Server};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_servers_share_queues_leases_fifo_order_and_long_polls() {
     let (admin, schema, url) = common::postgres_schema("leasehold_cluster").await;
-    let (a, b) = (Server::start_postgres(&url), Server::start_postgres(&url));
+    // One key file for the cluster: its queues are encrypted at rest, as by default.
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("encryption.key");
+    let a = Server::start_postgres_keyed(&url, &key_file);
+    let b = Server::start_postgres_keyed(&url, &key_file);
     let (on_a, on_b) = (a.client(), b.client());
     let queue = create_queue(&on_a, "shared").await;
     for i in 0..3 {
@@ -118,6 +122,35 @@ async fn postgres_two_servers_share_queues_leases_fifo_order_and_long_polls() {
             .await
             .unwrap();
     }
+
+    let stored = admin
+        .query(
+            &format!("SELECT m::text FROM {schema}.leasehold_messages m"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(!stored.is_empty());
+    for row in &stored {
+        let row: String = row.get(0);
+        assert!(!row.contains("leased"), "a body in the clear: {row}");
+    }
+
+    // A server given another key file is refused at start, in one line.
+    let other_key = keys.path().join("other.key");
+    std::fs::write(&other_key, format!("1 {}\n", "11".repeat(32))).unwrap();
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&other_key, owner_only).unwrap();
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--postgres", &url])
+        .arg("--encryption-key-file")
+        .arg(&other_key)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("different key numbered 1"), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
 
     drop((a, b));
     admin

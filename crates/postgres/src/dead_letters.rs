@@ -6,6 +6,7 @@
 use leasehold_backend::BackendError;
 use leasehold_engine::{rules, QueueSettings};
 
+use crate::encryption;
 use crate::messages::{DeadLetterRoute, Lease, Opened};
 use crate::tx::Tx;
 use crate::{cached, to_i64, to_u64, unavailable, Core};
@@ -154,7 +155,7 @@ impl Core {
             .query(
                 &cached(
                     tx,
-                    "SELECT seq, message_id FROM leasehold_messages
+                    "SELECT seq, message_id, sealed, content_id FROM leasehold_messages
                      WHERE queue_id = $1 AND seq = ANY($2)",
                 )
                 .await?,
@@ -162,16 +163,44 @@ impl Core {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let (seqs_with_ids, ids): (Vec<i64>, Vec<Vec<u8>>) = kept_ids
-            .iter()
-            .map(|row| {
-                let seq: i64 = row.get(0);
-                let id = row
-                    .get::<_, Option<Vec<u8>>>(1)
-                    .unwrap_or_else(|| self.sealer.message_id(from, to_u64(seq)).to_vec());
-                (seq, id)
-            })
-            .unzip();
+        let (mut movable, mut ids, mut contents) = (Vec::new(), Vec::new(), Vec::new());
+        for row in &kept_ids {
+            let seq: i64 = row.get(0);
+            let id = row
+                .get::<_, Option<Vec<u8>>>(1)
+                .unwrap_or_else(|| self.sealer.message_id(from, to_u64(seq)).to_vec());
+            // A sealed content is bound to its queue: sealed again for the one it moves to.
+            // One this server cannot open for want of its key stays where it is, for a
+            // server that has the key to move.
+            let sealed = match row.get::<_, Option<Vec<u8>>>(2) {
+                None => None,
+                Some(sealed) => {
+                    let content_id = row.get::<_, Option<i64>>(3);
+                    let keys = self.keyring.as_deref();
+                    match encryption::rebound(keys, from, to.id, content_id, sealed) {
+                        Some(sealed) => Some(sealed),
+                        None => {
+                            tracing::warn!(
+                                queue_id = from,
+                                seq,
+                                "a message sealed with a key this server's key file lacks stays where it is, not moved"
+                            );
+                            continue;
+                        }
+                    }
+                }
+            };
+            movable.push(seq);
+            ids.push(id);
+            contents.push(sealed);
+        }
+        if movable.is_empty() {
+            return Ok(Vec::new());
+        }
+        // In the order asked.
+        let kept: std::collections::HashSet<i64> = movable.iter().copied().collect();
+        let seqs: Vec<i64> = seqs.iter().copied().filter(|s| kept.contains(s)).collect();
+        let seqs_with_ids = movable;
         if to.fifo {
             tx.execute(
                 &cached(
@@ -197,7 +226,8 @@ impl Core {
              INSERT INTO leasehold_messages
                  (queue_id, seq, sent_ms, visible_ms, receive_count, first_receive_ms, body,
                   attributes, system_attributes, message_id, dead_letter_source_arn,
-                  group_id, deduplication_id, ready_order, late_deleted, released)
+                  group_id, deduplication_id, ready_order, late_deleted, released, sealed,
+                  content_id)
              SELECT $3, nextval('leasehold_message_seqs'),
                     CASE WHEN $8 OR NOT $9 THEN $4 ELSE moved.sent_ms END, $4,
                     CASE WHEN $9 THEN moved.receive_count ELSE 0 END,
@@ -209,9 +239,11 @@ impl Core {
                     $9 AND moved.late_deleted,
                     -- Receivable, with no lease of this queue's to run out: its last ran out
                     -- (and was counted) where it was, as the engine makes it Ready.
-                    true
+                    true,
+                    ids.sealed, moved.content_id
              FROM moved
-             JOIN unnest($6::bigint[], $7::bytea[]) AS ids(seq, id) ON ids.seq = moved.seq
+             JOIN unnest($6::bigint[], $7::bytea[], $10::bytea[]) AS ids(seq, id, sealed)
+                  ON ids.seq = moved.seq
              JOIN unnest($2::bigint[]) WITH ORDINALITY AS walk(seq, n) ON walk.seq = moved.seq
              ORDER BY walk.n
              RETURNING receive_count, late_deleted",
@@ -227,6 +259,7 @@ impl Core {
                     &ids,
                     &to.fifo,
                     &dead_lettered,
+                    &contents,
                 ],
             )
             .await

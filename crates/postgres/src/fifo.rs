@@ -129,27 +129,32 @@ impl Core {
     ) -> Result<Sent> {
         let delay_s = opened.settings.delay_s;
         let visible = opened.now + u64::from(delay_s) * 1000;
+        let sealed = opened.settings.encrypted_at_rest();
+        let content = self.stored_content(opened.id, &message, sealed)?;
         tx.execute(
             &cached(
                 tx,
                 "INSERT INTO leasehold_messages
                      (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
-                      group_id, deduplication_id, ready_order)
-                 VALUES ($1, $7, $2, $3, $4, $5, $6, $8, $9, CASE WHEN $10 THEN $7::bigint END)",
+                      group_id, deduplication_id, ready_order, sealed, content_id)
+                 VALUES ($1, $7, $2, $3, $4, $5, $6, $8, $9, CASE WHEN $10 THEN $7::bigint END,
+                         $11, $12)",
             )
             .await?,
             &[
                 &to_i64(opened.id),
                 &to_i64(opened.now),
                 &to_i64(visible),
-                &message.body,
-                &encoded(&message.attributes),
+                &content.body,
+                &content.attributes,
                 &encoded(&message.system_attributes),
                 &seq,
                 &message.group_id,
                 &dedup,
                 // A message receivable at once is ranked by its send (V3__fifo.sql).
                 &(delay_s == 0),
+                &content.sealed,
+                &content.content_id,
             ],
         )
         .await
@@ -232,7 +237,11 @@ impl Core {
             .query(&cached(tx, sql).await?, &[&to_i64(opened.id), &seqs])
             .await
             .map_err(|e| unavailable(&e))?;
-        rows.iter().map(|row| self.delivery(opened, row)).collect()
+        let openings = rows
+            .iter()
+            .map(|row| self.opening(opened, row))
+            .collect::<Result<Vec<_>>>()?;
+        self.deliverable(tx, opened, openings).await
     }
 
     /// A receive retried with the attempt id of one that leased messages within five
@@ -297,12 +306,13 @@ impl Core {
             .map(|row| {
                 Ok((
                     row.get::<_, i64>(DELIVERY_COLUMNS),
-                    self.delivery(opened, row)?,
+                    self.opening(opened, row)?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
         replayed.sort_by_key(|(n, _)| *n);
-        Ok(Some(replayed.into_iter().map(|(_, d)| d).collect()))
+        let openings = replayed.into_iter().map(|(_, d)| d).collect();
+        Ok(Some(self.deliverable(tx, opened, openings).await?))
     }
 
     async fn remember_attempt(

@@ -8,11 +8,13 @@ use std::sync::Arc;
 
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{
-    check_batch, format_message_id, rules, Delivery, EngineError, MessageState, MsgKey, NewMessage,
-    Peeked, QueueSettings, Receipt, ReceiveRequest, Sent,
+    check_batch, format_message_id, rules, Delivery, EngineError, MessageState, NewMessage, Peeked,
+    QueueSettings, ReceiveRequest, Sent,
 };
 use leasehold_store::codec;
 
+use crate::deliveries::ContentColumns;
+use crate::encryption;
 use crate::notify::notify;
 use crate::queues::{decode, now};
 use crate::tx::Tx;
@@ -22,6 +24,8 @@ type Result<T> = std::result::Result<T, BackendError>;
 
 /// The queue a message command works on, and the cluster's instant for it.
 pub(crate) struct Opened {
+    /// The queue's key (its account and name), to name it in the log.
+    pub(crate) key: String,
     pub(crate) id: u64,
     pub(crate) settings: QueueSettings,
     pub(crate) now: u64,
@@ -86,11 +90,30 @@ impl Lease {
     }
 }
 
-/// A standard message to store: its queue and its delay (its own, or the queue's).
+/// The content's columns in the peek's rows.
+const PEEK_CONTENT: ContentColumns = ContentColumns {
+    body: 5,
+    attributes: 8,
+    sealed: 9,
+    content_id: 10,
+};
+
+/// A standard message to store: its queue, its delay (its own, or the queue's), and whether
+/// its queue keeps contents encrypted at rest.
 pub(crate) struct NewRow<'a> {
     pub(crate) queue_id: u64,
     pub(crate) delay_s: u32,
     pub(crate) message: &'a NewMessage,
+    pub(crate) sealed: bool,
+}
+
+/// A message's content as a row holds it: in the clear (`body`, `attributes`), or sealed
+/// (`encryption.rs`), with the body empty.
+pub(crate) struct StoredContent<'a> {
+    pub(crate) body: &'a str,
+    pub(crate) attributes: Option<Vec<u8>>,
+    pub(crate) sealed: Option<Vec<u8>>,
+    pub(crate) content_id: Option<i64>,
 }
 
 /// What one receive did besides its deliveries, for the lease measurements.
@@ -110,24 +133,24 @@ macro_rules! delivery_columns {
     () => {
         "m.seq, m.sent_ms, m.receive_count, m.first_receive_ms, m.body, m.attributes,
          m.system_attributes, m.message_id, m.dead_letter_source_arn, m.received_ms,
-         m.group_id, m.deduplication_id"
+         m.group_id, m.deduplication_id, m.sealed, m.content_id"
     };
 }
 pub(crate) use delivery_columns;
 /// How many columns `delivery_columns!()` names.
-pub(crate) const DELIVERY_COLUMNS: usize = 12;
+pub(crate) const DELIVERY_COLUMNS: usize = 14;
 
 /// A standard send's statement (`Core::insert_many`): messages of any queues, numbered in
 /// the order given.
 pub(crate) const INSERT_SQL: &str = "INSERT INTO leasehold_messages
          (queue_id, seq, sent_ms, visible_ms, body, attributes, system_attributes,
-          group_id)
+          group_id, sealed, content_id)
      SELECT u.queue_id, nextval('leasehold_message_seqs'), $2, u.visible, u.body,
-            u.attributes, u.system_attributes, u.group_id
+            u.attributes, u.system_attributes, u.group_id, u.sealed, u.content_id
      FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::bytea[], $6::bytea[],
-                 $7::text[])
+                 $7::text[], $8::bytea[], $9::bigint[])
           WITH ORDINALITY AS u(queue_id, visible, body, attributes,
-               system_attributes, group_id, n)
+               system_attributes, group_id, sealed, content_id, n)
      ORDER BY u.n
      RETURNING seq";
 
@@ -155,6 +178,12 @@ pub(crate) const CLAIM_SQL: &str = concat!(
     ", m.seq = ANY(ARRAY(SELECT seq FROM picked WHERE expired))"
 );
 
+fn no_keys() -> BackendError {
+    BackendError::Failed(
+        "the queue keeps its messages encrypted at rest, and this server was given no encryption key file".into(),
+    )
+}
+
 pub(crate) fn encoded(attributes: &leasehold_engine::MessageAttributes) -> Option<Vec<u8>> {
     (!attributes.is_empty()).then(|| codec::attributes_value(attributes))
 }
@@ -174,6 +203,7 @@ impl Core {
         let row = rows.first().ok_or(EngineError::QueueDoesNotExist)?;
         let record = decode(row.get(0))?;
         let opened = Opened {
+            key: key.to_string(),
             id: record.meta.id,
             settings: record.meta.settings,
             now: to_u64(row.get(1)),
@@ -191,6 +221,7 @@ impl Core {
         batch: bool,
     ) -> Result<Vec<std::result::Result<Sent, EngineError>>> {
         let (tx, opened) = self.begin_at(queue).await?;
+        self.refuse_unsealable(&opened.settings)?;
         if batch {
             check_batch(&opened.settings, &messages)?;
         }
@@ -229,11 +260,17 @@ impl Core {
             .iter()
             .map(|r| to_i64(now + u64::from(r.delay_s) * 1000))
             .collect();
-        let bodies: Vec<&str> = rows.iter().map(|r| r.message.body.as_str()).collect();
-        let attributes: Vec<Option<Vec<u8>>> = rows
-            .iter()
-            .map(|r| encoded(&r.message.attributes))
-            .collect();
+        let mut bodies = Vec::with_capacity(rows.len());
+        let mut attributes = Vec::with_capacity(rows.len());
+        let mut sealed = Vec::with_capacity(rows.len());
+        let mut content_ids = Vec::with_capacity(rows.len());
+        for row in rows {
+            let stored = self.stored_content(row.queue_id, row.message, row.sealed)?;
+            bodies.push(stored.body);
+            attributes.push(stored.attributes);
+            sealed.push(stored.sealed);
+            content_ids.push(stored.content_id);
+        }
         let system: Vec<Option<Vec<u8>>> = rows
             .iter()
             .map(|r| encoded(&r.message.system_attributes))
@@ -251,6 +288,8 @@ impl Core {
                     &attributes,
                     &system,
                     &groups,
+                    &sealed,
+                    &content_ids,
                 ],
             )
             .await
@@ -271,6 +310,43 @@ impl Core {
                 sequence_number: None,
             })
             .collect())
+    }
+
+    /// How a message's content is stored: sealed when its queue asks (`sealed`), in the
+    /// clear otherwise. A server without keys refuses to store one that must be sealed
+    /// (its sends are refused before, `Core::refuse_unsealable`).
+    pub(crate) fn stored_content<'a>(
+        &self,
+        queue_id: u64,
+        message: &'a NewMessage,
+        sealed: bool,
+    ) -> Result<StoredContent<'a>> {
+        if !sealed {
+            return Ok(StoredContent {
+                body: &message.body,
+                attributes: encoded(&message.attributes),
+                sealed: None,
+                content_id: None,
+            });
+        }
+        let keyring = self.keyring.as_deref().ok_or_else(no_keys)?;
+        let content = encryption::seal(keyring, queue_id, &message.body, &message.attributes);
+        Ok(StoredContent {
+            body: "",
+            attributes: None,
+            sealed: Some(content.bytes),
+            content_id: Some(content.content_id),
+        })
+    }
+
+    /// A send to a queue that keeps its contents encrypted, refused by a server given no
+    /// encryption keys (one started before another server recorded its keys in the
+    /// database: it is refused at its next start) rather than stored in the clear.
+    pub(crate) fn refuse_unsealable(&self, settings: &QueueSettings) -> Result<()> {
+        match settings.encrypted_at_rest() && self.keyring.is_none() {
+            true => Err(no_keys()),
+            false => Ok(()),
+        }
     }
 
     /// One receive of a FIFO queue (a standard queue's receives are grouped, `group/`):
@@ -359,7 +435,7 @@ impl Core {
             .map(|row| {
                 Ok((
                     (to_u64(row.get(1)), to_u64(row.get(0))),
-                    self.delivery(opened, row)?,
+                    self.opening(opened, row)?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -377,56 +453,8 @@ impl Core {
             let seqs: Vec<i64> = exhausted.iter().map(|(seq, _)| *seq).collect();
             tally.dead_lettered = self.dead_letter(tx, opened, route, &seqs).await?;
         }
-        let deliveries = claimed.into_iter().map(|(_, d)| d).collect();
-        Ok(deliveries)
-    }
-
-    /// A delivery from a row of `delivery_columns!()`; its receipt names the lease the row
-    /// holds now.
-    pub(crate) fn delivery(&self, opened: &Opened, row: &tokio_postgres::Row) -> Result<Delivery> {
-        let queue_id = opened.id;
-        let seq = to_u64(row.get(0));
-        let sent_ms = to_u64(row.get(1));
-        let receive_count: i32 = row.get(2);
-        let receive_no = u32::try_from(receive_count).unwrap_or_default();
-        let attributes = |index: usize| -> Result<_> {
-            row.get::<_, Option<Vec<u8>>>(index)
-                .map(|bytes| codec::decode_attributes(&bytes))
-                .transpose()
-                .map_err(|e| {
-                    BackendError::Failed(format!("a message in the database is damaged: {e}"))
-                })
-        };
-        let received_ms = row.get::<_, Option<i64>>(9).map_or(opened.now, to_u64);
-        let receipt = Receipt {
-            queue_id,
-            key: MsgKey { sent_ms, seq },
-            receive_no,
-            received_ms,
-        };
-        let body: String = row.get(4);
-        let id = match row.get::<_, Option<Vec<u8>>>(7) {
-            Some(kept) => kept.try_into().map_err(|_| {
-                BackendError::Failed("a message id in the database is damaged".into())
-            })?,
-            None => self.sealer.message_id(queue_id, seq),
-        };
-        let text = |index: usize| row.get::<_, Option<String>>(index).map(Arc::from);
-        Ok(Delivery {
-            message_id: format_message_id(id),
-            receipt_handle: self.sealer.seal(receipt),
-            body: Arc::from(body),
-            attributes: attributes(5)?,
-            unread: None,
-            system_attributes: attributes(6)?,
-            sent_ms,
-            first_receive_ms: row.get::<_, Option<i64>>(3).map_or(opened.now, to_u64),
-            receive_count: receive_no,
-            group_id: text(10),
-            deduplication_id: text(11),
-            sequence_number: opened.settings.fifo.then_some(seq),
-            dead_letter_source_arn: text(8),
-        })
+        let openings = claimed.into_iter().map(|(_, d)| d).collect();
+        self.deliverable(tx, opened, openings).await
     }
 
     /// The queue's messages by state: receivable, in flight (leased), delayed; none past
@@ -473,7 +501,7 @@ impl Core {
                 &cached(
                     &tx,
                     "SELECT seq, sent_ms, visible_ms, receive_count, received_ms IS NOT NULL,
-                        body, message_id, group_id
+                        body, message_id, group_id, attributes, sealed, content_id
                  FROM leasehold_messages WHERE queue_id = $1 AND sent_ms > $2
                  ORDER BY sent_ms, seq LIMIT $3",
                 )
@@ -496,11 +524,11 @@ impl Core {
                     (true, true) => MessageState::InFlight,
                     (true, false) => MessageState::Delayed,
                 };
-                let id = match row.get::<_, Option<Vec<u8>>>(6) {
-                    Some(kept) => kept.try_into().map_err(|_| {
-                        BackendError::Failed("a message id in the database is damaged".into())
-                    })?,
-                    None => self.sealer.message_id(opened.id, seq),
+                let id = self.message_id(opened.id, seq, row.get(6))?;
+                // One whose content does not open shows none (a receive reports it).
+                let body = match self.content(opened.id, row, &PEEK_CONTENT) {
+                    Ok(content) => content.body,
+                    Err(_) => Arc::from(""),
                 };
                 Ok(Peeked {
                     message_id: format_message_id(id),
@@ -509,7 +537,7 @@ impl Core {
                     until_ms: (state != MessageState::Ready).then_some(visible_ms),
                     state,
                     group_id: row.get::<_, Option<String>>(7).map(Arc::from),
-                    body: Arc::from(row.get::<_, String>(5)),
+                    body,
                     unread: None,
                 })
             })

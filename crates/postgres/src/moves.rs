@@ -366,12 +366,11 @@ impl Core {
             fifo: found.fifo,
             dead_letter_source: None,
         };
-        self.transfer(tx, from, &destination, run, now).await?;
-        notify(tx, self.server_id, key, run.len()).await?;
+        let moved = self.transfer(tx, from, &destination, run, now).await?.len();
+        notify(tx, self.server_id, key, moved).await?;
         woken.push(key.clone());
-        let count = run.len() as u64;
         run.clear();
-        Ok(count)
+        Ok(moved as u64)
     }
 
     /// The source's receivable messages up to `limit`, oldest first, with the queue each

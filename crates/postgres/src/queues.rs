@@ -171,8 +171,8 @@ impl Core {
             region: self.naming.region.clone(),
             account_id: self.naming.account_id.clone(),
             track_changes: true,
-            // Rows hold bodies in the clear: SSE-SQS is refused, not claimed (issue 30).
-            encrypts_at_rest: false,
+            // Without keys rows hold bodies in the clear: SSE-SQS is refused, not claimed.
+            encrypts_at_rest: self.keyring.is_some(),
             ..EngineConfig::default()
         };
         let snapshot = Snapshot {

@@ -460,8 +460,8 @@ async fn compare(lease_mode: LeaseMode, commands: Vec<Command>) -> Result<(), St
         clock: Arc::new(clock.clone()),
         config: EngineConfig {
             lease_mode,
-            // As the backend compared with (`Core`'s engines).
-            encrypts_at_rest: false,
+            // As the backend compared with (given a key file, `common::key_file`).
+            encrypts_at_rest: true,
             ..EngineConfig::default()
         },
     });

@@ -30,10 +30,18 @@ pub enum KeyError {
     File(#[from] KeyFileError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("the encryption key file {path} has no key {number}, which this data directory's messages were encrypted with: put its line back (a rotation adds a line and keeps the old ones)")]
-    Lacks { path: String, number: u32 },
-    #[error("the encryption key file {path} has a different key numbered {number} from the one this data directory's messages were encrypted with (another store's key file?)")]
-    Differs { path: String, number: u32 },
+    #[error("the encryption key file {path} has no key {number}, which messages in {holder} were encrypted with: put its line back (a rotation adds a line and keeps the old ones)")]
+    Lacks {
+        path: String,
+        number: u32,
+        holder: String,
+    },
+    #[error("the encryption key file {path} has a different key numbered {number} from the one messages in {holder} were encrypted with (another store's key file?)")]
+    Differs {
+        path: String,
+        number: u32,
+        holder: String,
+    },
 }
 
 /// The keys that sealed anything in `store`, as it recorded them.
@@ -58,20 +66,41 @@ pub fn keyring_for(
     key_file: &Path,
 ) -> Result<(Arc<Keyring>, Option<WriteBatch>), KeyError> {
     let mut seals = recorded(store)?;
+    let (keyring, new) = checked_keyring(&seals, key_file, "this data directory")?;
+    let record = new.map(|sealing| {
+        seals.push(sealing);
+        let mut batch = WriteBatch::default();
+        batch.put(SEALS_KEY.to_vec(), encode(&seals));
+        batch
+    });
+    Ok((keyring, record))
+}
+
+/// The keyring in `key_file`, checked against `seals`, the keys that sealed what `holder`
+/// ("this data directory", "this database") holds: created when nothing was sealed yet;
+/// otherwise it must hold each of them, as it was. With it, the seal of the key that seals
+/// when `seals` lacks it: the holder records it before anything is sealed with it.
+pub fn checked_keyring(
+    seals: &[Seal],
+    key_file: &Path,
+    holder: &str,
+) -> Result<(Arc<Keyring>, Option<Seal>), KeyError> {
     let keyring = Keyring::load_or_create(key_file, seals.is_empty())?;
     let path = || key_file.display().to_string();
-    for &(number, check) in &seals {
+    for &(number, check) in seals {
         match keyring.check(number) {
             None => {
                 return Err(KeyError::Lacks {
                     path: path(),
                     number,
+                    holder: holder.to_string(),
                 })
             }
             Some(held) if held != check => {
                 return Err(KeyError::Differs {
                     path: path(),
                     number,
+                    holder: holder.to_string(),
                 })
             }
             Some(_) => {}
@@ -79,13 +108,8 @@ pub fn keyring_for(
     }
     let number = keyring.sealing_key();
     let sealing = (number, keyring.check(number).unwrap_or_default());
-    let record = (!seals.contains(&sealing)).then(|| {
-        seals.push(sealing);
-        let mut batch = WriteBatch::default();
-        batch.put(SEALS_KEY.to_vec(), encode(&seals));
-        batch
-    });
-    Ok((Arc::new(keyring), record))
+    let new = (!seals.contains(&sealing)).then_some(sealing);
+    Ok((Arc::new(keyring), new))
 }
 
 /// A content's stored value, opened if it is sealed (bound to `key`, its store key); a

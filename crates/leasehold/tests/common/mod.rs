@@ -98,6 +98,17 @@ impl Server {
         Self::serve(free_port(), &["--postgres".into(), url.into()])
     }
 
+    /// `leasehold serve` on the PostgreSQL database at `url`, encrypting with the keys of
+    /// `key_file`.
+    pub fn start_postgres_keyed(url: &str, key_file: &Path) -> Server {
+        let args = [
+            "--postgres".into(),
+            url.into(),
+            "--encryption-key-file".into(),
+        ];
+        Self::serve(free_port(), &[&args[..], &[key_file.into()]].concat())
+    }
+
     fn serve(port: u16, args: &[std::ffi::OsString]) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
         command

@@ -89,7 +89,7 @@ impl Core {
         let (tx, queues) = self.begin_at_queues(&group.keys()).await?;
         let (opened_handles, receipts) = self.open_deletes(&queues, &mut group.deletes);
         let classes = receive_classes(&queues, &mut group.receives);
-        let checked = check_sends(&queues, &mut group.sends);
+        let checked = check_sends(self, &queues, &mut group.sends);
         let rows = rows_to_insert(&queues, &group.sends, &checked);
         let mut ready = sent_counts(&group.sends, &checked);
         // A receipt naming a message again is deleted in a later statement, after the first
@@ -191,7 +191,13 @@ impl Core {
             };
             let record = decode(row.get(2))?;
             let (id, settings) = (record.meta.id, record.meta.settings);
-            by_key.insert(key, Opened { id, settings, now });
+            let opened = Opened {
+                key: key.clone(),
+                id,
+                settings,
+                now,
+            };
+            by_key.insert(key, opened);
         }
         Ok((tx, Queues { now, by_key }))
     }
@@ -365,6 +371,7 @@ fn answer_deletes_of(
 /// Each send's checks: refused whole (its queue is missing, or a batch fails as a whole:
 /// answered now, nothing checked), or each message's.
 fn check_sends(
+    core: &Core,
     queues: &Queues,
     works: &mut [SendWork],
 ) -> Vec<Vec<std::result::Result<(), EngineError>>> {
@@ -374,6 +381,11 @@ fn check_sends(
             checked.push(Vec::new());
             continue;
         };
+        if let Err(error) = core.refuse_unsealable(&opened.settings) {
+            work.answer = Some(Err(error));
+            checked.push(Vec::new());
+            continue;
+        }
         let (messages, batch) = &work.asked;
         if let (true, Err(error)) = (*batch, check_batch(&opened.settings, messages)) {
             work.answer = Some(Err(error.into()));
@@ -403,6 +415,7 @@ fn rows_to_insert<'a>(
                     queue_id: opened.id,
                     delay_s: message.delay_s.unwrap_or(opened.settings.delay_s),
                     message,
+                    sealed: opened.settings.encrypted_at_rest(),
                 });
             }
         }

@@ -26,6 +26,7 @@ impl Schema {
         let options = Options {
             schema: Some(self.0.clone()),
             lease_mode,
+            encryption_key_file: Some(key_file()),
             ..Options::default()
         };
         Postgres::connect(URL, naming(), options).await.unwrap()
@@ -40,6 +41,28 @@ impl Schema {
         ))
         .await;
     }
+}
+
+/// The key file of the tests' servers: one fixed test key (each schema records it on its
+/// first start), so they run on encrypted queues, as the default is. Written whole under a
+/// name of its own, then renamed into place: a test binary beside this one never reads it
+/// half written.
+pub fn key_file() -> std::path::PathBuf {
+    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir();
+        let path = dir.join("leasehold-postgres-tests.key");
+        let partial = dir.join(format!(
+            "leasehold-postgres-tests.key.{}",
+            std::process::id()
+        ));
+        std::fs::write(&partial, format!("1 {}\n", "3c".repeat(32))).unwrap();
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::rename(&partial, &path).unwrap();
+        path
+    })
+    .clone()
 }
 
 pub async fn admin(sql: &str) {

@@ -84,6 +84,25 @@ impl Drop for TestServer {
 }
 
 /// The schema a server of this run keeps its queues in: named for when it was made.
+/// The key file of every PostgreSQL-backed test server: one fixed test key (each schema
+/// records it on its first start), so the suite runs on encrypted queues there as on the
+/// embedded store. Written whole under a name of its own, then renamed into place, so a
+/// test binary running beside this one never reads it half written.
+fn postgres_key_file() -> std::path::PathBuf {
+    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir();
+        let path = dir.join("leasehold-sdk-tests.key");
+        let partial = dir.join(format!("leasehold-sdk-tests.key.{}", std::process::id()));
+        std::fs::write(&partial, format!("1 {}\n", "5a".repeat(32))).unwrap();
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::rename(&partial, &path).unwrap();
+        path
+    })
+    .clone()
+}
+
 fn new_schema() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -138,6 +157,7 @@ impl TestServer {
             schema: Some(schema.clone()),
             lease_mode: config.lease_mode,
             max_queues_per_account: config.max_queues_per_account,
+            encryption_key_file: Some(postgres_key_file()),
             ..leasehold_postgres::Options::default()
         };
         let naming = leasehold_engine::Naming {

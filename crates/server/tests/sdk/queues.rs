@@ -352,7 +352,6 @@ async fn the_region_flag_is_the_servers_own_and_a_signed_request_names_its_own()
 #[tokio::test]
 async fn server_side_encryption_attributes_answer_as_aws_recorded() {
     let s = TestServer::start().await;
-    let encrypts = std::env::var("LEASEHOLD_TEST_BACKEND").as_deref() != Ok("postgres");
     let names = [
         A::KmsMasterKeyId,
         A::KmsDataKeyReusePeriodSeconds,
@@ -390,10 +389,9 @@ async fn server_side_encryption_attributes_answer_as_aws_recorded() {
     };
 
     let kms = s.queue("sse-kms", &[]).await;
-    let default = if encrypts { "true" } else { "false" };
     assert_eq!(
         read(kms.clone()).await,
-        pairs(&[("SqsManagedSseEnabled", default)])
+        pairs(&[("SqsManagedSseEnabled", "true")])
     );
     let kms_attributes = [
         ("KmsMasterKeyId", "testKeyId"),
@@ -404,24 +402,21 @@ async fn server_side_encryption_attributes_answer_as_aws_recorded() {
     assert_eq!(read(kms.clone()).await, pairs(&kms_attributes));
 
     let sqs = s.queue("sse-sqs", &[]).await;
-    let turned_on = set(&sqs, &[("SqsManagedSseEnabled", "true")]).await;
-    if encrypts {
-        turned_on.unwrap();
-        assert_eq!(
-            read(sqs.clone()).await,
-            pairs(&[("SqsManagedSseEnabled", "true")])
-        );
-        // SSE-SQS on a queue with SSE-KMS replaces it.
-        set(&kms, &[("SqsManagedSseEnabled", "true")])
-            .await
-            .unwrap();
-        assert_eq!(
-            read(kms.clone()).await,
-            pairs(&[("SqsManagedSseEnabled", "true")])
-        );
-    } else {
-        assert_eq!(code(&turned_on.unwrap_err()), "InvalidAttributeValue");
-    }
+    set(&sqs, &[("SqsManagedSseEnabled", "true")])
+        .await
+        .unwrap();
+    assert_eq!(
+        read(sqs.clone()).await,
+        pairs(&[("SqsManagedSseEnabled", "true")])
+    );
+    // SSE-SQS on a queue with SSE-KMS replaces it.
+    set(&kms, &[("SqsManagedSseEnabled", "true")])
+        .await
+        .unwrap();
+    assert_eq!(
+        read(kms.clone()).await,
+        pairs(&[("SqsManagedSseEnabled", "true")])
+    );
 
     // Both kinds at once are refused, and change nothing.
     let before = read(sqs.clone()).await;

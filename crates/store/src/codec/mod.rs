@@ -374,10 +374,15 @@ fn read_attributes(r: &mut Reader) -> Result<Arc<MessageAttributes>, String> {
 
 /// A message's content as stored: its body and attributes.
 pub fn content_value(content: &Content) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(content.body.len() + 16));
+    content_value_of(&content.body, content.attributes.as_deref())
+}
+
+/// `content_value` of a body and attributes not (yet) in a `Content`.
+pub fn content_value_of(body: &str, attributes: Option<&MessageAttributes>) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(body.len() + 16));
     w.u8(VERSION);
-    w.str(&content.body);
-    w.opt(&content.attributes, |w, a| write_attributes(w, a));
+    w.str(body);
+    w.opt(&attributes, |w, a| write_attributes(w, a));
     w.0
 }
 
