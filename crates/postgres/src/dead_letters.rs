@@ -163,44 +163,32 @@ impl Core {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let (mut movable, mut ids, mut contents) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut seqs_with_ids, mut ids, mut contents) = (Vec::new(), Vec::new(), Vec::new());
         for row in &kept_ids {
             let seq: i64 = row.get(0);
             let id = row
                 .get::<_, Option<Vec<u8>>>(1)
                 .unwrap_or_else(|| self.sealer.message_id(from, to_u64(seq)).to_vec());
             // A sealed content is bound to its queue: sealed again for the one it moves to.
-            // One this server cannot open for want of its key stays where it is, for a
-            // server that has the key to move.
+            // One sealed with a key this server lacks fails the command: moved as it is it
+            // would never open again, and left behind it would break a move's order.
             let sealed = match row.get::<_, Option<Vec<u8>>>(2) {
                 None => None,
                 Some(sealed) => {
                     let content_id = row.get::<_, Option<i64>>(3);
                     let keys = self.keyring.as_deref();
-                    match encryption::rebound(keys, from, to.id, content_id, sealed) {
-                        Some(sealed) => Some(sealed),
-                        None => {
-                            tracing::warn!(
-                                queue_id = from,
-                                seq,
-                                "a message sealed with a key this server's key file lacks stays where it is, not moved"
-                            );
-                            continue;
-                        }
-                    }
+                    let resealed = encryption::rebound(keys, from, to.id, content_id, sealed);
+                    Some(resealed.map_err(|why| {
+                        BackendError::Unavailable(format!(
+                            "a message to move cannot be encrypted for its new queue here: {why}; give every server the same encryption key file"
+                        ))
+                    })?)
                 }
             };
-            movable.push(seq);
+            seqs_with_ids.push(seq);
             ids.push(id);
             contents.push(sealed);
         }
-        if movable.is_empty() {
-            return Ok(Vec::new());
-        }
-        // In the order asked.
-        let kept: std::collections::HashSet<i64> = movable.iter().copied().collect();
-        let seqs: Vec<i64> = seqs.iter().copied().filter(|s| kept.contains(s)).collect();
-        let seqs_with_ids = movable;
         if to.fifo {
             tx.execute(
                 &cached(

@@ -1,8 +1,10 @@
 //! Rows into what a receive hands out: a delivery of each row of `delivery_columns!()`,
-//! its content read from the clear columns or opened (`encryption.rs`); a row whose content
-//! does not open is never handed out, and when it is damaged (it never will open) it is
-//! removed in the receive's transaction and said in the log with its queue and message id.
+//! its content read from the clear columns or opened (`encryption.rs`). A row whose content
+//! does not open is never handed out, and is said in the log with its queue and message id:
+//! damaged (it never will open), it is removed in the receive's transaction; sealed with a
+//! key this server lacks, it is given back as it was, for a server that has the key.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use leasehold_backend::BackendError;
@@ -11,7 +13,7 @@ use leasehold_store::codec;
 use tokio_postgres::Row;
 
 use crate::encryption::{self, Unopened};
-use crate::messages::Opened;
+use crate::messages::{Opened, ReceiveTally};
 use crate::tx::Tx;
 use crate::{cached, to_i64, to_u64, unavailable, Core};
 
@@ -24,6 +26,7 @@ pub(crate) type Opening = std::result::Result<Delivery, Unreadable>;
 pub(crate) struct Unreadable {
     seq: u64,
     message_id: String,
+    group_id: Option<Arc<str>>,
     why: Unopened,
 }
 
@@ -54,10 +57,10 @@ impl Core {
         let content = match self.content(queue_id, row, &DELIVERY_CONTENT) {
             Ok(content) => content,
             Err(why) => {
-                let message_id = format_message_id(id);
                 return Ok(Err(Unreadable {
                     seq,
-                    message_id,
+                    message_id: format_message_id(id),
+                    group_id: row.get::<_, Option<String>>(10).map(Arc::from),
                     why,
                 }));
             }
@@ -95,51 +98,95 @@ impl Core {
         }))
     }
 
-    /// The deliveries among `openings`, in their order. The rest are logged; those that are
-    /// damaged are removed in `tx`: each receive would lease one and count a receive, and in
-    /// a FIFO queue it would hold its group, yet it could never be handed out. One sealed
-    /// with a key this server lacks is left for a server that holds it (its lease runs out).
+    /// The deliveries among `openings`, in their order. The rest are logged. A damaged one
+    /// is removed in `tx`: each receive would lease it and count a receive, and in a FIFO
+    /// queue it would hold its group, yet it could never be handed out. One sealed with a key
+    /// this server lacks is given back as it was before this receive (receivable, its receive
+    /// not counted) for a server that holds the key, and in a FIFO queue so are the messages
+    /// of its group claimed after it, which must not go before it.
     pub(crate) async fn deliverable(
         &self,
         tx: &Tx,
         opened: &Opened,
         openings: Vec<Opening>,
+        tally: &mut ReceiveTally,
     ) -> Result<Vec<Delivery>> {
         let mut deliveries = Vec::with_capacity(openings.len());
-        let mut damaged = Vec::new();
+        let (mut removed, mut given_back) = (Vec::new(), Vec::new());
+        let mut held_groups: HashSet<Arc<str>> = HashSet::new();
         for opening in openings {
             let unreadable = match opening {
                 Ok(delivery) => {
-                    deliveries.push(delivery);
+                    let held =
+                        (delivery.group_id.as_ref()).is_some_and(|g| held_groups.contains(g));
+                    match (opened.settings.fifo && held, delivery.sequence_number) {
+                        (true, Some(seq)) => given_back.push(to_i64(seq)),
+                        _ => deliveries.push(delivery),
+                    }
                     continue;
                 }
                 Err(unreadable) => unreadable,
             };
-            let removed = matches!(unreadable.why, Unopened::Damaged(_));
+            tally.unreadable = true;
+            let damaged = matches!(unreadable.why, Unopened::Damaged(_));
             tracing::error!(
                 queue = %opened.key,
                 message_id = %unreadable.message_id,
                 why = unreadable.why.why(),
-                removed,
+                removed = damaged,
                 "a message's content does not open: it is not handed out"
             );
-            if removed {
-                damaged.push(to_i64(unreadable.seq));
+            match damaged {
+                true => removed.push(to_i64(unreadable.seq)),
+                false => {
+                    given_back.push(to_i64(unreadable.seq));
+                    held_groups.extend(unreadable.group_id);
+                }
             }
         }
-        if !damaged.is_empty() {
+        if !removed.is_empty() {
             tx.execute(
                 &cached(
                     tx,
                     "DELETE FROM leasehold_messages WHERE queue_id = $1 AND seq = ANY($2)",
                 )
                 .await?,
-                &[&to_i64(opened.id), &damaged],
+                &[&to_i64(opened.id), &removed],
             )
             .await
             .map_err(|e| unavailable(&e))?;
         }
+        if !given_back.is_empty() {
+            self.give_back(tx, opened, &given_back).await?;
+        }
         Ok(deliveries)
+    }
+
+    /// Undoes this receive's lease of `seqs`: receivable now, the receive not counted (a
+    /// FIFO message ranked as a released one is, V3__fifo.sql).
+    async fn give_back(&self, tx: &Tx, opened: &Opened, seqs: &[i64]) -> Result<()> {
+        tx.execute(
+            &cached(
+                tx,
+                "UPDATE leasehold_messages
+                 SET visible_ms = $3, receive_count = receive_count - 1,
+                     first_receive_ms = CASE WHEN receive_count = 1 THEN NULL
+                                             ELSE first_receive_ms END,
+                     ready_order = CASE WHEN $4 THEN nextval('leasehold_message_seqs') END,
+                     released = true
+                 WHERE queue_id = $1 AND seq = ANY($2)",
+            )
+            .await?,
+            &[
+                &to_i64(opened.id),
+                &seqs,
+                &to_i64(opened.now),
+                &opened.settings.fifo,
+            ],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        Ok(())
     }
 
     /// A message's id: the one its row keeps (a dead-letter move keeps the id it had), or

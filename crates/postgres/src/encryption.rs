@@ -4,7 +4,10 @@
 //! keyring, AES-256-GCM-SIV), bound to its queue's id and `content_id`, a random number of
 //! its own. A sealed content moved or swapped into another row, or changed, does not open:
 //! it is reported with its queue and message id and removed, never served. A move to
-//! another queue (a dead-letter move, a move task) seals it again, bound to the new queue.
+//! another queue (a dead-letter move, a move task) seals it again, bound to the new queue;
+//! a content keeps what it was when it moves (a clear one stays clear, as on the embedded
+//! store). Copying a row's sealed value together with its content id into another row of
+//! the same queue is not detected: the binding must survive the moves a message makes.
 //!
 //! The keys are a key file every server of the cluster shares; `leasehold_seals` records
 //! which keys sealed anything, and each server's file is checked against it at start, as
@@ -37,7 +40,7 @@ pub(crate) async fn open_keys(
     let Some(path) = key_file else {
         if !seals.is_empty() {
             return Err(StartError::Keys(
-                "the database holds encrypted messages, and no encryption key file was given (--encryption-key-file)".into(),
+                "this database's messages are encrypted at rest (its servers were given a key file), and this one was given no encryption key file (--encryption-key-file)".into(),
             ));
         }
         return Ok(None);
@@ -107,8 +110,8 @@ pub(crate) fn seal(
 pub(crate) enum Unopened {
     /// Changed, or put in another's place: it never will open, and is removed.
     Damaged(String),
-    /// Sealed with a key this server does not hold (a newer one, added to another server's
-    /// key file in a rotation): left for a server that has it.
+    /// Sealed with a key this server does not hold, or holds another key under its number
+    /// (a rotation done on another server first): left for a server that has it.
     KeyMissing(String),
 }
 
@@ -132,7 +135,7 @@ pub(crate) fn open(
     let plain = match keyring.map(|k| k.open(&bound_to(queue_id, content_id), sealed)) {
         Some(Ok(plain)) => plain,
         None => return Err(Unopened::KeyMissing(OpenError::NoKeys.to_string())),
-        Some(Err(error @ OpenError::UnknownKey(_))) => {
+        Some(Err(error @ (OpenError::UnknownKey(_) | OpenError::WrongKey(_)))) => {
             return Err(Unopened::KeyMissing(error.to_string()))
         }
         Some(Err(error)) => return Err(damaged(error.to_string())),
@@ -142,22 +145,23 @@ pub(crate) fn open(
 
 /// A sealed content of `from` sealed again for `to` (under the newest key), its content id
 /// kept; as it is when it is damaged (it stays damaged, and is reported where it is read).
-/// None when it was sealed with a key this server lacks: it cannot move from here.
+/// Err, why, when this server lacks the key that sealed it: it cannot be moved from here
+/// without being lost.
 pub(crate) fn rebound(
     keyring: Option<&Keyring>,
     from: u64,
     to: u64,
     content_id: Option<i64>,
     sealed: Vec<u8>,
-) -> Option<Vec<u8>> {
-    let keyring = keyring?;
+) -> Result<Vec<u8>, String> {
     let Some(content_id) = content_id else {
-        return Some(sealed);
+        return Ok(sealed);
     };
+    let keyring = keyring.ok_or_else(|| OpenError::NoKeys.to_string())?;
     match keyring.open(&bound_to(from, content_id), &sealed) {
-        Ok(plain) => Some(keyring.seal(&bound_to(to, content_id), &plain)),
-        Err(OpenError::UnknownKey(_)) => None,
-        Err(_) => Some(sealed),
+        Ok(plain) => Ok(keyring.seal(&bound_to(to, content_id), &plain)),
+        Err(error @ (OpenError::UnknownKey(_) | OpenError::WrongKey(_))) => Err(error.to_string()),
+        Err(_) => Ok(sealed),
     }
 }
 

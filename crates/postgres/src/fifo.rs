@@ -129,7 +129,7 @@ impl Core {
     ) -> Result<Sent> {
         let delay_s = opened.settings.delay_s;
         let visible = opened.now + u64::from(delay_s) * 1000;
-        let sealed = opened.settings.encrypted_at_rest();
+        let sealed = self.seals(&opened.settings);
         let content = self.stored_content(opened.id, &message, sealed)?;
         tx.execute(
             &cached(
@@ -212,16 +212,21 @@ impl Core {
         if let Some(route) = &lease.route {
             tally.dead_lettered = self.dead_letter(tx, opened, route, &exhausted).await?;
         }
-        let deliveries = self.in_order(tx, opened, &claimed).await?;
+        let deliveries = self.in_order(tx, opened, &claimed, tally).await?;
         if let (Some(id), false) = (attempt, deliveries.is_empty()) {
-            self.remember_attempt(tx, opened, id, &claimed, &deliveries)
-                .await?;
+            self.remember_attempt(tx, opened, id, &deliveries).await?;
         }
         Ok(deliveries)
     }
 
     /// The deliveries of the messages `seqs` names, in that order.
-    async fn in_order(&self, tx: &Tx, opened: &Opened, seqs: &[i64]) -> Result<Vec<Delivery>> {
+    async fn in_order(
+        &self,
+        tx: &Tx,
+        opened: &Opened,
+        seqs: &[i64],
+        tally: &mut ReceiveTally,
+    ) -> Result<Vec<Delivery>> {
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
@@ -241,7 +246,7 @@ impl Core {
             .iter()
             .map(|row| self.opening(opened, row))
             .collect::<Result<Vec<_>>>()?;
-        self.deliverable(tx, opened, openings).await
+        self.deliverable(tx, opened, openings, tally).await
     }
 
     /// A receive retried with the attempt id of one that leased messages within five
@@ -312,17 +317,25 @@ impl Core {
             .collect::<Result<Vec<_>>>()?;
         replayed.sort_by_key(|(n, _)| *n);
         let openings = replayed.into_iter().map(|(_, d)| d).collect();
-        Ok(Some(self.deliverable(tx, opened, openings).await?))
+        let mut tally = ReceiveTally::default();
+        Ok(Some(
+            self.deliverable(tx, opened, openings, &mut tally).await?,
+        ))
     }
 
+    /// Remembers the messages handed out (not those claimed whose content did not open, which
+    /// were released or removed) with the receive count each was handed out with.
     async fn remember_attempt(
         &self,
         tx: &Tx,
         opened: &Opened,
         attempt: &str,
-        seqs: &[i64],
         deliveries: &[Delivery],
     ) -> Result<()> {
+        let seqs: Vec<i64> = (deliveries.iter())
+            .filter_map(|d| d.sequence_number)
+            .map(to_i64)
+            .collect();
         let counts: Vec<i32> = deliveries
             .iter()
             .map(|d| i32::try_from(d.receive_count).unwrap_or(i32::MAX))

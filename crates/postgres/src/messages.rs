@@ -126,6 +126,26 @@ pub(crate) struct ReceiveTally {
     pub(crate) dead_lettered: Vec<(u32, bool)>,
     /// A receive attempt answered again: nothing new was received.
     pub(crate) replayed: bool,
+    /// A claimed message's content did not open (`deliveries.rs`): it was removed or
+    /// released, and a receive that found too little looks again soon.
+    pub(crate) unreadable: bool,
+}
+
+/// How soon a receive that met contents that did not open looks again (as the embedded
+/// store's after a lost content): the messages behind them are receivable now.
+const LOOK_AGAIN_AFTER_UNREADABLE_MS: u64 = 25;
+
+impl ReceiveTally {
+    /// When the queue's next message is due, for a receive that found too little: soon, if
+    /// it passed contents that did not open.
+    pub(crate) fn next_due(&self, due: Option<u64>) -> Option<u64> {
+        match self.unreadable {
+            true => Some(due.map_or(LOOK_AGAIN_AFTER_UNREADABLE_MS, |due| {
+                due.min(LOOK_AGAIN_AFTER_UNREADABLE_MS)
+            })),
+            false => due,
+        }
+    }
 }
 
 /// The columns a delivery is made from (`Postgres::delivery`), of `leasehold_messages m`.
@@ -339,11 +359,18 @@ impl Core {
         })
     }
 
-    /// A send to a queue that keeps its contents encrypted, refused by a server given no
-    /// encryption keys (one started before another server recorded its keys in the
-    /// database: it is refused at its next start) rather than stored in the clear.
+    /// Whether this server stores the contents of a queue with these settings sealed: it
+    /// asks (SSE-SQS, or a KMS key id), and the server has keys. Without keys a KMS key id is
+    /// kept and shown as on AWS, its contents in the clear, as before keys existed.
+    pub(crate) fn seals(&self, settings: &QueueSettings) -> bool {
+        self.keyring.is_some() && settings.encrypted_at_rest()
+    }
+
+    /// A send to a queue with SSE-SQS, refused by a server given no encryption keys (one
+    /// started before another server recorded its keys in the database: it is refused at its
+    /// next start) rather than stored in the clear.
     pub(crate) fn refuse_unsealable(&self, settings: &QueueSettings) -> Result<()> {
-        match settings.encrypted_at_rest() && self.keyring.is_none() {
+        match settings.sqs_managed_sse && self.keyring.is_none() {
             true => Err(no_keys()),
             false => Ok(()),
         }
@@ -367,7 +394,7 @@ impl Core {
             .claim_fifo(&tx, &opened, &lease, attempt, &mut tally)
             .await?;
         let next_due = match deliveries.is_empty() {
-            true => self.next_due(&tx, &opened).await?,
+            true => tally.next_due(self.next_due(&tx, &opened).await?),
             false => None,
         };
         let dead_lettered = lease.dead_lettered(queue, &tally);
@@ -454,7 +481,7 @@ impl Core {
             tally.dead_lettered = self.dead_letter(tx, opened, route, &seqs).await?;
         }
         let openings = claimed.into_iter().map(|(_, d)| d).collect();
-        self.deliverable(tx, opened, openings).await
+        self.deliverable(tx, opened, openings, tally).await
     }
 
     /// The queue's messages by state: receivable, in flight (leased), delayed; none past

@@ -17,6 +17,7 @@ const SECRET_BODY: &str = "the secret body 7f3a9c";
 const SECRET_ATTRIBUTE: &str = "a secret attribute 91c2e";
 
 fn key_file(dir: &Path, lines: &[(u32, u8)]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("encryption.key");
     let text: String = lines
         .iter()
@@ -440,4 +441,135 @@ async fn postgres_a_server_without_keys_refuses_encrypted_sends_and_leaves_what_
         "left, not removed, and nothing stored in the clear"
     );
     schema.drop_all([keyless, keyed_server]).await;
+}
+
+/// A rotation done on one server first: a server whose file has another key under the new
+/// number (or none) gives back what it cannot open, leaves a FIFO group's later messages
+/// behind it, refuses to move such a message (503) rather than lose it, and the server with
+/// the key hands them all out, in order, their receives not counted.
+#[tokio::test]
+async fn postgres_a_server_lacking_the_newest_key_gives_back_what_it_cannot_open_and_moves_nothing()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::new().await;
+    // B sees key 2 as a reader's line, but of another key; A seals with the real key 2.
+    let lagging = key_file(&dir.path().join("b"), &[(2, 9), (1, 7)]);
+    let rotated = key_file(&dir.path().join("a"), &[(1, 7), (2, 8)]);
+    let b = keyed(&schema, Some(&lagging)).await.unwrap();
+    let a = keyed(&schema, Some(&rotated)).await.unwrap();
+    a.freeze_clock(Some(1_000_000)).await.unwrap();
+    let fifo = vec![
+        ("FifoQueue".to_string(), "true".to_string()),
+        ("ContentBasedDeduplication".to_string(), "true".to_string()),
+    ];
+    a.create_queue("q.fifo", fifo, vec![]).await.unwrap();
+    let in_group = |body: &str| {
+        let mut message = NewMessage::new(body);
+        message.group_id = Some("g".into());
+        message
+    };
+    a.send("q.fifo", in_group("first, key 2")).await.unwrap();
+    b.send("q.fifo", in_group("second, key 1")).await.unwrap();
+
+    let got = b.receive("q.fifo", receive(10, Some(30))).await.unwrap();
+    assert!(
+        got.deliveries.is_empty(),
+        "nothing out of order, nothing it cannot open"
+    );
+    assert!(
+        got.next_due_in_ms.is_some_and(|ms| ms <= 25),
+        "{:?}",
+        got.next_due_in_ms
+    );
+    let got = a.receive("q.fifo", receive(10, Some(30))).await.unwrap();
+    let bodies: Vec<&str> = got.deliveries.iter().map(|d| &*d.body).collect();
+    assert_eq!(bodies, ["first, key 2", "second, key 1"]);
+    let counts: Vec<u32> = got.deliveries.iter().map(|d| d.receive_count).collect();
+    assert_eq!(counts, [1, 1], "the given-back receive is not counted");
+
+    // A dead-letter move of such a message through the lagging server is refused.
+    a.create_queue("dlq", vec![], vec![]).await.unwrap();
+    let policy =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"1"}"#;
+    let redrive = vec![("RedrivePolicy".to_string(), policy.to_string())];
+    a.create_queue("src", redrive, vec![]).await.unwrap();
+    a.send("src", NewMessage::new("key 2 again")).await.unwrap();
+    assert_eq!(
+        a.receive("src", receive(1, Some(1)))
+            .await
+            .unwrap()
+            .deliveries
+            .len(),
+        1
+    );
+    a.freeze_clock(Some(1_005_000)).await.unwrap();
+    let refused = b.receive("src", receive(1, None)).await;
+    assert!(
+        matches!(&refused, Err(BackendError::Unavailable(why)) if why.contains("same encryption key file")),
+        "{refused:?}"
+    );
+    assert!(a
+        .receive("src", receive(1, None))
+        .await
+        .unwrap()
+        .deliveries
+        .is_empty());
+    let dead = a.receive("dlq", receive(1, None)).await.unwrap();
+    assert_eq!(
+        &*dead.deliveries[0].body, "key 2 again",
+        "moved whole by the server with the key"
+    );
+    schema.drop_all([a, b]).await;
+}
+
+/// A damaged message first in line: removed, and the receive that found nothing because of
+/// it looks again at once rather than at the end of its wait.
+#[tokio::test]
+async fn postgres_a_receive_that_met_only_a_damaged_message_looks_again_soon() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = key_file(dir.path(), &[(1, 7)]);
+    let schema = Schema::new().await;
+    let server = keyed(&schema, Some(&keys)).await.unwrap();
+    server.create_queue("q", vec![], vec![]).await.unwrap();
+    server.send("q", NewMessage::new("damaged")).await.unwrap();
+    server.send("q", NewMessage::new("whole")).await.unwrap();
+    let db = client(&schema).await;
+    db.batch_execute(
+        "UPDATE leasehold_messages SET sealed = set_byte(sealed, 40, get_byte(sealed, 40) # 1)
+         WHERE seq = (SELECT min(seq) FROM leasehold_messages)",
+    )
+    .await
+    .unwrap();
+    let got = server.receive("q", receive(1, None)).await.unwrap();
+    assert!(got.deliveries.is_empty());
+    assert!(
+        got.next_due_in_ms.is_some_and(|ms| ms <= 25),
+        "{:?}",
+        got.next_due_in_ms
+    );
+    let got = server.receive("q", receive(1, None)).await.unwrap();
+    assert_eq!(&*got.deliveries[0].body, "whole");
+    schema.drop_all([server]).await;
+}
+
+/// Without keys, a queue with a KMS key id is kept and shown as on AWS and its messages are
+/// stored in the clear, as before keys existed; SSE-SQS is refused.
+#[tokio::test]
+async fn postgres_without_keys_a_kms_queue_takes_sends_in_the_clear_and_sse_sqs_is_refused() {
+    let schema = Schema::new().await;
+    let server = keyed(&schema, None).await.unwrap();
+    let kms = vec![("KmsMasterKeyId".to_string(), "alias/aws/sqs".to_string())];
+    server.create_queue("kms", kms, vec![]).await.unwrap();
+    server
+        .send("kms", NewMessage::new("kms body"))
+        .await
+        .unwrap();
+    let got = server.receive("kms", receive(1, None)).await.unwrap();
+    assert_eq!(&*got.deliveries[0].body, "kms body");
+    assert!(holds(&rows_as_text(&schema).await, "kms body"));
+    assert_eq!(sse_of(&server, "kms").await, "false");
+    let sse = vec![("SqsManagedSseEnabled".to_string(), "true".to_string())];
+    let refused = server.create_queue("sse", sse, vec![]).await;
+    assert!(refused.is_err(), "{refused:?}");
+    schema.drop_all([server]).await;
 }

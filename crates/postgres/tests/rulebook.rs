@@ -212,8 +212,8 @@ impl Rig {
             clock: Arc::new(clock.clone()),
             config: EngineConfig {
                 lease_mode: mode,
-                // As the backend compared with (`Core`'s engines).
-                encrypts_at_rest: false,
+                // As the backend compared with (given a key file, `common::key_file`).
+                encrypts_at_rest: true,
                 ..EngineConfig::default()
             },
         });

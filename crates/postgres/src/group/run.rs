@@ -90,7 +90,7 @@ impl Core {
         let (opened_handles, receipts) = self.open_deletes(&queues, &mut group.deletes);
         let classes = receive_classes(&queues, &mut group.receives);
         let checked = check_sends(self, &queues, &mut group.sends);
-        let rows = rows_to_insert(&queues, &group.sends, &checked);
+        let rows = rows_to_insert(self, &queues, &group.sends, &checked);
         let mut ready = sent_counts(&group.sends, &checked);
         // A receipt naming a message again is deleted in a later statement, after the first
         // one's answer (`delete_receipts`): then the deletes go alone, before the rest.
@@ -257,7 +257,7 @@ impl Core {
             .map(|&take| claimed.by_ref().take(take).collect())
             .collect();
         let next_due = match shares.iter().any(Vec::is_empty) {
-            true => self.next_due(tx, opened).await?,
+            true => tally.next_due(self.next_due(tx, opened).await?),
             false => None,
         };
         Ok(ClassOutcome {
@@ -400,6 +400,7 @@ fn check_sends(
 
 /// The messages that passed their checks, of every send, in order: one insert for all.
 fn rows_to_insert<'a>(
+    core: &Core,
     queues: &Queues,
     works: &'a [SendWork],
     checked: &[Vec<std::result::Result<(), EngineError>>],
@@ -415,7 +416,7 @@ fn rows_to_insert<'a>(
                     queue_id: opened.id,
                     delay_s: message.delay_s.unwrap_or(opened.settings.delay_s),
                     message,
-                    sealed: opened.settings.encrypted_at_rest(),
+                    sealed: core.seals(&opened.settings),
                 });
             }
         }
