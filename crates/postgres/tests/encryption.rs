@@ -86,6 +86,15 @@ fn holds(rows: &[String], text: &str) -> bool {
         .any(|row| row.contains(text) || row.contains(&hex(text)))
 }
 
+/// Queue `src`, whose messages go to queue `dlq` after one receive.
+async fn src_with_dead_letter_queue(server: &Postgres) {
+    server.create_queue("dlq", vec![], vec![]).await.unwrap();
+    let policy =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"1"}"#;
+    let redrive = vec![("RedrivePolicy".to_string(), policy.to_string())];
+    server.create_queue("src", redrive, vec![]).await.unwrap();
+}
+
 async fn sse_of(server: &Postgres, queue: &str) -> String {
     let pairs = server
         .get_attributes(queue, vec!["SqsManagedSseEnabled".into()])
@@ -273,11 +282,7 @@ async fn postgres_sealed_messages_move_to_the_dead_letter_queue_and_back_and_ope
     let schema = Schema::new().await;
     let server = keyed(&schema, Some(&keys)).await.unwrap();
     server.freeze_clock(Some(1_000_000)).await.unwrap();
-    server.create_queue("dlq", vec![], vec![]).await.unwrap();
-    let policy =
-        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"1"}"#;
-    let redrive = vec![("RedrivePolicy".to_string(), policy.to_string())];
-    server.create_queue("src", redrive, vec![]).await.unwrap();
+    src_with_dead_letter_queue(&server).await;
     server
         .send("src", secret_message(SECRET_BODY))
         .await
@@ -488,11 +493,7 @@ async fn postgres_a_server_lacking_the_newest_key_gives_back_what_it_cannot_open
     assert_eq!(counts, [1, 1], "the given-back receive is not counted");
 
     // A dead-letter move of such a message through the lagging server is refused.
-    a.create_queue("dlq", vec![], vec![]).await.unwrap();
-    let policy =
-        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"1"}"#;
-    let redrive = vec![("RedrivePolicy".to_string(), policy.to_string())];
-    a.create_queue("src", redrive, vec![]).await.unwrap();
+    src_with_dead_letter_queue(&a).await;
     a.send("src", NewMessage::new("key 2 again")).await.unwrap();
     assert_eq!(
         a.receive("src", receive(1, Some(1)))
