@@ -5,6 +5,7 @@
 //! back what `Rendered` says; it knows nothing of targets, forms, XML or error codes.
 
 use leasehold_engine::{is_region, EngineError, MAX_MESSAGE_SIZE};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::actions::Context;
@@ -169,29 +170,42 @@ impl HttpRequest<'_> {
     }
 }
 
-/// A successful answer, before it is put in a wire format. Received messages stay typed so
-/// the JSON answer to the most frequent call is written in one pass.
+/// A successful answer, before it is put in a wire format. It stays typed until then, so
+/// the JSON wire (what SDKs speak by default) writes it in one pass; only the query wire's
+/// XML goes through a `serde_json::Value`.
 pub enum Answer {
-    Document(Value),
+    Typed(Box<dyn TypedAnswer>),
     Received(ReceiveMessageOutput),
+}
+
+/// An action's typed output, written as either wire needs it.
+pub trait TypedAnswer: Send {
+    fn json(&self) -> String;
+    fn document(self: Box<Self>) -> Value;
+}
+
+impl<T: Serialize + Send> TypedAnswer for T {
+    fn json(&self) -> String {
+        serde_json::to_string(self).expect("response shapes always serialise")
+    }
+
+    fn document(self: Box<Self>) -> Value {
+        serde_json::to_value(*self).expect("response shapes always serialise")
+    }
 }
 
 impl Answer {
     fn json(&self) -> String {
         match self {
-            Answer::Document(value) => value.to_string(),
-            Answer::Received(output) => {
-                serde_json::to_string(output).expect("response shapes always serialise")
-            }
+            Answer::Typed(output) => output.json(),
+            Answer::Received(output) => output.json(),
         }
     }
 
     fn document(self) -> Value {
         match self {
-            Answer::Document(value) => value,
-            Answer::Received(output) => {
-                serde_json::to_value(output).expect("response shapes always serialise")
-            }
+            Answer::Typed(output) => output.document(),
+            Answer::Received(output) => Box::new(output).document(),
         }
     }
 }

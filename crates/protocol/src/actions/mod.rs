@@ -91,11 +91,10 @@ pub trait IntoStep {
     fn into_step(self) -> Step;
 }
 
-/// Every typed output but a receive's is answered as a document.
-impl<T: Serialize> IntoStep for T {
+/// Every typed output but a receive's is an answer, kept typed until its wire writes it.
+impl<T: Serialize + Send + 'static> IntoStep for T {
     fn into_step(self) -> Step {
-        let value = serde_json::to_value(self).expect("response shapes always serialise");
-        Step::Answer(Answer::Document(value))
+        Step::Answer(Answer::Typed(Box::new(self)))
     }
 }
 
