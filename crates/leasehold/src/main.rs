@@ -2,10 +2,13 @@
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-/// A faster allocator than the system's for a server that allocates per request. Built
-/// without transparent huge pages (`no_thp`): asked for them, it had the kernel zero a fresh
-/// 2 MiB page each time it took back memory it had returned, a fifth of the server's CPU on
-/// SendMessageBatch (BENCHMARKS.md, issue 27). Only its own memory: a child inherits nothing.
+/// A faster allocator than the system's for a server that allocates per request. Built so
+/// that it does not ask for transparent huge pages (`no_thp`: no `madvise(MADV_HUGEPAGE)`):
+/// when it did, the kernel zeroed a fresh 2 MiB page each time it took back memory it had
+/// returned, a fifth of the server's CPU on SendMessageBatch (BENCHMARKS.md, issue 27). A
+/// machine whose kernel gives huge pages to every process (THP `always`) still does. It
+/// changes no process setting (no `PR_SET_THP_DISABLE`), so the commands `leasehold work`
+/// runs inherit nothing from it.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -129,16 +129,17 @@ impl Core {
             };
             tally.unreadable = true;
             let damaged = matches!(unreadable.why, Unopened::Damaged(_));
-            tracing::error!(
-                queue = %opened.key,
-                message_id = %unreadable.message_id,
-                why = unreadable.why.why(),
-                removed = damaged,
-                "a message's content does not open: it is not handed out"
-            );
+            let (queue, message_id) = (&opened.key, &unreadable.message_id);
+            let why = unreadable.why.why();
             match damaged {
-                true => removed.push(to_i64(unreadable.seq)),
+                true => {
+                    tracing::error!(%queue, %message_id, why, "a message's content is damaged: removed, never handed out");
+                    removed.push(to_i64(unreadable.seq));
+                }
+                // A key this server lacks: a rotation not yet on every server, which a
+                // server with the key serves meanwhile. Said at each meeting, as a warning.
                 false => {
+                    tracing::warn!(%queue, %message_id, why, "a message is sealed with a key this server's key file lacks: given back for a server that has it");
                     given_back.push(to_i64(unreadable.seq));
                     held_groups.extend(unreadable.group_id);
                 }

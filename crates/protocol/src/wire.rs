@@ -171,8 +171,9 @@ impl HttpRequest<'_> {
 }
 
 /// A successful answer, before it is put in a wire format. It stays typed until then, so
-/// the JSON wire (what SDKs speak by default) writes it in one pass; only the query wire's
-/// XML goes through a `serde_json::Value`.
+/// the JSON wire (what SDKs speak by default) writes it in one pass, its members in the
+/// shape's order; only the query wires (XML, and JSON for a query request that accepts it)
+/// go through a `serde_json::Value`.
 pub enum Answer {
     Typed(Box<dyn TypedAnswer>),
     Received(ReceiveMessageOutput),

@@ -61,8 +61,28 @@ async fn postgres_admin(sql: &str) {
     client.batch_execute(sql).await.unwrap();
 }
 
-fn drop_schema(schema: &str) -> String {
-    format!("SET lock_timeout = '10s'; DROP SCHEMA {schema} CASCADE")
+/// Drops a test's schema. A statement of the stopped server's last tick (aborted in the
+/// client, still running in the database a moment longer) can hold one of its tables while
+/// the drop holds another: PostgreSQL then ends the drop as a deadlock, and it is tried again.
+async fn drop_schema(schema: &str) {
+    let (client, connection) = tokio_postgres::connect(POSTGRES_URL, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let sql = format!("SET lock_timeout = '10s'; DROP SCHEMA {schema} CASCADE");
+    for attempt in 1.. {
+        match client.batch_execute(&sql).await {
+            Ok(()) => return,
+            Err(e)
+                if attempt < 10
+                    && e.code()
+                        == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("cannot drop the test schema {schema}: {e}"),
+        }
+    }
 }
 
 /// A test that ends without `stop` leaves its schema to a thread of its own, which drops it
@@ -77,13 +97,12 @@ impl Drop for TestServer {
                     .enable_all()
                     .build()
                     .expect("a runtime for the drop");
-                runtime.block_on(postgres_admin(&drop_schema(&schema)));
+                runtime.block_on(drop_schema(&schema));
             });
         }
     }
 }
 
-/// The schema a server of this run keeps its queues in: named for when it was made.
 /// The key file of every PostgreSQL-backed test server: one fixed test key (each schema
 /// records it on its first start), so the suite runs on encrypted queues there as on the
 /// embedded store. Written whole under a name of its own, then renamed into place, so a
@@ -103,6 +122,7 @@ fn postgres_key_file() -> std::path::PathBuf {
     .clone()
 }
 
+/// The schema a server of this run keeps its queues in: named for when it was made.
 fn new_schema() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -200,7 +220,7 @@ impl TestServer {
             served.await.unwrap().unwrap();
         }
         if let Some(schema) = self.schema.take() {
-            postgres_admin(&drop_schema(&schema)).await;
+            drop_schema(&schema).await;
         }
     }
 
