@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use leasehold_backend::{BackendError, Messages, MoveTaskStart, QueueAdmin};
+use leasehold_backend::{BackendError, Messages, QueueAdmin};
 use leasehold_engine::{AttributeData, MessageAttribute, NewMessage, ReceiveRequest};
 use leasehold_postgres::{Options, Postgres, StartError};
 
@@ -298,24 +298,7 @@ async fn postgres_sealed_messages_move_to_the_dead_letter_queue_and_back_and_ope
     assert!(!holds(&rows_as_text(&schema).await, SECRET_BODY));
 
     server.freeze_clock(Some(1_010_000)).await.unwrap();
-    let task = MoveTaskStart {
-        source_arn: "arn:aws:sqs:us-east-1:000000000000:dlq".into(),
-        destination_arn: None,
-        per_second: None,
-    };
-    server.start_move_task(task).await.unwrap();
-    let mut back = Vec::new();
-    for _ in 0..50 {
-        back = server
-            .receive("src", receive(1, None))
-            .await
-            .unwrap()
-            .deliveries;
-        if !back.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let back = common::redriven(&server, "src").await;
     assert_eq!(back.len(), 1, "redriven");
     assert_eq!(&*back[0].body, SECRET_BODY);
     let note = &back[0].attributes.as_ref().expect("attributes")["note"];

@@ -2,7 +2,7 @@
 //! `test`), each test in a schema of its own. Test names carry `postgres`, which is how
 //! `scripts/test --no-services` skips them.
 
-use leasehold_backend::{Messages, MoveTaskStart, QueueAdmin};
+use leasehold_backend::{Messages, QueueAdmin};
 use std::sync::Arc;
 
 use leasehold_backend::{Backend, BackendError};
@@ -355,20 +355,7 @@ async fn postgres_a_dead_letter_move_wakes_the_dead_letter_queue_and_a_redrive_i
         .expect("woken on the other");
 
     a.freeze_clock(Some(1_020_000)).await.unwrap();
-    let task = MoveTaskStart {
-        source_arn: "arn:aws:sqs:us-east-1:000000000000:dlq".into(),
-        destination_arn: None,
-        per_second: None,
-    };
-    a.start_move_task(task).await.unwrap();
-    let mut back = Vec::new();
-    for _ in 0..50 {
-        back = a.receive("src", receive(1, None)).await.unwrap().deliveries;
-        if !back.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let back = common::redriven(&a, "src").await;
     assert_eq!(back.len(), 1, "redriven");
     assert_ne!(back[0].message_id, sent.message_id, "a new message");
     assert_eq!(back[0].sent_ms, 1_020_000, "sent when it was moved");

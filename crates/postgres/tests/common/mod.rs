@@ -79,3 +79,34 @@ pub fn naming() -> Naming {
         account_id: "000000000000".into(),
     }
 }
+
+/// Starts a move task from queue `dlq` back to where its messages came from, and receives one
+/// message from `source` (with `source`'s lease) until the task has put one there, for up to
+/// five seconds: what came back.
+pub async fn redriven(server: &Postgres, source: &str) -> Vec<leasehold_engine::Delivery> {
+    use leasehold_backend::{Messages, MoveTaskStart, QueueAdmin};
+    let task = MoveTaskStart {
+        source_arn: "arn:aws:sqs:us-east-1:000000000000:dlq".into(),
+        destination_arn: None,
+        per_second: None,
+    };
+    server.start_move_task(task).await.unwrap();
+    let request = leasehold_engine::ReceiveRequest {
+        max_messages: 1,
+        visibility_s: None,
+        attempt_id: None,
+    };
+    let mut back = Vec::new();
+    for _ in 0..50 {
+        back = server
+            .receive(source, request.clone())
+            .await
+            .unwrap()
+            .deliveries;
+        if !back.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    back
+}
