@@ -63,6 +63,10 @@ pub struct Received {
     /// queue ends by itself, making a message receivable without anybody's command, which is
     /// when a long poll looks again. None when messages were delivered.
     pub next_due_in_ms: Option<u64>,
+    /// A standard queue held messages back at its in-flight quota and delivered none: a
+    /// short poll is answered OverLimit, a long poll waits on (and gets nothing if no lease
+    /// ends in its wait), as on AWS.
+    pub over_limit: bool,
 }
 
 /// Whatever holds a server's queues, as the server needs it: each part below is a trait of

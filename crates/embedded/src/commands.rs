@@ -224,6 +224,7 @@ impl Messages for Embedded {
             deliveries: received.handout.finish(),
             queue_wait_s: received.queue_wait_s,
             next_due_in_ms: received.next_due_in_ms,
+            over_limit: received.over_limit,
         };
         if !received.deliveries.is_empty() && more {
             // Sends wake one waiter per message; pass on what this one left behind.

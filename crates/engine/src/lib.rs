@@ -16,6 +16,7 @@ mod handout;
 mod lease_stats;
 mod message;
 mod queue;
+mod quota;
 mod receipt;
 mod redrive;
 pub mod rules;
@@ -44,6 +45,7 @@ pub use message::{
     StoredMessage, MAX_MESSAGE_ATTRIBUTES,
 };
 pub use queue::{DeleteOutcome, QueueCounts, QueueMeta, QueueStats, Removed};
+pub use quota::MAX_IN_FLIGHT_PER_QUEUE;
 pub use receipt::{Receipt, ReceiptSealer};
 pub use redrive::{RedriveAllowPolicy, RedrivePolicy, MAX_RECEIVE_COUNT};
 pub use rules::LeaseMode;

@@ -25,6 +25,7 @@ use crate::lease_stats::LeaseMetrics;
 use crate::message::{
     handed_out, Content, ContentKey, Delivery, Extras, MsgKey, NewMessage, State, StoredMessage,
 };
+use crate::quota::InFlightCount;
 use crate::receipt::{Receipt, ReceiptSealer};
 use crate::rules::{self, Take};
 use crate::settings::QueueSettings;
@@ -53,6 +54,28 @@ pub(crate) struct ReceiveParams<'a> {
     pub max_receive_count: Option<u32>,
     /// FIFO only: a retried receive with the same id gets the same messages back.
     pub attempt_id: Option<&'a str>,
+    /// The most messages the whole queue may hold in flight (`quota.rs`).
+    pub max_in_flight: usize,
+}
+
+/// What one call to `Queue::receive` handed out.
+pub(crate) struct Taken {
+    pub deliveries: Vec<Drafted>,
+    /// Messages past maxReceiveCount, taken out for the dead-letter queue.
+    pub dead: Vec<(MsgKey, StoredMessage)>,
+    /// It stopped at the queue's in-flight quota with messages left to hand out.
+    pub at_quota: bool,
+}
+
+/// What `Queue::take` did with one message.
+#[derive(PartialEq, Eq)]
+enum Took {
+    Leased,
+    DeadLettered,
+    /// It was not Ready.
+    NotReady,
+    /// The queue is at its in-flight quota: the message was left as it was.
+    AtQuota,
 }
 
 /// The approximate counts that GetQueueAttributes reports.
@@ -68,6 +91,7 @@ struct Lease {
     now: u64,
     until: u64,
     max_receive_count: Option<u32>,
+    max_in_flight: usize,
 }
 
 /// What one receive has gathered so far.
@@ -138,6 +162,8 @@ pub(crate) struct Queue {
     /// The last ready rank handed out; after a restart, the largest one stored.
     ready_rank: u64,
     in_flight: usize,
+    /// The in-flight count of the whole queue, shared by its stripes (`quota.rs`).
+    flying: Arc<InFlightCount>,
     delayed: usize,
 }
 
@@ -174,6 +200,7 @@ impl Queue {
             next_seq: 1,
             ready_rank: 0,
             in_flight: 0,
+            flying: Arc::default(),
             delayed: 0,
         }
     }
@@ -186,7 +213,15 @@ impl Queue {
         self.messages.get(&key).and_then(|m| m.group().cloned())
     }
 
-    fn link(&mut self, key: MsgKey, (state, until): (State, u64), group: Option<&Arc<str>>) {
+    /// Lists a message in its state's index and counts. `reserved`: a lease whose place in
+    /// the queue's in-flight count its receive already took (`InFlightCount::try_reserve`).
+    fn link(
+        &mut self,
+        key: MsgKey,
+        (state, until): (State, u64),
+        group: Option<&Arc<str>>,
+        reserved: bool,
+    ) {
         match state {
             State::Ready if group.is_none() => {
                 self.ready.insert(key);
@@ -198,6 +233,9 @@ impl Queue {
             }
             State::InFlight => {
                 self.in_flight += 1;
+                if !reserved {
+                    self.flying.add(1);
+                }
                 self.timers.insert((until, key));
             }
         }
@@ -214,6 +252,7 @@ impl Queue {
             }
             State::InFlight => {
                 self.in_flight -= 1;
+                self.flying.sub(1);
                 self.timers.remove(&(until, key));
             }
         }
@@ -237,6 +276,11 @@ impl Queue {
     /// Moves a stored message to a new state that ends at `until` (Ready takes a fresh ready
     /// rank instead), keeping the indexes true.
     fn set_state(&mut self, key: MsgKey, state: State, until: u64) {
+        self.set_state_reserved(key, state, until, false);
+    }
+
+    /// `set_state`, for a lease whose place in the in-flight count is already taken.
+    fn set_state_reserved(&mut self, key: MsgKey, state: State, until: u64, reserved: bool) {
         let until = if state == State::Ready {
             self.next_ready_rank()
         } else {
@@ -249,7 +293,7 @@ impl Queue {
         let old = (message.state, message.until_ms);
         (message.state, message.until_ms) = (state, until);
         self.unlink(key, old);
-        self.link(key, (state, until), group.as_ref());
+        self.link(key, (state, until), group.as_ref(), reserved);
         if let Some(g) = group {
             self.refresh_group(&g);
         }
@@ -287,7 +331,7 @@ impl Queue {
         if let Some(g) = &group {
             self.fifo.add_member(g, key);
         }
-        self.link(key, state, group.as_ref());
+        self.link(key, state, group.as_ref(), false);
         if let Some(g) = group {
             self.refresh_group(&g);
         }
@@ -471,20 +515,22 @@ impl Queue {
 
     /// Leases up to `max_messages` ready messages, oldest first (FIFO: by group, in order).
     /// Messages past maxReceiveCount are taken out and returned for the dead-letter queue.
-    pub fn receive(
-        &mut self,
-        now: u64,
-        params: ReceiveParams,
-    ) -> (Vec<Drafted>, Vec<(MsgKey, StoredMessage)>) {
+    pub fn receive(&mut self, now: u64, params: ReceiveParams) -> Taken {
         if let Some(replayed) = self.replay_attempt(now, &params) {
-            return (replayed, Vec::new());
+            return Taken {
+                deliveries: replayed,
+                dead: Vec::new(),
+                at_quota: false,
+            };
         }
         let lease = Lease {
             now,
             until: rules::lease_end(now, params.visibility_s),
             max_receive_count: params.max_receive_count,
+            max_in_flight: params.max_in_flight,
         };
         let mut batch = Batch::default();
+        let mut at_quota = false;
         'outer: while batch.leased.len() < params.max_messages {
             if self.meta.settings.fifo {
                 // One group at a time, in order, as far as its messages are ready.
@@ -497,15 +543,25 @@ impl Queue {
                         break 'outer;
                     }
                     cursor = Some(key);
-                    if !self.take(key, &lease, &mut batch) {
-                        break;
+                    match self.take(key, &lease, &mut batch) {
+                        Took::Leased | Took::DeadLettered => {}
+                        Took::NotReady => break,
+                        Took::AtQuota => {
+                            // The group stays listed, its head as it was.
+                            self.refresh_group(&group);
+                            at_quota = true;
+                            break 'outer;
+                        }
                     }
                 }
             } else {
                 let Some(&key) = self.ready.first() else {
                     break;
                 };
-                self.take(key, &lease, &mut batch);
+                if self.take(key, &lease, &mut batch) == Took::AtQuota {
+                    at_quota = true;
+                    break;
+                }
             }
         }
         let Batch {
@@ -524,16 +580,21 @@ impl Queue {
             self.fifo.record_attempt(now, id, leased);
         }
         self.debug_check();
-        (deliveries, dead)
+        Taken {
+            deliveries,
+            dead,
+            at_quota,
+        }
     }
 
-    /// Leases one Ready message into `batch`, or dead-letters it. False if it is not Ready.
-    fn take(&mut self, key: MsgKey, lease: &Lease, batch: &mut Batch) -> bool {
-        let Some(message) = self.messages.get_mut(&key) else {
-            return false;
+    /// Leases one Ready message into `batch` if the queue's in-flight quota has room, or
+    /// dead-letters it.
+    fn take(&mut self, key: MsgKey, lease: &Lease, batch: &mut Batch) -> Took {
+        let Some(message) = self.messages.get(&key) else {
+            return Took::NotReady;
         };
         if message.state != State::Ready {
-            return false;
+            return Took::NotReady;
         }
         let Take::Lease { receive_no, first } =
             rules::take(message.receive_count, lease.max_receive_count)
@@ -544,8 +605,12 @@ impl Queue {
             batch
                 .dead
                 .push((key, self.take_message(key).expect("stored")));
-            return true;
+            return Took::DeadLettered;
         };
+        if !self.flying.try_reserve(lease.max_in_flight) {
+            return Took::AtQuota;
+        }
+        let message = self.messages.get_mut(&key).expect("looked up above");
         message.receive_count = receive_no;
         crate::faults::point("a receive, counted but not leased");
         message.lease_start_ms = lease.now;
@@ -555,11 +620,11 @@ impl Queue {
         }
         self.metrics
             .count_lease(&mut self.meta.stats, lease.now, key.sent_ms, first);
-        self.set_state(key, State::InFlight, lease.until);
+        self.set_state_reserved(key, State::InFlight, lease.until, true);
         self.mark(key);
         batch.leased.push((key, receive_no));
         batch.deliveries.push(self.delivery(key, receive_no));
-        true
+        Took::Leased
     }
 
     /// A FIFO receive retried with the same ReceiveRequestAttemptId within five minutes gets
@@ -569,12 +634,20 @@ impl Queue {
         let until = rules::lease_end(now, params.visibility_s);
         let mut out = Vec::new();
         for (key, receive_no) in items {
-            let still_ours = self
+            let state = self
                 .messages
                 .get(&key)
-                .is_some_and(|m| m.receive_count == receive_no && m.state != State::Delayed);
+                .filter(|m| m.receive_count == receive_no)
+                .map(|m| m.state);
+            // A lease that ran out since is taken again only within the in-flight quota.
+            let still_ours = match state {
+                Some(State::InFlight) => true,
+                Some(State::Ready) => self.flying.try_reserve(params.max_in_flight),
+                Some(State::Delayed) | None => false,
+            };
             if still_ours {
-                self.set_state(key, State::InFlight, until);
+                let reserved = state == Some(State::Ready);
+                self.set_state_reserved(key, State::InFlight, until, reserved);
                 self.mark(key);
                 out.push(self.delivery(key, receive_no));
             }

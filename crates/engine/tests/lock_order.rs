@@ -115,3 +115,47 @@ fn striped_queues_never_deadlock_or_lose_a_message_either() {
     shuttle::check_random(|| receives_in_both_lock_orders(2), 2_000);
     shuttle::check_pct(|| receives_in_both_lock_orders(2), 2_000, 3);
 }
+
+/// Two receives on two stripes of one queue at once never lease past its in-flight quota
+/// together: each reserves its places in the queue's one count before it leases.
+fn receives_share_the_in_flight_quota() {
+    let config = EngineConfig {
+        stripes: 2,
+        max_in_flight_per_queue: 3,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(Arc::new(ManualClock::new(1_000)), config);
+    engine.create_queue("q", &[], &[]).unwrap();
+    for stripe in 0..2 {
+        for i in 0..2 {
+            let message = NewMessage::new(format!("{stripe}{i}")).checked();
+            engine
+                .on_stripe("q", Some(stripe), &mut |_| {}, |q| q.send(message))
+                .unwrap()
+                .unwrap();
+        }
+    }
+    let engine = Arc::new(engine);
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let engine = engine.clone();
+            shuttle::thread::spawn(move || {
+                let received = engine
+                    .receive_striped("q", &ReceiveRequest::up_to(10), &mut |_| {})
+                    .unwrap();
+                received.handout.len()
+            })
+        })
+        .collect();
+    let leased: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(leased, 3);
+    let counts = engine.counts_striped("q", &mut |_| {}).unwrap();
+    assert_eq!((counts.not_visible, counts.visible), (3, 1));
+    engine.check_invariants().unwrap();
+}
+
+#[test]
+fn receives_on_two_stripes_never_pass_the_in_flight_quota_together() {
+    shuttle::check_random(receives_share_the_in_flight_quota, 2_000);
+    shuttle::check_pct(receives_share_the_in_flight_quota, 2_000, 3);
+}

@@ -38,6 +38,7 @@ pub struct ConfigFile {
     pub disk_reserve_mb: Option<u64>,
     pub encryption_key_file: Option<PathBuf>,
     pub max_queues_per_account: Option<u64>,
+    pub max_in_flight_per_queue: Option<u64>,
     pub stripes: Option<u64>,
     /// The one flag of `leasehold` itself rather than of `serve`.
     pub log_format: Option<String>,

@@ -142,6 +142,12 @@ pub(crate) struct ServeArgs {
     /// may be set to): a CreateQueue past it is refused with OverLimit.
     #[arg(long, env = "LEASEHOLD_MAX_QUEUES_PER_ACCOUNT", default_value = "1000000", value_parser = clap::value_parser!(u64).range(1..=leasehold_engine::MAX_QUEUES_PER_ACCOUNT as u64))]
     max_queues_per_account: u64,
+    /// The most messages one queue holds in flight (received, not yet deleted), AWS's quota
+    /// by default: past it a standard queue's short poll is refused with OverLimit and a long
+    /// poll gets nothing, a FIFO queue hands out nothing more. Raise it as AWS raises the
+    /// quota on request; lower it to test a consumer against it.
+    #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT_PER_QUEUE", default_value = "120000", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    max_in_flight_per_queue: u64,
     /// How many stripes a standard queue created from now on is split into, so that as
     /// many cores work on one hot queue side by side (at most 64; a queue keeps the count it
     /// was created with). Default: one per core. 1: one order for a whole queue.
@@ -297,6 +303,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         memory_limit: args.memory_limit,
         max_queues_per_account: args.max_queues_per_account as usize,
+        max_in_flight_per_queue: args.max_in_flight_per_queue as usize,
         allowed_hosts: leasehold_server::hosts::AllowedHosts::new(
             args.allowed_host
                 .iter()
@@ -354,6 +361,7 @@ async fn build_backend(
         let options = leasehold_postgres::Options {
             lease_mode: config.lease_mode,
             max_queues_per_account: config.max_queues_per_account,
+            max_in_flight_per_queue: config.max_in_flight_per_queue,
             encryption_key_file: args.encryption_key_file.clone(),
             ..leasehold_postgres::Options::default()
         };
@@ -374,6 +382,7 @@ async fn build_backend(
     }
     let mut setup = EngineSetup::serving(clock.clone(), config.lease_mode, naming);
     setup.config.max_queues_per_account = config.max_queues_per_account;
+    setup.config.max_in_flight_per_queue = config.max_in_flight_per_queue;
     if let Some(stripes) = args.stripes {
         setup.config.stripes = stripes as usize;
     }

@@ -410,6 +410,7 @@ impl Core {
             deliveries,
             queue_wait_s: settings.receive_wait_s,
             next_due_in_ms: next_due,
+            over_limit: false,
         })
     }
 

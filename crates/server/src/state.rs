@@ -34,6 +34,9 @@ pub struct ServerConfig {
     /// The backend's quota of queues per account (`--max-queues-per-account`), given to
     /// whichever backend the binary builds, as `lease_mode` is.
     pub max_queues_per_account: usize,
+    /// The most messages one queue holds in flight (`--max-in-flight-per-queue`), for
+    /// whichever backend the binary builds.
+    pub max_in_flight_per_queue: usize,
     /// Names, besides loopback ones and IP addresses, a request's `Host` may give where the
     /// server checks it (`hosts.rs`): `--allowed-host`, and the host of `--public-url`.
     pub allowed_hosts: crate::hosts::AllowedHosts,
@@ -75,6 +78,7 @@ impl Default for ServerConfig {
             public_url: None,
             tls: false,
             max_queues_per_account: leasehold_engine::MAX_QUEUES_PER_ACCOUNT,
+            max_in_flight_per_queue: leasehold_engine::MAX_IN_FLIGHT_PER_QUEUE,
             memory_limit: None,
             allowed_hosts: crate::hosts::AllowedHosts::default(),
         }

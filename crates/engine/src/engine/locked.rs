@@ -57,6 +57,8 @@ pub struct Locked<'e> {
     moved: Vec<Change>,
     /// Messages the receives made through this `Locked` moved to the dead-letter queue.
     dead_lettered: usize,
+    /// A receive through it stopped at the queue's in-flight quota (`quota.rs`).
+    at_quota: bool,
 }
 
 impl Engine {
@@ -174,6 +176,7 @@ impl Engine {
             now,
             moved: Vec::new(),
             dead_lettered: 0,
+            at_quota: false,
         }
     }
 }
@@ -233,8 +236,11 @@ impl Locked<'_> {
                 .filter(|t| !matches!(t.queue, TargetLock::NotNeeded))
                 .map(|t| t.max_receive_count),
             attempt_id: request.attempt_id.as_deref(),
+            max_in_flight: self.engine.config.max_in_flight_per_queue,
         };
-        let (drafts, dead) = self.queue.receive(self.now, params);
+        let taken = self.queue.receive(self.now, params);
+        self.at_quota |= taken.at_quota;
+        let (drafts, dead) = (taken.deliveries, taken.dead);
         if !drafts.is_empty() || !dead.is_empty() {
             self.queue.touch();
         }
@@ -274,6 +280,12 @@ impl Locked<'_> {
         let target = self.dead_letter.as_ref()?;
         let elsewhere = !matches!(target.queue, TargetLock::Itself);
         (elsewhere && self.dead_lettered > 0).then_some((target.name.as_str(), self.dead_lettered))
+    }
+
+    /// Whether a receive through this `Locked` stopped at the queue's in-flight quota with
+    /// messages left that it would otherwise have handed out.
+    pub fn at_quota(&self) -> bool {
+        self.at_quota
     }
 
     /// Counts a ReceiveMessage request that returned nothing. Kept apart from `receive`

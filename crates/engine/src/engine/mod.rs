@@ -71,6 +71,9 @@ pub struct EngineConfig {
     pub defer_drops: bool,
     /// CreateQueue refuses a new queue with OverLimit once its account holds this many.
     pub max_queues_per_account: usize,
+    /// The most messages one queue holds in flight (`quota.rs`): a standard queue's receive
+    /// past it finds nothing and says so (`StripedReceive::at_quota`), a FIFO queue's too.
+    pub max_in_flight_per_queue: usize,
     /// How many stripes a standard queue created from now on is split into (at most
     /// `MAX_STRIPES`), so that as many threads work on it side by side (`stripes.rs`): a
     /// server's cores. 1 keeps one order for a whole queue, as simulations need.
@@ -93,6 +96,7 @@ impl Default for EngineConfig {
             track_changes: false,
             defer_drops: false,
             max_queues_per_account: crate::settings::MAX_QUEUES_PER_ACCOUNT,
+            max_in_flight_per_queue: crate::quota::MAX_IN_FLIGHT_PER_QUEUE,
             stripes: 1,
             encrypts_at_rest: true,
         }

@@ -35,6 +35,10 @@ pub struct StripedReceive {
     /// The dead-letter queue the receive moved messages to, and how many (its waiters to
     /// wake).
     pub dead_lettered: Option<(String, usize)>,
+    /// A standard queue's receive that found nothing to hand out but messages held back by the
+    /// queue's in-flight quota (`EngineConfig::max_in_flight_per_queue`): a short poll is
+    /// answered OverLimit, as on AWS. A FIFO queue's answers empty, with no error.
+    pub over_limit: bool,
 }
 
 impl Engine {
@@ -77,17 +81,24 @@ impl Engine {
     ) -> Result<StripedReceive> {
         request.check()?;
         let cell = self.cell(name)?;
-        let mut order = cell.receive_order();
+        // A stripe that stops at the in-flight quota is visited once more after the others:
+        // their ticks may end leases the shared count still held (`quota.rs`).
+        let mut visits: Vec<usize> = cell.receive_order().collect();
+        let first_pass = visits.len();
         let mut out = StripedReceive {
             handout: Handout::default(),
             queue_wait_s: 0,
             next_due_in_ms: None,
             more: false,
             dead_lettered: None,
+            over_limit: false,
         };
+        let mut at_quota = false;
         let mut next_due: Option<u64> = None;
         let mut now = 0;
-        while let Some(stripe) = order.next() {
+        let mut visit = 0;
+        while let Some(&stripe) = visits.get(visit) {
+            visit += 1;
             let wanted = request.max_messages - out.handout.len() as u32;
             let mut locked = self.lock_for_receive(name, stripe, wanted)?;
             let taken = locked.receive(&ReceiveRequest {
@@ -95,6 +106,7 @@ impl Engine {
                 ..request.clone()
             });
             now = locked.now();
+            let stopped = locked.at_quota();
             out.queue_wait_s = locked.settings().receive_wait_s;
             let left = locked.counts().visible > 0;
             next_due = [next_due, locked.next_due()].into_iter().flatten().min();
@@ -111,12 +123,20 @@ impl Engine {
                 Err(error) if out.handout.is_empty() => return Err(error),
                 Err(_) => break,
             }
+            if stopped && visit <= first_pass && first_pass > 1 {
+                visits.push(stripe);
+            } else {
+                at_quota |= stopped;
+            }
             if out.handout.len() as u32 >= request.max_messages {
-                out.more = left || order.any(|s| cell.may_hold_ready(s, now));
+                out.more = !at_quota
+                    && (left || (visits[visit..].iter()).any(|&s| cell.may_hold_ready(s, now)));
                 break;
             }
-            out.more |= left;
+            // At the quota there is nobody to wake: another receive would find no room.
+            out.more |= left && !stopped;
         }
+        out.over_limit = at_quota && !cell.fifo && out.handout.is_empty();
         if out.handout.is_empty() {
             out.next_due_in_ms = next_due.map(|due| due.saturating_sub(now));
         }

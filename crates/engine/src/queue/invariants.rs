@@ -64,6 +64,16 @@ impl Queue {
                 self.in_flight, self.delayed
             ));
         }
+        // The whole queue's count holds every stripe's leases (and, for a moment, places
+        // other stripes' receives reserved); a FIFO queue is one stripe, and its receive
+        // reserves and leases under this lock.
+        let queue_wide = self.flying.get();
+        if queue_wide < self.in_flight || (self.meta.stripes == 1 && queue_wide != self.in_flight) {
+            return Err(format!(
+                "the queue counts {queue_wide} in flight; this stripe holds {}",
+                self.in_flight
+            ));
+        }
         if self.meta.settings.fifo {
             self.fifo.check_invariants(self.messages.len(), |key| {
                 self.messages

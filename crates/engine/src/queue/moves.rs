@@ -62,6 +62,7 @@ impl Queue {
     pub fn purge(&mut self, now: u64, below: u64) -> Removed {
         // The store drops the whole range; per-message changes would be redundant.
         self.changes.messages.clear();
+        self.flying.sub(self.in_flight);
         self.in_flight = 0;
         self.delayed = 0;
         self.meta.last_purge_ms = Some(now);

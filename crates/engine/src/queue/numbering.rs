@@ -22,6 +22,8 @@ impl Queue {
         meta.stats = Default::default();
         let purged_below = meta.purged_below_seq;
         let mut queue = Queue::restored(meta, head.sealer.clone());
+        // One in-flight count for the whole queue (`quota.rs`).
+        queue.flying = head.flying.clone();
         queue.stripe = index;
         queue.set_next_seq(purged_below);
         queue.changes.enabled = head.changes.enabled;

@@ -345,6 +345,7 @@ fn answer_class(queues: &Queues, works: &mut [ReceiveWork], class: Class, outcom
             deliveries,
             queue_wait_s,
             next_due_in_ms,
+            over_limit: false,
         }));
     }
 }

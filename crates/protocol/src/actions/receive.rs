@@ -15,6 +15,10 @@ use crate::error::Result;
 use crate::shapes::*;
 use crate::wire::Answer;
 
+/// How soon a long poll on a queue at its in-flight quota looks again: a delete, which makes
+/// room, wakes no waiting receive.
+const AT_QUOTA_LOOK_AGAIN: Duration = Duration::from_millis(100);
+
 /// A checked ReceiveMessage, ready to be attempted.
 pub struct Receive {
     queue: String,
@@ -106,9 +110,22 @@ impl Receive {
         let received = backend.receive(&self.queue, self.request.clone()).await?;
         if received.deliveries.is_empty() {
             let wait_s = self.wait_s.unwrap_or(received.queue_wait_s);
+            if received.over_limit && wait_s == 0 {
+                return Err(EngineError::OverLimit(
+                    "the queue holds its most messages in flight (received, not yet deleted): delete some first".into(),
+                )
+                .into());
+            }
+            let mut look_again_in = received.next_due_in_ms.map(Duration::from_millis);
+            if received.over_limit {
+                // A delete makes room without waking anybody: look again soon.
+                look_again_in = Some(
+                    look_again_in.map_or(AT_QUOTA_LOOK_AGAIN, |due| due.min(AT_QUOTA_LOOK_AGAIN)),
+                );
+            }
             return Ok(Attempt::Empty {
                 wait: Duration::from_secs(wait_s.into()),
-                look_again_in: received.next_due_in_ms.map(Duration::from_millis),
+                look_again_in,
             });
         }
         Ok(Attempt::Taken(Answer::Received(

@@ -14,6 +14,7 @@ mod grants;
 mod hardening;
 mod honest_leases;
 mod hosts;
+mod in_flight_quota;
 mod leases;
 mod long_poll;
 mod messages;
