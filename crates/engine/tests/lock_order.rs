@@ -4,7 +4,8 @@
 //! dead-letter queue has the lower id. Two queues are each other's dead-letter queue, and a
 //! third feeds one of them, so every receive below moves messages across, in both orders;
 //! and again with every queue in two stripes.
-//! Nothing is lost whatever the interleaving.
+//! Nothing is lost whatever the interleaving. Receives on two stripes of one queue never
+//! lease past its in-flight quota together.
 //!
 //! `cargo test -p leasehold-engine --features shuttle --test lock_order`
 

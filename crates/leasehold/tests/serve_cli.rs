@@ -150,3 +150,69 @@ fn a_read_only_data_directory_is_reported_as_a_permission_problem_not_damage() {
     assert!(stderr.contains("permission problem"), "{stderr}");
     assert!(!stderr.contains("damaged"), "{stderr}");
 }
+
+/// `--max-in-flight-per-queue`: at least 1, and refused beside `--postgres`, which does not
+/// keep it yet, rather than taken and ignored.
+#[test]
+fn an_in_flight_quota_of_zero_or_on_postgres_is_a_usage_error() {
+    for args in [
+        &["--in-memory", "--max-in-flight-per-queue", "0"][..],
+        &[
+            "--postgres",
+            "postgres://127.0.0.1/test",
+            "--max-in-flight-per-queue",
+            "10",
+        ],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--max-in-flight-per-queue"), "{stderr}");
+    }
+}
+
+/// A quota set on the command line reaches the queues: the receive past it is OverLimit.
+#[tokio::test]
+async fn a_lowered_in_flight_quota_is_met_over_the_wire() {
+    let port = free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--in-memory", "--bind"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--max-in-flight-per-queue", "1"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _running = common::Running::new(child);
+    wait_until_listening(port);
+    let sqs = common::client(port);
+    let url = sqs.create_queue().queue_name("q").send().await.unwrap();
+    let url = url.queue_url.unwrap();
+    for body in ["a", "b"] {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let first = sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .send()
+        .await;
+    assert_eq!(first.unwrap().messages.unwrap_or_default().len(), 1);
+    let second = sqs
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap_err();
+    let code = aws_sdk_sqs::error::ProvideErrorMetadata::code(&second.into_service_error())
+        .map(str::to_string);
+    assert_eq!(code.as_deref(), Some("OverLimit"));
+}
