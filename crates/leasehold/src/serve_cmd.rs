@@ -145,8 +145,8 @@ pub(crate) struct ServeArgs {
     /// The most messages one queue holds in flight (received, not yet deleted), AWS's quota
     /// by default: past it a standard queue's short poll is refused with OverLimit and a long
     /// poll gets nothing, a FIFO queue hands out nothing more. Raise it as AWS raises the
-    /// quota on request; lower it to test a consumer against it.
-    #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT_PER_QUEUE", default_value = "120000", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    /// quota on request; lower it to test a consumer against it. Not yet with `--postgres`.
+    #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT_PER_QUEUE", default_value = "120000", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)), conflicts_with = "postgres")]
     max_in_flight_per_queue: u64,
     /// How many stripes a standard queue created from now on is split into, so that as
     /// many cores work on one hot queue side by side (at most 64; a queue keeps the count it
@@ -361,7 +361,6 @@ async fn build_backend(
         let options = leasehold_postgres::Options {
             lease_mode: config.lease_mode,
             max_queues_per_account: config.max_queues_per_account,
-            max_in_flight_per_queue: config.max_in_flight_per_queue,
             encryption_key_file: args.encryption_key_file.clone(),
             ..leasehold_postgres::Options::default()
         };

@@ -151,16 +151,28 @@ fn a_read_only_data_directory_is_reported_as_a_permission_problem_not_damage() {
     assert!(!stderr.contains("damaged"), "{stderr}");
 }
 
-/// `--max-in-flight-per-queue`: at least 1.
+/// `--max-in-flight-per-queue`: at least 1, and refused beside `--postgres`, which does not
+/// keep it yet, rather than taken and ignored.
 #[test]
-fn an_in_flight_quota_of_zero_is_a_usage_error() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["serve", "--in-memory", "--max-in-flight-per-queue", "0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--max-in-flight-per-queue"), "{stderr}");
+fn an_in_flight_quota_of_zero_or_on_postgres_is_a_usage_error() {
+    for args in [
+        &["--in-memory", "--max-in-flight-per-queue", "0"][..],
+        &[
+            "--postgres",
+            "postgres://127.0.0.1/test",
+            "--max-in-flight-per-queue",
+            "10",
+        ],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--max-in-flight-per-queue"), "{stderr}");
+    }
 }
 
 /// A quota set on the command line reaches the queues: the receive past it is OverLimit.

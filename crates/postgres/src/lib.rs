@@ -24,7 +24,6 @@ mod messages;
 mod moves;
 mod notify;
 mod queues;
-mod quota;
 mod schema;
 mod sweep;
 mod tx;
@@ -69,9 +68,6 @@ pub struct Options {
     pub lease_mode: LeaseMode,
     /// CreateQueue refuses a new queue once its account holds this many.
     pub max_queues_per_account: usize,
-    /// The most messages one queue holds in flight, counted over every server of the
-    /// cluster (`quota.rs`).
-    pub max_in_flight_per_queue: usize,
     /// How many transactions of grouped requests (standard queues' sends, receives and
     /// deletes) a server commits at once; requests that arrive meanwhile wait for the next.
     /// 1: the fewest, largest groups, and no two of a server's claims contending for a
@@ -94,7 +90,6 @@ impl Default for Options {
             schema: None,
             lease_mode: LeaseMode::default(),
             max_queues_per_account: leasehold_engine::MAX_QUEUES_PER_ACCOUNT,
-            max_in_flight_per_queue: leasehold_engine::MAX_IN_FLIGHT_PER_QUEUE,
             group_commits: 1,
             encryption_key_file: None,
         }
@@ -127,7 +122,6 @@ pub struct Core {
     keyring: Option<Arc<Keyring>>,
     lease_mode: LeaseMode,
     max_queues_per_account: usize,
-    max_in_flight_per_queue: usize,
     waiters: Arc<Waiters>,
     /// This server's id in its notifications, so it skips its own.
     server_id: u64,
@@ -198,7 +192,6 @@ impl Postgres {
             keyring,
             lease_mode: options.lease_mode,
             max_queues_per_account: options.max_queues_per_account,
-            max_in_flight_per_queue: options.max_in_flight_per_queue,
             waiters,
             server_id,
             sweep_clock: sweep::SweepClock::default(),

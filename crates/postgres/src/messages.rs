@@ -175,19 +175,16 @@ pub(crate) const INSERT_SQL: &str = "INSERT INTO leasehold_messages
      RETURNING seq";
 
 /// A standard queue's claim (`Core::claim_standard`): the oldest receivable messages that
-/// are not exhausted, leased in the same statement, no more than the queue's in-flight quota
-/// ($7) leaves room for (`quota.rs`); each row answers that room too.
+/// are not exhausted, leased in the same statement.
 pub(crate) const CLAIM_SQL: &str = concat!(
-    "WITH room AS MATERIALIZED (
-         SELECT greatest(0, $7 - leasehold_in_flight_of($1, $2)) AS n),
-     picked AS (
+    "WITH picked AS (
          SELECT seq, leasehold_lease_ran_out(receive_count, released, visible_ms, $2)
                     AS expired
          FROM leasehold_messages
          WHERE queue_id = $1 AND visible_ms <= $2 AND sent_ms > $5
            AND NOT leasehold_exhausted(receive_count, $6)
          ORDER BY sent_ms, seq
-         LIMIT least($3, (SELECT n FROM room))
+         LIMIT $3
          FOR UPDATE SKIP LOCKED)
      UPDATE leasehold_messages m
      SET visible_ms = $4, receive_count = m.receive_count + 1,
@@ -198,7 +195,7 @@ pub(crate) const CLAIM_SQL: &str = concat!(
      WHERE m.queue_id = $1 AND m.seq = ANY(ARRAY(SELECT seq FROM picked))
      RETURNING ",
     delivery_columns!(),
-    ", m.seq = ANY(ARRAY(SELECT seq FROM picked WHERE expired)), (SELECT n FROM room)"
+    ", m.seq = ANY(ARRAY(SELECT seq FROM picked WHERE expired))"
 );
 
 fn no_keys() -> BackendError {
@@ -390,18 +387,7 @@ impl Core {
         let lease_s = request
             .visibility_s
             .unwrap_or(settings.visibility_timeout_s);
-        // No more than the in-flight quota leaves room for, counted after its lock
-        // (`quota.rs`; both sent at once): at the quota a FIFO queue hands out nothing.
-        let wanted = [(opened.id, i64::from(request.max_messages))];
-        let ((), room) = futures_util::future::try_join(
-            self.lock_quotas(&tx, opened.now, &wanted),
-            self.room(&tx, &opened),
-        )
-        .await?;
-        let max = request
-            .max_messages
-            .min(u32::try_from(room).unwrap_or(u32::MAX));
-        let lease = Lease::new(&opened, lease_s, max, route);
+        let lease = Lease::new(&opened, lease_s, request.max_messages, route);
         let mut tally = ReceiveTally::default();
         let attempt = request.attempt_id.as_deref();
         let deliveries = self
@@ -464,17 +450,10 @@ impl Core {
                     &to_i64(lease.until),
                     &to_i64(lease.oldest_kept),
                     &lease.max_receives,
-                    &self.quota(),
                 ],
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        // Fewer than asked for because the quota left no more room: the receive is as full
-        // as it may be, and dead-letters only what it passed.
-        let room = rows
-            .first()
-            .map(|row| row.get::<_, i64>(DELIVERY_COLUMNS + 1));
-        let full = room.map_or(max, |room| room.min(max));
         tally.leases_expired += rows
             .iter()
             .filter(|row| row.get::<_, bool>(DELIVERY_COLUMNS))
@@ -493,7 +472,7 @@ impl Core {
         if let Some(route) = &lease.route {
             // A full receive stops at its last message; one that is not full passed them all.
             let bound = match claimed.last() {
-                Some((key, _)) if claimed.len() as i64 == full => *key,
+                Some((key, _)) if claimed.len() as i64 == max => *key,
                 _ => (u64::MAX, u64::MAX),
             };
             let leased: Vec<i64> = claimed.iter().map(|((_, seq), _)| to_i64(*seq)).collect();

@@ -2,8 +2,8 @@
 //! first in a round does it, and a server that dies simply stops taking it. Today: messages
 //! past their queue's MessageRetentionPeriod are deleted (receives and counts already skip
 //! them), FIFO deduplication ids and receive attempts past their window, lease
-//! measurements' windows past the last 15 minutes, in-flight counts of seconds past, and
-//! deleted queues' rows, a bounded number per round.
+//! measurements' windows past the last 15 minutes, and deleted queues' rows, a bounded number
+//! per round.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -118,12 +118,6 @@ impl Core {
                  FOR UPDATE SKIP LOCKED) old
              WHERE (c.queue_id, c.series, c.window_ms, c.value_ms)
                  = (old.queue_id, old.series, old.window_ms, old.value_ms)",
-            // In-flight counts of seconds past (`quota.rs`): no lease ends in them any more,
-            // and no count is written to them again.
-            "DELETE FROM leasehold_in_flight f USING (
-                 SELECT queue_id, until_s, holder FROM leasehold_in_flight
-                 WHERE until_s < leasehold_now() / 1000 LIMIT $1 FOR UPDATE SKIP LOCKED) old
-             WHERE (f.queue_id, f.until_s, f.holder) = (old.queue_id, old.until_s, old.holder)",
         ] {
             tx.execute(&cached(&tx, sql).await?, &[&SWEEP_ROWS])
                 .await

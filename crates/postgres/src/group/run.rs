@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures_util::future::{try_join, try_join4, try_join_all};
+use futures_util::future::{try_join4, try_join_all};
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{check_batch, Delivery, EngineError, Sent};
 
@@ -25,7 +25,6 @@ use crate::handles::{answer_deletes, ToDelete, DELETE_SKIPPING};
 use crate::messages::{Lease, NewRow, Opened, ReceiveTally, CLAIM_SQL, INSERT_SQL};
 use crate::notify::{notify_many, NOTIFY_SQL};
 use crate::queues::decode;
-use crate::quota::QUOTA_LOCK_SQL;
 use crate::tx::Tx;
 use crate::{cached, to_u64, Core};
 
@@ -114,7 +113,6 @@ impl Core {
             &[
                 DELETE_SKIPPING,
                 INSERT_SQL,
-                QUOTA_LOCK_SQL,
                 CLAIM_SQL,
                 ROUTE_SQL,
                 NOTIFY_SQL,
@@ -133,19 +131,11 @@ impl Core {
         // The classes one after the other: a class's claim may take several statements (a
         // route, the exhausted messages passed), and the next class's sees all of them.
         let receives = &group.receives;
-        let wanted = quota_wanted(&queues, &classes, receives);
-        // The queues' quota locks first (`quota.rs`), sent before the claims in the same
-        // pipeline, so executed before them without a round trip of their own.
         let claims = async {
-            let claiming = async {
-                let mut claimed = Vec::with_capacity(classes.len());
-                for class in &classes {
-                    claimed.push(self.claim_class(&tx, &queues, class, receives).await?);
-                }
-                Ok(claimed)
-            };
-            let ((), claimed) =
-                try_join(self.lock_quotas(&tx, queues.now, &wanted), claiming).await?;
+            let mut claimed = Vec::with_capacity(classes.len());
+            for class in &classes {
+                claimed.push(self.claim_class(&tx, &queues, class, receives).await?);
+            }
             Ok(claimed)
         };
         let may_move = classes.iter().any(|class| {
@@ -266,17 +256,13 @@ impl Core {
         let shares: Vec<Vec<Delivery>> = (maxes.iter())
             .map(|&take| claimed.by_ref().take(take).collect())
             .collect();
-        let (next_due, over_limit) = match shares.iter().any(Vec::is_empty) {
-            true => (
-                tally.next_due(self.next_due(tx, opened).await?),
-                self.held_back(tx, opened, &lease).await?,
-            ),
-            false => (None, false),
+        let next_due = match shares.iter().any(Vec::is_empty) {
+            true => tally.next_due(self.next_due(tx, opened).await?),
+            false => None,
         };
         Ok(ClassOutcome {
             shares,
             next_due,
-            over_limit,
             tally,
             moved,
         })
@@ -300,24 +286,6 @@ impl Core {
     }
 }
 
-/// The messages the group's classes want of each queue (its id), for the quota locks.
-fn quota_wanted(queues: &Queues, classes: &[Class], works: &[ReceiveWork]) -> Vec<(u64, i64)> {
-    let mut wanted: Vec<(u64, i64)> = Vec::new();
-    for class in classes {
-        let Some(opened) = queues.by_key.get(&class.queue) else {
-            continue;
-        };
-        let asked: i64 = (class.members.iter())
-            .map(|&i| i64::from(works[i].asked.max_messages))
-            .sum();
-        match wanted.iter_mut().find(|(id, _)| *id == opened.id) {
-            Some((_, total)) => *total += asked,
-            None => wanted.push((opened.id, asked)),
-        }
-    }
-    wanted
-}
-
 /// A class of receives: those of one queue asking one visibility (the group's indexes),
 /// claimed together.
 struct Class {
@@ -333,9 +301,6 @@ struct Class {
 struct ClassOutcome {
     shares: Vec<Vec<Delivery>>,
     next_due: Option<u64>,
-    /// The queue was at its in-flight quota with messages held back (for the members left
-    /// without a message: a short poll's OverLimit).
-    over_limit: bool,
     tally: ReceiveTally,
     moved: Option<(String, usize)>,
 }
@@ -375,13 +340,12 @@ fn answer_class(queues: &Queues, works: &mut [ReceiveWork], class: Class, outcom
     for (&i, deliveries) in class.members.iter().zip(outcome.shares) {
         let work = &mut works[i];
         let next_due_in_ms = outcome.next_due.filter(|_| deliveries.is_empty());
-        let over_limit = outcome.over_limit && deliveries.is_empty();
         work.measured = Some(tally.take().unwrap_or_default());
         work.answer = Some(Ok(Received {
             deliveries,
             queue_wait_s,
             next_due_in_ms,
-            over_limit,
+            over_limit: false,
         }));
     }
 }

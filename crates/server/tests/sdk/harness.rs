@@ -178,7 +178,6 @@ impl TestServer {
             schema: Some(schema.clone()),
             lease_mode: config.lease_mode,
             max_queues_per_account: config.max_queues_per_account,
-            max_in_flight_per_queue: config.max_in_flight_per_queue,
             encryption_key_file: Some(postgres_key_file()),
             ..leasehold_postgres::Options::default()
         };
