@@ -241,7 +241,10 @@ impl Queue {
         }
     }
 
-    fn unlink(&mut self, key: MsgKey, (state, until): (State, u64)) {
+    /// Takes a message out of its state's index and counts. `lease_goes_on`: it leaves one
+    /// lease for another (a visibility change), so its place in the queue's in-flight count
+    /// is kept rather than given up for a moment another stripe's receive could take.
+    fn unlink(&mut self, key: MsgKey, (state, until): (State, u64), lease_goes_on: bool) {
         match state {
             State::Ready => {
                 self.ready.remove(&key);
@@ -252,7 +255,9 @@ impl Queue {
             }
             State::InFlight => {
                 self.in_flight -= 1;
-                self.flying.sub(1);
+                if !lease_goes_on {
+                    self.flying.sub(1);
+                }
                 self.timers.remove(&(until, key));
             }
         }
@@ -292,8 +297,14 @@ impl Queue {
         };
         let old = (message.state, message.until_ms);
         (message.state, message.until_ms) = (state, until);
-        self.unlink(key, old);
-        self.link(key, (state, until), group.as_ref(), reserved);
+        let lease_goes_on = old.0 == State::InFlight && state == State::InFlight;
+        self.unlink(key, old, lease_goes_on);
+        self.link(
+            key,
+            (state, until),
+            group.as_ref(),
+            reserved || lease_goes_on,
+        );
         if let Some(g) = group {
             self.refresh_group(&g);
         }
@@ -341,7 +352,7 @@ impl Queue {
         let group = self.fifo_group(key);
         let message = self.messages.remove(&key)?;
         self.mark(key);
-        self.unlink(key, (message.state, message.until_ms));
+        self.unlink(key, (message.state, message.until_ms), false);
         if let Some(g) = group {
             self.fifo.remove_member(&g, key);
             self.refresh_group(&g);

@@ -6,7 +6,10 @@
 //! leases (`try_reserve`, a compare-and-swap), so stripes leasing side by side under their
 //! own locks never pass the quota together; every other way into or out of a lease (an
 //! expiry, a delete, a release, a restore, a purge) moves the count as it moves the stripe's
-//! own.
+//! own, and a visibility change keeps its lease's place throughout. A visibility change that
+//! hides again a message whose lease already ran out (where the lease mode allows it) is
+//! counted without a reservation: its consumer holds the message already, so it may take the
+//! queue past the quota by such messages, and the next receives wait for room.
 
 #[cfg(feature = "shuttle")]
 use shuttle::sync::atomic::{AtomicUsize, Ordering};

@@ -5,13 +5,15 @@
 //! third feeds one of them, so every receive below moves messages across, in both orders;
 //! and again with every queue in two stripes.
 //! Nothing is lost whatever the interleaving. Receives on two stripes of one queue never
-//! lease past its in-flight quota together.
+//! lease past its in-flight quota together, nor beside a visibility change on another.
 //!
 //! `cargo test -p leasehold-engine --features shuttle --test lock_order`
 
 use std::sync::Arc;
 
-use leasehold_engine::{Engine, EngineConfig, ManualClock, NewMessage, ReceiveRequest};
+use leasehold_engine::{
+    Engine, EngineConfig, ManualClock, NewMessage, ReceiptSealer, ReceiveRequest,
+};
 
 const QUEUES: [&str; 3] = ["a", "b", "c"];
 const PER_QUEUE: usize = 2;
@@ -159,4 +161,58 @@ fn receives_share_the_in_flight_quota() {
 fn receives_on_two_stripes_never_pass_the_in_flight_quota_together() {
     shuttle::check_random(receives_share_the_in_flight_quota, 2_000);
     shuttle::check_pct(receives_share_the_in_flight_quota, 2_000, 3);
+}
+
+/// A visibility change of a lease on one stripe while a receive on another finds the queue at
+/// its quota: the change never lets the lease's place go for a moment the receive could take.
+fn a_visibility_change_keeps_its_lease_s_place() {
+    let config = EngineConfig {
+        stripes: 2,
+        max_in_flight_per_queue: 1,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(Arc::new(ManualClock::new(1_000)), config);
+    engine.create_queue("q", &[], &[]).unwrap();
+    for stripe in 0..2 {
+        let message = NewMessage::new(format!("m{stripe}")).checked();
+        engine
+            .on_stripe("q", Some(stripe), &mut |_| {}, |q| q.send(message))
+            .unwrap()
+            .unwrap();
+    }
+    let leased = engine.receive("q", &ReceiveRequest::up_to(1)).unwrap();
+    let handle = leased[0].receipt_handle.clone();
+    let engine = Arc::new(engine);
+    let changer = {
+        let engine = engine.clone();
+        shuttle::thread::spawn(move || {
+            let opened = vec![ReceiptSealer::new([0; 16]).open(&handle)];
+            let changed = engine
+                .on_handles("q", opened, &mut |_| {}, |q, _, receipt| {
+                    q.change_visibility_opened(&handle, receipt, 60)
+                })
+                .unwrap();
+            assert!(changed[0].is_ok());
+        })
+    };
+    let receiver = {
+        let engine = engine.clone();
+        shuttle::thread::spawn(move || {
+            let received = engine
+                .receive_striped("q", &ReceiveRequest::up_to(10), &mut |_| {})
+                .unwrap();
+            received.handout.len()
+        })
+    };
+    changer.join().unwrap();
+    assert_eq!(receiver.join().unwrap(), 0);
+    let counts = engine.counts_striped("q", &mut |_| {}).unwrap();
+    assert_eq!((counts.not_visible, counts.visible), (1, 1));
+    engine.check_invariants().unwrap();
+}
+
+#[test]
+fn a_visibility_change_never_lets_a_receive_pass_the_quota() {
+    shuttle::check_random(a_visibility_change_keeps_its_lease_s_place, 2_000);
+    shuttle::check_pct(a_visibility_change_keeps_its_lease_s_place, 2_000, 3);
 }

@@ -81,10 +81,10 @@ impl Engine {
     ) -> Result<StripedReceive> {
         request.check()?;
         let cell = self.cell(name)?;
+        let mut order = cell.receive_order();
         // A stripe that stops at the in-flight quota is visited once more after the others:
         // their ticks may end leases the shared count still held (`quota.rs`).
-        let mut visits: Vec<usize> = cell.receive_order().collect();
-        let first_pass = visits.len();
+        let mut revisits: Vec<usize> = Vec::new();
         let mut out = StripedReceive {
             handout: Handout::default(),
             queue_wait_s: 0,
@@ -96,9 +96,12 @@ impl Engine {
         let mut at_quota = false;
         let mut next_due: Option<u64> = None;
         let mut now = 0;
-        let mut visit = 0;
-        while let Some(&stripe) = visits.get(visit) {
-            visit += 1;
+        loop {
+            let (stripe, revisit) = match order.next() {
+                Some(stripe) => (stripe, false),
+                None if !revisits.is_empty() => (revisits.remove(0), true),
+                None => break,
+            };
             let wanted = request.max_messages - out.handout.len() as u32;
             let mut locked = self.lock_for_receive(name, stripe, wanted)?;
             let taken = locked.receive(&ReceiveRequest {
@@ -123,19 +126,19 @@ impl Engine {
                 Err(error) if out.handout.is_empty() => return Err(error),
                 Err(_) => break,
             }
-            if stopped && visit <= first_pass && first_pass > 1 {
-                visits.push(stripe);
-            } else {
-                at_quota |= stopped;
+            match (stopped, revisit || cell.count() == 1) {
+                (true, false) => revisits.push(stripe),
+                (true, true) => at_quota = true,
+                (false, _) => {}
             }
             if out.handout.len() as u32 >= request.max_messages {
-                out.more = !at_quota
-                    && (left || (visits[visit..].iter()).any(|&s| cell.may_hold_ready(s, now)));
+                out.more = left || order.any(|s| cell.may_hold_ready(s, now));
                 break;
             }
-            // At the quota there is nobody to wake: another receive would find no room.
-            out.more |= left && !stopped;
+            out.more |= left;
         }
+        // At the quota no other receive finds room: nobody to wake.
+        out.more &= !at_quota && revisits.is_empty();
         out.over_limit = at_quota && !cell.fifo && out.handout.is_empty();
         if out.handout.is_empty() {
             out.next_due_in_ms = next_due.map(|due| due.saturating_sub(now));
