@@ -119,18 +119,18 @@ fn striped_queues_never_deadlock_or_lose_a_message_either() {
     shuttle::check_pct(|| receives_in_both_lock_orders(2), 2_000, 3);
 }
 
-/// Two receives on two stripes of one queue at once never lease past its in-flight quota
-/// together: each reserves its places in the queue's one count before it leases.
-fn receives_share_the_in_flight_quota() {
+/// Queue "q" in two stripes holding at most `quota` messages in flight, with `per_stripe`
+/// messages sent to each stripe.
+fn quota_engine(quota: usize, per_stripe: usize) -> Engine {
     let config = EngineConfig {
         stripes: 2,
-        max_in_flight_per_queue: 3,
+        max_in_flight_per_queue: quota,
         ..EngineConfig::default()
     };
     let mut engine = Engine::new(Arc::new(ManualClock::new(1_000)), config);
     engine.create_queue("q", &[], &[]).unwrap();
     for stripe in 0..2 {
-        for i in 0..2 {
+        for i in 0..per_stripe {
             let message = NewMessage::new(format!("{stripe}{i}")).checked();
             engine
                 .on_stripe("q", Some(stripe), &mut |_| {}, |q| q.send(message))
@@ -138,6 +138,13 @@ fn receives_share_the_in_flight_quota() {
                 .unwrap();
         }
     }
+    engine
+}
+
+/// Two receives on two stripes of one queue at once never lease past its in-flight quota
+/// together: each reserves its places in the queue's one count before it leases.
+fn receives_share_the_in_flight_quota() {
+    let engine = quota_engine(3, 2);
     let engine = Arc::new(engine);
     let threads: Vec<_> = (0..2)
         .map(|_| {
@@ -166,20 +173,7 @@ fn receives_on_two_stripes_never_pass_the_in_flight_quota_together() {
 /// A visibility change of a lease on one stripe while a receive on another finds the queue at
 /// its quota: the change never lets the lease's place go for a moment the receive could take.
 fn a_visibility_change_keeps_its_lease_s_place() {
-    let config = EngineConfig {
-        stripes: 2,
-        max_in_flight_per_queue: 1,
-        ..EngineConfig::default()
-    };
-    let mut engine = Engine::new(Arc::new(ManualClock::new(1_000)), config);
-    engine.create_queue("q", &[], &[]).unwrap();
-    for stripe in 0..2 {
-        let message = NewMessage::new(format!("m{stripe}")).checked();
-        engine
-            .on_stripe("q", Some(stripe), &mut |_| {}, |q| q.send(message))
-            .unwrap()
-            .unwrap();
-    }
+    let mut engine = quota_engine(1, 1);
     let leased = engine.receive("q", &ReceiveRequest::up_to(1)).unwrap();
     let handle = leased[0].receipt_handle.clone();
     let engine = Arc::new(engine);
