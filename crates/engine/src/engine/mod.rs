@@ -71,8 +71,8 @@ pub struct EngineConfig {
     pub defer_drops: bool,
     /// CreateQueue refuses a new queue with OverLimit once its account holds this many.
     pub max_queues_per_account: usize,
-    /// The most messages one queue holds in flight (`quota.rs`): a standard queue's receive
-    /// past it finds nothing and says so (`StripedReceive::at_quota`), a FIFO queue's too.
+    /// The most messages one queue holds in flight (`quota.rs`): a receive past it hands out
+    /// nothing, and a standard queue's says so (`StripedReceive::over_limit`).
     pub max_in_flight_per_queue: usize,
     /// How many stripes a standard queue created from now on is split into (at most
     /// `MAX_STRIPES`), so that as many threads work on it side by side (`stripes.rs`): a
