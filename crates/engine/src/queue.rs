@@ -298,6 +298,11 @@ impl Queue {
         let old = (message.state, message.until_ms);
         (message.state, message.until_ms) = (state, until);
         let lease_goes_on = old.0 == State::InFlight && state == State::InFlight;
+        // A lease already counted and a reservation for it would take two places.
+        debug_assert!(
+            !(reserved && lease_goes_on),
+            "a reserved place for a live lease"
+        );
         self.unlink(key, old, lease_goes_on);
         self.link(
             key,

@@ -143,3 +143,27 @@ fn by_default_the_quota_is_aws_s_120_000() {
     assert_eq!(receive(&engine, "q", 10), (Vec::new(), true));
     assert_eq!(not_visible(&mut engine, "q"), "120000");
 }
+
+/// The count holds a lease of another stripe until that stripe is brought up to the present:
+/// a receive that stops at the quota on its first stripe looks again once the others ticked.
+/// Here the only lease ran out on stripe 1 and its message goes to the dead-letter queue, so
+/// stripe 0's message is the one to hand out, not an OverLimit.
+#[test]
+fn a_stripe_stopped_by_a_lease_that_ran_out_elsewhere_is_looked_at_again() {
+    let clock = ManualClock::new(1_000_000);
+    let mut engine = engine(&clock, 2, 1);
+    engine.create_queue("dlq", &[], &[]).unwrap();
+    let policy =
+        r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}"#;
+    let redrive = [("RedrivePolicy".to_string(), policy.to_string())];
+    engine.create_queue("q", &redrive, &[]).unwrap();
+    send_to(&engine, "q", 1, 1);
+    assert_eq!(receive(&engine, "q", 10).0.len(), 1);
+    send_to(&engine, "q", 0, 1);
+    clock.advance_secs(31);
+
+    let (got, over) = receive(&engine, "q", 10);
+    let bodies: Vec<&str> = got.iter().map(|d| &*d.body).collect();
+    assert_eq!((bodies, over), (vec!["0-0"], false));
+    assert_eq!(engine.check_invariants(), Ok(()));
+}

@@ -266,11 +266,22 @@ impl Engine {
     /// command. Names the queue that broke one.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         self.queues.iter().try_for_each(|(name, cell)| {
-            cell.made_stripes().try_for_each(|stripe| {
-                cell.lock(stripe)
+            // Every stripe at once, in order (no command holds two stripes of one queue), so
+            // the queue's in-flight count is seen with no lease half made.
+            let stripes: Vec<_> = cell.made_stripes().map(|s| (s, cell.lock(s))).collect();
+            for (stripe, queue) in &stripes {
+                queue
                     .check_invariants()
-                    .map_err(|broken| format!("queue {name}, stripe {stripe}: {broken}"))
-            })
+                    .map_err(|broken| format!("queue {name}, stripe {stripe}: {broken}"))?;
+            }
+            let leased: usize = stripes.iter().map(|(_, q)| q.in_flight_counts().0).sum();
+            let counted = stripes.first().map_or(0, |(_, q)| q.in_flight_counts().1);
+            match leased == counted {
+                true => Ok(()),
+                false => Err(format!(
+                    "queue {name}: its stripes hold {leased} in flight; its count says {counted}"
+                )),
+            }
         })
     }
 

@@ -84,6 +84,11 @@ impl Queue {
         Ok(())
     }
 
+    /// This stripe's messages in flight, and the whole queue's count of them (`quota.rs`).
+    pub(crate) fn in_flight_counts(&self) -> (usize, usize) {
+        (self.in_flight, self.flying.get())
+    }
+
     /// After a queue operation, in debug builds: panics if an invariant is broken.
     pub(super) fn debug_check(&self) {
         if cfg!(debug_assertions) && self.messages.len() <= DEBUG_CHECK_LIMIT {
