@@ -141,27 +141,34 @@ fn quota_engine(quota: usize, per_stripe: usize) -> Engine {
     engine
 }
 
+/// A receive of up to ten on "q" in a thread of its own: how many it leased.
+fn receive_apart(engine: &Arc<Engine>) -> shuttle::thread::JoinHandle<usize> {
+    let engine = engine.clone();
+    shuttle::thread::spawn(move || {
+        let received = engine
+            .receive_striped("q", &ReceiveRequest::up_to(10), &mut |_| {})
+            .unwrap();
+        received.handout.len()
+    })
+}
+
+/// Queue "q" holds `not_visible` messages in flight and `visible` to receive, and every
+/// invariant holds (its in-flight count among them).
+fn assert_held(engine: &Engine, not_visible: usize, visible: usize) {
+    let counts = engine.counts_striped("q", &mut |_| {}).unwrap();
+    assert_eq!((counts.not_visible, counts.visible), (not_visible, visible));
+    engine.check_invariants().unwrap();
+}
+
 /// Two receives on two stripes of one queue at once never lease past its in-flight quota
 /// together: each reserves its places in the queue's one count before it leases.
 fn receives_share_the_in_flight_quota() {
     let engine = quota_engine(3, 2);
     let engine = Arc::new(engine);
-    let threads: Vec<_> = (0..2)
-        .map(|_| {
-            let engine = engine.clone();
-            shuttle::thread::spawn(move || {
-                let received = engine
-                    .receive_striped("q", &ReceiveRequest::up_to(10), &mut |_| {})
-                    .unwrap();
-                received.handout.len()
-            })
-        })
-        .collect();
+    let threads: Vec<_> = (0..2).map(|_| receive_apart(&engine)).collect();
     let leased: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(leased, 3);
-    let counts = engine.counts_striped("q", &mut |_| {}).unwrap();
-    assert_eq!((counts.not_visible, counts.visible), (3, 1));
-    engine.check_invariants().unwrap();
+    assert_held(&engine, 3, 1);
 }
 
 #[test]
@@ -189,20 +196,10 @@ fn a_visibility_change_keeps_its_lease_s_place() {
             assert!(changed[0].is_ok());
         })
     };
-    let receiver = {
-        let engine = engine.clone();
-        shuttle::thread::spawn(move || {
-            let received = engine
-                .receive_striped("q", &ReceiveRequest::up_to(10), &mut |_| {})
-                .unwrap();
-            received.handout.len()
-        })
-    };
+    let receiver = receive_apart(&engine);
     changer.join().unwrap();
     assert_eq!(receiver.join().unwrap(), 0);
-    let counts = engine.counts_striped("q", &mut |_| {}).unwrap();
-    assert_eq!((counts.not_visible, counts.visible), (1, 1));
-    engine.check_invariants().unwrap();
+    assert_held(&engine, 1, 1);
 }
 
 #[test]
