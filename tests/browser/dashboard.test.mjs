@@ -241,6 +241,26 @@ async function checkMessagesAndRedrive(page) {
   throw new Error("the move task did not move the 3 messages it announced");
 }
 
+/// A fair queue with a noisy tenant: 31 of its 40 messages in flight, and a quiet one's 2
+/// waiting. The page shows AWS's fair-queue figures and the noisy tenant, as the API has them.
+async function checkTenants(page) {
+  const url = await createQueue("tenants");
+  for (let i = 0; i < 40; i++) await sqs("SendMessage", { QueueUrl: url, MessageBody: `flood ${i}`, MessageGroupId: "flood" });
+  for (const n of [10, 10, 10, 1]) await sqs("ReceiveMessage", { QueueUrl: url, MaxNumberOfMessages: n });
+  for (let i = 0; i < 2; i++) await sqs("SendMessage", { QueueUrl: url, MessageBody: `quiet ${i}`, MessageGroupId: "<b>quiet</b>" });
+  const fairness = (await api("/queues/tenants")).report.fairness;
+  assert.equal(fairness.noisy_groups, 1);
+  assert.equal(fairness.quiet_messages.visible, 2);
+  await page.goto(`${endpoint}/_leasehold/dashboard/#/queue/tenants`);
+  await page.locator('[data-testid="tenants"]').waitFor();
+  assert.equal(await page.locator('[data-testid="noisy-groups"]').textContent(), "1");
+  assert.equal(await page.locator('[data-testid="quiet-visible"]').textContent(), "2");
+  assert.equal(await page.locator('#noisy-tenants tr[data-group="flood"] [data-field="in-flight"]').textContent(), "31");
+  await page.goto(`${endpoint}/_leasehold/dashboard/#/queue/overrun`);
+  await page.locator("h1", { hasText: /^overrun$/ }).waitFor();
+  assert.equal(await page.locator('[data-testid="tenants"] #noisy-tenants').count(), 0, "no noisy tenant, no table");
+}
+
 async function checkRestart(page, port) {
   await page.goto(`${endpoint}/_leasehold/dashboard/`);
   await page.locator("#queues").waitFor();
@@ -285,6 +305,8 @@ async function main() {
   console.log("ok: one queue: the late-delete share, the histogram's buckets, the DLQ mirage");
   await checkMessagesAndRedrive(page);
   console.log("ok: a peek changes no receive count; the move task moved the 3 it announced");
+  await checkTenants(page);
+  console.log("ok: a fair queue's noisy tenant and quiet messages, as the API has them");
   await checkPhoneAndDark(context);
   console.log("ok: phone width without sideways scrolling, dark mode");
   await checkRestart(page, port);

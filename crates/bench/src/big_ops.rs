@@ -21,7 +21,8 @@ pub async fn run(
     let deleted = create_queue(sqs, &format!("bench-big-ops-{stamp}-deleted")).await?;
     let probe = create_queue(sqs, &format!("bench-big-ops-{stamp}-probe")).await?;
     for url in [&purged, &deleted] {
-        preload(sqs, url, &body, preloaded, config.clients).await;
+        let bodies = Bodies::new(url, &body, config.group_id.as_deref());
+        preload(sqs, &bodies, preloaded, config.clients).await;
     }
     let big = {
         let sqs = sqs.clone();
@@ -39,7 +40,7 @@ pub async fn run(
     };
     let mut t = Tally::default();
     let started = Instant::now();
-    let bodies = Bodies::new(&probe, &body);
+    let bodies = Bodies::new(&probe, &body, config.group_id.as_deref());
     let send = json!({"QueueUrl": probe, "MessageBody": body});
     while started.elapsed() < config.duration {
         let answer = t.call(sqs, "SendMessage", send.clone()).await;

@@ -45,6 +45,9 @@ pub struct BenchConfig {
     pub server_pid: Option<u32>,
     /// Signs every request, for a server that checks signatures; None sends them unsigned.
     pub signer: Option<Signer>,
+    /// The MessageGroupId of every message sent: on a standard queue, one tenant of a fair
+    /// queue (issue 34's one-tenant measurement).
+    pub group_id: Option<String>,
 }
 
 /// Latency of one action, in microseconds.

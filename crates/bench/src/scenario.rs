@@ -112,12 +112,15 @@ impl Tally {
     }
 }
 
-fn batch(body: &str, n: usize) -> Value {
-    Value::Array(
-        (0..n)
-            .map(|i| json!({"Id": format!("m{i}"), "MessageBody": body}))
-            .collect(),
-    )
+fn batch(body: &str, n: usize, group: Option<&str>) -> Value {
+    let entry = |i: usize| {
+        let mut entry = json!({"Id": format!("m{i}"), "MessageBody": body});
+        if let Some(group) = group {
+            entry["MessageGroupId"] = json!(group);
+        }
+        entry
+    };
+    Value::Array((0..n).map(entry).collect())
 }
 
 /// Request bodies a client sends again and again, built once.
@@ -129,7 +132,8 @@ pub(crate) struct Bodies {
 }
 
 impl Bodies {
-    pub(crate) fn new(url: &str, body: &str) -> Bodies {
+    /// `group`: the MessageGroupId of every message sent (on a standard queue, one tenant).
+    pub(crate) fn new(url: &str, body: &str, group: Option<&str>) -> Bodies {
         let receive = |wait: u32| {
             bytes::Bytes::from(
                 json!({"QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": wait})
@@ -139,7 +143,7 @@ impl Bodies {
         Bodies {
             url: url.to_string(),
             send_batch: bytes::Bytes::from(
-                json!({"QueueUrl": url, "Entries": batch(body, 10)}).to_string(),
+                json!({"QueueUrl": url, "Entries": batch(body, 10, group)}).to_string(),
             ),
             receive: [receive(0), receive(1)],
         }
@@ -255,11 +259,11 @@ pub(crate) async fn create_queue(sqs: &SqsClient, name: &str) -> Result<String, 
         })
 }
 
-pub(crate) async fn preload(sqs: &SqsClient, url: &str, body: &str, messages: u64, clients: usize) {
+pub(crate) async fn preload(sqs: &SqsClient, bodies: &Bodies, messages: u64, clients: usize) {
     let per_client = messages.div_ceil(10).div_ceil(clients as u64);
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
-            let (sqs, bodies) = (sqs.clone(), Bodies::new(url, body));
+            let (sqs, bodies) = (sqs.clone(), bodies.clone());
             tokio::spawn(async move {
                 let mut t = Tally::default();
                 for _ in 0..per_client {
@@ -406,7 +410,8 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
         );
     }
     if let Scenario::ReceiveDelete { preload: n } = config.scenario {
-        preload(&sqs, &urls[0], &body, n, config.clients).await;
+        let bodies = Bodies::new(&urls[0], &body, config.group_id.as_deref());
+        preload(&sqs, &bodies, n, config.clients).await;
     }
     if config.scenario == Scenario::LongPoll {
         return long_poll(&sqs, &urls[0], &config).await;
@@ -416,9 +421,13 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
     let deadline = started + config.duration;
     let tasks: Vec<_> = (0..config.clients)
         .map(|who| {
-            let bodies: Vec<Bodies> = urls.iter().map(|u| Bodies::new(u, &body)).collect();
-            let (sqs, urls, body, scenario) =
-                (sqs.clone(), urls.clone(), body.clone(), config.scenario);
+            let group = config.group_id.as_deref();
+            let bodies: Vec<Bodies> = urls.iter().map(|u| Bodies::new(u, &body, group)).collect();
+            let mut send = json!({"QueueUrl": urls[0], "MessageBody": body});
+            if let Some(group) = group {
+                send["MessageGroupId"] = json!(group);
+            }
+            let (sqs, scenario) = (sqs.clone(), config.scenario);
             // A consumer makes two calls per batch to a producer's one: two thirds consume.
             let producers = config.clients.div_ceil(3);
             tokio::spawn(async move {
@@ -427,13 +436,7 @@ pub async fn run(config: BenchConfig) -> Result<Report, BenchError> {
                 while Instant::now() < deadline {
                     match scenario {
                         Scenario::Send => {
-                            let answer = t
-                                .call(
-                                    &sqs,
-                                    "SendMessage",
-                                    json!({"QueueUrl": urls[0], "MessageBody": body}),
-                                )
-                                .await;
+                            let answer = t.call(&sqs, "SendMessage", send.clone()).await;
                             t.sent += answer.is_some() as u64;
                         }
                         Scenario::SendBatch => send_batch(&mut t, &sqs, &bodies[0]).await,

@@ -99,7 +99,11 @@ impl QueueAdmin for Embedded {
 
     async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()> {
         self.apply(Access::Change, |e| e.set_attributes(queue, &attributes))
-            .await
+            .await?;
+        // A new redrive policy may make receivable what the old one would have moved on (no
+        // wake-up was owed for it then: `Locked::dead_lettered`): the queue's polls look again.
+        self.waiters.wake(queue);
+        Ok(())
     }
 
     async fn purge(&self, queue: &str) -> Result<()> {

@@ -22,13 +22,14 @@ mod redrive;
 pub mod rules;
 mod settings;
 mod table;
+mod tenants;
 
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
     check_batch, check_queue_room, is_account_id, is_region, list_queue_keys, validate_queue_name,
-    Engine, EngineConfig, LeaseReport, Locked, MoveTask, MoveTaskInfo, MoveTaskStatus, Naming,
-    QueueListing, QueuePage, ReceiveRequest, Sink, StripedReceive, MAX_LIST_RESULTS, MAX_STRIPES,
-    MOVE_BATCH_STORED, MOVE_TASK_QUEUE_GONE,
+    Engine, EngineConfig, Fairness, LeaseReport, Locked, MoveTask, MoveTaskInfo, MoveTaskStatus,
+    Naming, QueueListing, QueuePage, ReceiveRequest, Sink, StripedReceive, MAX_LIST_RESULTS,
+    MAX_STRIPES, MOVE_BATCH_STORED, MOVE_TASK_QUEUE_GONE,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use error::{EngineError, Result};
@@ -53,3 +54,4 @@ pub use settings::{
     QueueSettings, MAX_DELAY_S, MAX_MESSAGE_SIZE, MAX_QUEUES_PER_ACCOUNT, MAX_VISIBILITY_TIMEOUT_S,
     MAX_WAIT_TIME_S,
 };
+pub use tenants::{FairnessReport, NoisyTenant, TenantCounts, QUIET_AFTER_MS};

@@ -36,8 +36,8 @@ pub struct NewMessage {
     pub system_attributes: MessageAttributes,
     /// Per-message delay; None takes the queue's DelaySeconds. Standard queues only.
     pub delay_s: Option<u32>,
-    /// MessageGroupId: orders a FIFO queue; accepted and ignored on a standard queue, as
-    /// AWS does since fair queues.
+    /// MessageGroupId: orders a FIFO queue; names the tenant on a standard queue, which
+    /// hands out quiet tenants' messages before noisy ones' (fair queues: `tenants.rs`).
     pub group_id: Option<String>,
     /// MessageDeduplicationId: FIFO queues only.
     pub deduplication_id: Option<String>,

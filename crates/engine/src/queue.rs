@@ -30,11 +30,16 @@ use crate::receipt::{Receipt, ReceiptSealer};
 use crate::rules::{self, Take};
 use crate::settings::QueueSettings;
 use crate::table::MessageTable;
+use crate::tenants::Tenants;
 
+mod fair;
 mod invariants;
 mod moves;
 pub(crate) mod numbering;
+mod receive;
 mod settle;
+
+pub(crate) use receive::{Pick, ReceiveParams};
 
 /// What a delete did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,61 +50,12 @@ pub struct DeleteOutcome {
     pub late: bool,
 }
 
-/// What one call to `Queue::receive` asks for.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ReceiveParams<'a> {
-    pub max_messages: usize,
-    pub visibility_s: u32,
-    /// Messages received this many times go to the dead-letter queue instead.
-    pub max_receive_count: Option<u32>,
-    /// FIFO only: a retried receive with the same id gets the same messages back.
-    pub attempt_id: Option<&'a str>,
-    /// The most messages the whole queue may hold in flight (`quota.rs`).
-    pub max_in_flight: usize,
-}
-
-/// What one call to `Queue::receive` handed out.
-pub(crate) struct Taken {
-    pub deliveries: Vec<Drafted>,
-    /// Messages past maxReceiveCount, taken out for the dead-letter queue.
-    pub dead: Vec<(MsgKey, StoredMessage)>,
-    /// It stopped at the queue's in-flight quota with messages left to hand out.
-    pub at_quota: bool,
-}
-
-/// What `Queue::take` did with one message.
-#[derive(PartialEq, Eq)]
-enum Took {
-    Leased,
-    DeadLettered,
-    /// It was not Ready.
-    NotReady,
-    /// The queue is at its in-flight quota: the message was left as it was.
-    AtQuota,
-}
-
 /// The approximate counts that GetQueueAttributes reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueCounts {
     pub visible: usize,
     pub not_visible: usize,
     pub delayed: usize,
-}
-
-/// The lease a receive hands out.
-struct Lease {
-    now: u64,
-    until: u64,
-    max_receive_count: Option<u32>,
-    max_in_flight: usize,
-}
-
-/// What one receive has gathered so far.
-#[derive(Default)]
-struct Batch {
-    deliveries: Vec<Drafted>,
-    dead: Vec<(MsgKey, StoredMessage)>,
-    leased: Vec<(MsgKey, u32)>,
 }
 
 /// What changed in a queue since a store last took its changes. Only kept when a store is
@@ -152,7 +108,11 @@ pub(crate) struct Queue {
     pub changes: Changes,
     pub metrics: LeaseMetrics,
     messages: MessageTable,
+    /// Ready messages of a standard queue, but for those `noisy_ready` holds.
     ready: BTreeSet<MsgKey>,
+    /// Ready messages of tenants found noisy, by tenant (`fair.rs`): moved here when a
+    /// receive meets them at the front of `ready`, and back when their tenant is quiet.
+    noisy_ready: BTreeMap<Arc<str>, BTreeSet<MsgKey>>,
     timers: BTreeSet<(u64, MsgKey)>,
     fifo: FifoState,
     /// Which of the queue's `meta.stripes` stripes this is: it numbers its messages
@@ -164,7 +124,11 @@ pub(crate) struct Queue {
     in_flight: usize,
     /// The in-flight count of the whole queue, shared by its stripes (`quota.rs`).
     flying: Arc<InFlightCount>,
+    /// The whole queue's tenants, shared by its stripes (`tenants.rs`).
+    tenants: Arc<Tenants>,
     delayed: usize,
+    /// The latest instant an operation brought the queue up to (`tick`).
+    now_ms: u64,
 }
 
 impl Queue {
@@ -194,6 +158,7 @@ impl Queue {
             metrics: LeaseMetrics::default(),
             messages: MessageTable::default(),
             ready: BTreeSet::new(),
+            noisy_ready: BTreeMap::new(),
             timers: BTreeSet::new(),
             fifo: FifoState::default(),
             stripe: 0,
@@ -201,7 +166,9 @@ impl Queue {
             ready_rank: 0,
             in_flight: 0,
             flying: Arc::default(),
+            tenants: Arc::default(),
             delayed: 0,
+            now_ms: 0,
         }
     }
 
@@ -247,7 +214,9 @@ impl Queue {
     fn unlink(&mut self, key: MsgKey, (state, until): (State, u64), lease_goes_on: bool) {
         match state {
             State::Ready => {
-                self.ready.remove(&key);
+                if !self.ready.remove(&key) {
+                    self.forget_noisy_ready(key);
+                }
             }
             State::Delayed => {
                 self.delayed -= 1;
@@ -296,6 +265,7 @@ impl Queue {
             return;
         };
         let old = (message.state, message.until_ms);
+        let lease_start_ms = message.lease_start_ms;
         (message.state, message.until_ms) = (state, until);
         let lease_goes_on = old.0 == State::InFlight && state == State::InFlight;
         // A lease already counted and a reservation for it would take two places.
@@ -313,6 +283,11 @@ impl Queue {
         if let Some(g) = group {
             self.refresh_group(&g);
         }
+        // A message with a group made the table active when it arrived: a queue that never
+        // saw one skips the lookup.
+        if self.tenants.active() {
+            self.tenant_moved(key, Some(old), Some(state), lease_start_ms, false);
+        }
     }
 
     fn mark(&mut self, key: MsgKey) {
@@ -327,16 +302,19 @@ impl Queue {
     }
 
     /// Stores a message that arrives now: a Ready one takes a fresh ready rank.
-    fn insert(&mut self, key: MsgKey, mut message: StoredMessage) {
+    fn insert(&mut self, key: MsgKey, mut message: StoredMessage, sent: bool) {
         if message.state == State::Ready {
             message.until_ms = self.next_ready_rank();
         }
-        self.insert_as_is(key, message);
+        self.insert_as_is(key, message, sent);
     }
 
-    fn insert_as_is(&mut self, key: MsgKey, message: StoredMessage) {
+    /// Stores a message with its state as it is. `sent`: it arrives by a send (a tenant's
+    /// last send is when fair queues let it go quiet: `tenants.rs`).
+    fn insert_as_is(&mut self, key: MsgKey, message: StoredMessage, sent: bool) {
         self.mark(key);
         let state = (message.state, message.until_ms);
+        let tenant = self.tenant_of(&message).cloned();
         let group = self
             .meta
             .settings
@@ -351,6 +329,7 @@ impl Queue {
         if let Some(g) = group {
             self.refresh_group(&g);
         }
+        self.tenant_arrived(tenant.as_ref(), state.0, sent);
     }
 
     fn remove(&mut self, key: MsgKey) -> Option<StoredMessage> {
@@ -362,11 +341,13 @@ impl Queue {
             self.fifo.remove_member(&g, key);
             self.refresh_group(&g);
         }
+        self.tenant_left(&message);
         Some(message)
     }
 
     /// Brings the queue up to `now`: due delays and leases end, expired messages go.
     pub fn tick(&mut self, now: u64) {
+        self.now_ms = self.now_ms.max(now);
         while let Some(&(due, key)) = self.timers.first() {
             if due > now {
                 break;
@@ -415,13 +396,14 @@ impl Queue {
     /// without a tick: its oldest ready message's send, or the next delay or lease to end
     /// (u64::MAX: nothing). What a receive over several stripes starts with the oldest of.
     pub fn waiting_since(&self) -> u64 {
-        let ready = self.ready.first().map_or(u64::MAX, |k| k.sent_ms);
+        let ready = self.first_ready().map_or(u64::MAX, |k| k.sent_ms);
         ready.min(self.next_due().unwrap_or(u64::MAX))
     }
 
     /// Stores a validated message. On a FIFO queue a duplicate within the deduplication
     /// window is accepted and answered with the original's id, and nothing is stored.
     pub fn send(&mut self, now: u64, message: NewMessage) -> Accepted {
+        self.now_ms = self.now_ms.max(now);
         let fifo = self.meta.settings.fifo;
         let group: Option<Arc<str>> = message.group_id.as_deref().map(Arc::from);
         let dedup_id: Option<Arc<str>> = if fifo {
@@ -504,6 +486,7 @@ impl Queue {
                 late_deleted: false,
                 state,
             },
+            true,
         );
         self.meta.stats.sent += 1;
         self.debug_check();
@@ -513,162 +496,6 @@ impl Queue {
             seq: key.seq,
             fifo,
         }
-    }
-
-    /// Whether a receive of up to `max_messages` now could move a message to the dead-letter
-    /// queue (one it would take was received `max_receive_count` times already), so that a
-    /// receive that cannot does without the dead-letter queue's lock. A standard queue's
-    /// receive takes the first ready messages, and takes exactly those if none is moved; a
-    /// FIFO queue's, by group, is not looked into: it could.
-    pub fn may_dead_letter(&self, max_messages: usize, max_receive_count: u32) -> bool {
-        self.meta.settings.fifo
-            || self.ready.iter().take(max_messages).any(|key| {
-                self.messages
-                    .get(key)
-                    .is_some_and(|m| m.receive_count >= max_receive_count)
-            })
-    }
-
-    /// Leases up to `max_messages` ready messages, oldest first (FIFO: by group, in order).
-    /// Messages past maxReceiveCount are taken out and returned for the dead-letter queue.
-    pub fn receive(&mut self, now: u64, params: ReceiveParams) -> Taken {
-        if let Some(replayed) = self.replay_attempt(now, &params) {
-            return Taken {
-                deliveries: replayed,
-                dead: Vec::new(),
-                at_quota: false,
-            };
-        }
-        let lease = Lease {
-            now,
-            until: rules::lease_end(now, params.visibility_s),
-            max_receive_count: params.max_receive_count,
-            max_in_flight: params.max_in_flight,
-        };
-        let mut batch = Batch::default();
-        let mut at_quota = false;
-        'outer: while batch.leased.len() < params.max_messages {
-            if self.meta.settings.fifo {
-                // One group at a time, in order, as far as its messages are ready.
-                let Some(group) = self.fifo.pop_ready_group() else {
-                    break;
-                };
-                let mut cursor = None;
-                while let Some(key) = self.fifo.next_member(&group, cursor) {
-                    if batch.leased.len() == params.max_messages {
-                        break 'outer;
-                    }
-                    cursor = Some(key);
-                    match self.take(key, &lease, &mut batch) {
-                        Took::Leased | Took::DeadLettered => {}
-                        Took::NotReady => break,
-                        Took::AtQuota => {
-                            // The group stays listed, its head as it was.
-                            self.refresh_group(&group);
-                            at_quota = true;
-                            break 'outer;
-                        }
-                    }
-                }
-            } else {
-                let Some(&key) = self.ready.first() else {
-                    break;
-                };
-                if self.take(key, &lease, &mut batch) == Took::AtQuota {
-                    at_quota = true;
-                    break;
-                }
-            }
-        }
-        let Batch {
-            deliveries,
-            dead,
-            leased,
-        } = batch;
-        // Only a receive that leased something is replayed: an empty answer pinned to its
-        // attempt id would keep a long poll (which asks again with the same id) empty for
-        // its whole wait.
-        if let (Some(id), true, false) = (
-            params.attempt_id,
-            self.meta.settings.fifo,
-            leased.is_empty(),
-        ) {
-            self.fifo.record_attempt(now, id, leased);
-        }
-        self.debug_check();
-        Taken {
-            deliveries,
-            dead,
-            at_quota,
-        }
-    }
-
-    /// Leases one Ready message into `batch` if the queue's in-flight quota has room, or
-    /// dead-letters it.
-    fn take(&mut self, key: MsgKey, lease: &Lease, batch: &mut Batch) -> Took {
-        let Some(message) = self.messages.get(&key) else {
-            return Took::NotReady;
-        };
-        if message.state != State::Ready {
-            return Took::NotReady;
-        }
-        let Take::Lease { receive_no, first } =
-            rules::take(message.receive_count, lease.max_receive_count)
-        else {
-            let (receives, late) = (message.receive_count, message.late_deleted);
-            self.metrics
-                .count_dead_letter(&mut self.meta.stats, receives, late);
-            batch
-                .dead
-                .push((key, self.take_message(key).expect("stored")));
-            return Took::DeadLettered;
-        };
-        if !self.flying.try_reserve(lease.max_in_flight) {
-            return Took::AtQuota;
-        }
-        let message = self.messages.get_mut(&key).expect("looked up above");
-        message.receive_count = receive_no;
-        crate::faults::point("a receive, counted but not leased");
-        message.lease_start_ms = lease.now;
-        message.extensions = 0;
-        if first {
-            message.first_receive_ms = lease.now;
-        }
-        self.metrics
-            .count_lease(&mut self.meta.stats, lease.now, key.sent_ms, first);
-        self.set_state_reserved(key, State::InFlight, lease.until, true);
-        self.mark(key);
-        batch.leased.push((key, receive_no));
-        batch.deliveries.push(self.delivery(key, receive_no));
-        Took::Leased
-    }
-
-    /// A FIFO receive retried with the same ReceiveRequestAttemptId within five minutes gets
-    /// the same messages and handles back, with the lease restarted.
-    fn replay_attempt(&mut self, now: u64, params: &ReceiveParams) -> Option<Vec<Drafted>> {
-        let items = self.fifo.attempt(params.attempt_id?)?.to_vec();
-        let until = rules::lease_end(now, params.visibility_s);
-        let mut out = Vec::new();
-        for (key, receive_no) in items {
-            let state = self
-                .messages
-                .get(&key)
-                .filter(|m| m.receive_count == receive_no)
-                .map(|m| m.state);
-            // A lease that ran out since is taken again only within the in-flight quota.
-            let still_ours = match state {
-                Some(State::InFlight) => true,
-                Some(State::Ready) => self.flying.try_reserve(params.max_in_flight),
-                Some(State::Delayed) | None => false,
-            };
-            if still_ours {
-                let reserved = state == Some(State::Ready);
-                self.set_state_reserved(key, State::InFlight, until, reserved);
-                self.mark(key);
-                out.push(self.delivery(key, receive_no));
-            }
-        }
-        Some(out)
     }
 
     /// Where a store keeps the content of the message at `key`.
@@ -686,39 +513,5 @@ impl Queue {
             .as_ref()
             .and_then(|e| e.message_id)
             .unwrap_or_else(|| self.sealer.message_id(self.meta.id, key.seq))
-    }
-
-    /// What a receive hands out of the message at `key`: its id and receipt handle are
-    /// written out later (`Drafted::finish`), outside the queue's lock.
-    fn delivery(&self, key: MsgKey, receive_no: u32) -> Drafted {
-        let message = &self.messages[&key];
-        let extras = message.extras.as_deref();
-        let (body, attributes, unread) =
-            handed_out(message.content.as_ref(), self.content_key(key));
-        let delivery = Delivery {
-            message_id: String::new(),
-            receipt_handle: String::new(),
-            body,
-            attributes,
-            unread,
-            system_attributes: extras.and_then(|e| e.system_attributes.clone()),
-            sent_ms: key.sent_ms,
-            first_receive_ms: message.first_received().unwrap_or(key.sent_ms),
-            receive_count: receive_no,
-            group_id: extras.and_then(|e| e.group.clone()),
-            deduplication_id: extras.and_then(|e| e.deduplication_id.clone()),
-            sequence_number: self.meta.settings.fifo.then_some(key.seq),
-            dead_letter_source_arn: extras.and_then(|e| e.dead_letter_source.clone()),
-        };
-        Drafted {
-            delivery,
-            id: extras.and_then(|e| e.message_id),
-            receipt: Receipt {
-                received_ms: message.lease_start_ms,
-                queue_id: self.meta.id,
-                key,
-                receive_no,
-            },
-        }
     }
 }

@@ -358,3 +358,36 @@ fn other_attributes_change_while_the_dead_letter_target_is_gone() {
         "#]],
     );
 }
+
+/// Two queues that are each other's dead-letter queue: a message moved to one whose own
+/// redrive policy would move it back at its next receive owes that queue's long polls no
+/// wake-up (they would bounce it between them without end); one it can hand out does.
+#[test]
+fn a_move_wakes_the_dead_letter_queue_only_for_what_it_can_hand_out() {
+    use leasehold_engine::{Engine, EngineConfig, ManualClock, NewMessage, ReceiveRequest};
+    use std::sync::Arc;
+
+    let redrive = |target: &str, max: u32| {
+        let arn = format!("arn:aws:sqs:us-east-1:000000000000:{target}");
+        let policy = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":{max}}}"#);
+        vec![("RedrivePolicy".to_string(), policy)]
+    };
+    let bounce = ReceiveRequest {
+        visibility_s: Some(0),
+        ..ReceiveRequest::up_to(10)
+    };
+    let moved_by = |b_max: u32| {
+        let clock = ManualClock::new(1_000_000);
+        let mut engine = Engine::new(Arc::new(clock), EngineConfig::default());
+        engine.create_queue("a", &[], &[]).unwrap();
+        engine.create_queue("b", &redrive("a", b_max), &[]).unwrap();
+        engine.set_attributes("a", &redrive("b", 1)).unwrap();
+        engine.send("a", NewMessage::new("m")).unwrap();
+        assert_eq!(engine.receive("a", &bounce).unwrap().len(), 1);
+        let received = engine.receive_striped("a", &bounce, &mut |_| {}).unwrap();
+        assert!(received.handout.is_empty());
+        received.dead_lettered
+    };
+    assert_eq!(moved_by(1), None, "b would move it straight back");
+    assert_eq!(moved_by(2), Some(("b".to_string(), 1)));
+}

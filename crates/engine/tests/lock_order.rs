@@ -5,14 +5,16 @@
 //! third feeds one of them, so every receive below moves messages across, in both orders;
 //! and again with every queue in two stripes.
 //! Nothing is lost whatever the interleaving. Receives on two stripes of one queue never
-//! lease past its in-flight quota together, nor beside a visibility change on another.
+//! lease past its in-flight quota together, nor beside a visibility change on another. Two
+//! receives beside deletes on a fair queue with a noisy tenant hand out every quiet tenant's
+//! message between them, and the shared tenant table stays each stripe's exact count.
 //!
 //! `cargo test -p leasehold-engine --features shuttle --test lock_order`
 
 use std::sync::Arc;
 
 use leasehold_engine::{
-    Engine, EngineConfig, ManualClock, NewMessage, ReceiptSealer, ReceiveRequest,
+    Delivery, Engine, EngineConfig, ManualClock, NewMessage, ReceiptSealer, ReceiveRequest,
 };
 
 const QUEUES: [&str; 3] = ["a", "b", "c"];
@@ -141,14 +143,14 @@ fn quota_engine(quota: usize, per_stripe: usize) -> Engine {
     engine
 }
 
-/// A receive of up to ten on "q" in a thread of its own: how many it leased.
-fn receive_apart(engine: &Arc<Engine>) -> shuttle::thread::JoinHandle<usize> {
+/// A receive of up to `max` on "q" in a thread of its own: what it leased.
+fn receive_apart(engine: &Arc<Engine>, max: u32) -> shuttle::thread::JoinHandle<Vec<Delivery>> {
     let engine = engine.clone();
     shuttle::thread::spawn(move || {
         let received = engine
-            .receive_striped("q", &ReceiveRequest::up_to(10), &mut |_| {})
+            .receive_striped("q", &ReceiveRequest::up_to(max), &mut |_| {})
             .unwrap();
-        received.handout.len()
+        received.handout.finish()
     })
 }
 
@@ -165,8 +167,8 @@ fn assert_held(engine: &Engine, not_visible: usize, visible: usize) {
 fn receives_share_the_in_flight_quota() {
     let engine = quota_engine(3, 2);
     let engine = Arc::new(engine);
-    let threads: Vec<_> = (0..2).map(|_| receive_apart(&engine)).collect();
-    let leased: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let threads: Vec<_> = (0..2).map(|_| receive_apart(&engine, 10)).collect();
+    let leased: usize = threads.into_iter().map(|t| t.join().unwrap().len()).sum();
     assert_eq!(leased, 3);
     assert_held(&engine, 3, 1);
 }
@@ -196,9 +198,9 @@ fn a_visibility_change_keeps_its_lease_s_place() {
             assert!(changed[0].is_ok());
         })
     };
-    let receiver = receive_apart(&engine);
+    let receiver = receive_apart(&engine, 10);
     changer.join().unwrap();
-    assert_eq!(receiver.join().unwrap(), 0);
+    assert_eq!(receiver.join().unwrap().len(), 0);
     assert_held(&engine, 1, 1);
 }
 
@@ -206,4 +208,76 @@ fn a_visibility_change_keeps_its_lease_s_place() {
 fn a_visibility_change_never_lets_a_receive_pass_the_quota() {
     shuttle::check_random(a_visibility_change_keeps_its_lease_s_place, 2_000);
     shuttle::check_pct(a_visibility_change_keeps_its_lease_s_place, 2_000, 3);
+}
+
+/// Queue "q" in two stripes: tenant "n" with 31 of its 40 messages in flight (noisy; the 9
+/// waiting are on stripe 1), then two messages of tenant "q" on stripe 0. Returns the
+/// handles of n's leases.
+fn fair_engine() -> (Engine, Vec<String>) {
+    let config = EngineConfig {
+        stripes: 2,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(Arc::new(ManualClock::new(1_000)), config);
+    engine.create_queue("q", &[], &[]).unwrap();
+    let send = |engine: &Engine, tenant: &str, stripe: usize| {
+        let mut message = NewMessage::new(tenant);
+        message.group_id = Some(tenant.to_string());
+        let message = message.checked();
+        engine
+            .on_stripe("q", Some(stripe), &mut |_| {}, |q| q.send(message))
+            .unwrap()
+            .unwrap();
+    };
+    for i in 0..40 {
+        send(&engine, "n", i % 2);
+    }
+    let mut handles = Vec::new();
+    while handles.len() < 31 {
+        let wanted = (31 - handles.len()).min(10) as u32;
+        let leased = engine.receive("q", &ReceiveRequest::up_to(wanted)).unwrap();
+        handles.extend(leased.into_iter().map(|d| d.receipt_handle));
+    }
+    send(&engine, "q", 0);
+    send(&engine, "q", 0);
+    (engine, handles)
+}
+
+/// Two receives of two, each on its own thread (both start at stripe 1: shuttle numbers
+/// them 1 and 3), beside a thread deleting three of the noisy tenant's leases: between them
+/// the receives take both quiet messages, however they interleave, and every count stays
+/// exact.
+fn quiet_messages_go_first_across_stripes() {
+    let (engine, handles) = fair_engine();
+    let engine = Arc::new(engine);
+    let first = receive_apart(&engine, 2);
+    let deleter = {
+        let engine = engine.clone();
+        shuttle::thread::spawn(move || {
+            let sealer = ReceiptSealer::new([0; 16]);
+            for handle in handles.into_iter().take(3) {
+                let opened = vec![sealer.open(&handle)];
+                engine
+                    .on_handles("q", opened, &mut |_| {}, |q, _, receipt| {
+                        q.delete_opened(&handle, receipt)
+                    })
+                    .unwrap();
+            }
+        })
+    };
+    let second = receive_apart(&engine, 2);
+    let received: Vec<_> = [first, second]
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    deleter.join().unwrap();
+    let quiet = received.iter().filter(|d| &*d.body == "q").count();
+    assert_eq!((received.len(), quiet), (4, 2));
+    assert_held(&engine, 32, 7);
+}
+
+#[test]
+fn fair_receives_on_two_stripes_take_quiet_tenants_first_and_keep_counts_exact() {
+    shuttle::check_random(quiet_messages_go_first_across_stripes, 1_000);
+    shuttle::check_pct(quiet_messages_go_first_across_stripes, 1_000, 3);
 }

@@ -52,6 +52,9 @@ pub(crate) struct BenchArgs {
     /// AWS_SECRET_ACCESS_KEY: for a server that checks signatures (serve --credentials).
     #[arg(long)]
     sign: bool,
+    /// Sends every message with this MessageGroupId: on a standard queue, all of one tenant.
+    #[arg(long)]
+    message_group_id: Option<String>,
     /// The region signatures are scoped to (else AWS_REGION; us-east-1 if none).
     #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
     region: String,
@@ -134,6 +137,7 @@ pub(crate) async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         body_bytes: args.body_bytes.max(1),
         server_pid: args.server_pid,
         signer,
+        group_id: args.message_group_id,
     })
     .await?;
     print_report(&report, args.json);

@@ -373,15 +373,36 @@ async fn this_build_reads_the_last_releases_data_file_as_that_release_did() {
     same_as_written(read, &fixture());
 }
 
-fn same_as_written(read: Value, fixture: &Path) {
+fn same_as_written(mut read: Value, fixture: &Path) {
     let expected: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap())
             .unwrap();
+    without_fields_added_since(&mut read, &expected);
     if read != expected {
         panic!(
             "the fixture reads back differently:\n{}",
             serde_json::to_string_pretty(&read).unwrap()
         );
+    }
+}
+
+/// Takes out of `read` the object fields `expected` lacks: what this build reports and the last
+/// release did not (a lease report's fair-queue figures) is no different reading of the file.
+/// A field the release read and this build lost still fails the comparison.
+fn without_fields_added_since(read: &mut Value, expected: &Value) {
+    match (read, expected) {
+        (Value::Object(read), Value::Object(expected)) => {
+            read.retain(|key, _| expected.contains_key(key));
+            for (key, value) in read.iter_mut() {
+                without_fields_added_since(value, &expected[key]);
+            }
+        }
+        (Value::Array(read), Value::Array(expected)) => {
+            for (value, expected) in read.iter_mut().zip(expected) {
+                without_fields_added_since(value, expected);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use leasehold_engine::{DurationSummary, LeaseReport, HOLD_BUCKETS_MS, LEASE_WINDOW_MS};
+use leasehold_engine::{
+    DurationSummary, Fairness, LeaseReport, QueueCounts, HOLD_BUCKETS_MS, LEASE_WINDOW_MS,
+};
 use serde::{Deserialize, Serialize};
 
 /// Quantiles of measured durations, in milliseconds; None until something was measured.
@@ -46,6 +48,16 @@ pub struct MessageCounts {
     pub delayed: usize,
 }
 
+impl From<QueueCounts> for MessageCounts {
+    fn from(c: QueueCounts) -> MessageCounts {
+        MessageCounts {
+            visible: c.visible,
+            not_visible: c.not_visible,
+            delayed: c.delayed,
+        }
+    }
+}
+
 /// The queue settings a lease is judged against.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LeaseSettings {
@@ -85,6 +97,56 @@ pub struct LeaseReportDoc {
     pub oldest_message_age_ms: Option<u64>,
     pub messages: MessageCounts,
     pub settings: LeaseSettings,
+    /// A standard queue's tenants (fair queues); absent for FIFO queues and where the
+    /// backend does not keep them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<FairnessDoc>,
+}
+
+/// A standard queue's fair-queue figures: AWS's metrics, and each noisy tenant's hold.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FairnessDoc {
+    pub noisy_groups: usize,
+    /// Messages of quiet tenants (those without a group among them).
+    pub quiet_messages: MessageCounts,
+    pub oldest_quiet_message_age_ms: Option<u64>,
+    /// The noisy tenants, most in flight first.
+    pub noisy_tenants: Vec<NoisyTenantDoc>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NoisyTenantDoc {
+    /// Its message group id.
+    pub group: String,
+    pub messages: MessageCounts,
+    /// Its recent leases' mean receive-to-end time (decayed over about a minute).
+    pub mean_hold_ms: Option<u64>,
+    /// Its share of the queue's recent processing time, 0 to 1.
+    pub processing_share: f64,
+}
+
+impl FairnessDoc {
+    fn of(f: &Fairness) -> FairnessDoc {
+        FairnessDoc {
+            noisy_groups: f.noisy_groups,
+            quiet_messages: f.quiet.into(),
+            oldest_quiet_message_age_ms: f.oldest_quiet_age_ms,
+            noisy_tenants: f
+                .noisy
+                .iter()
+                .map(|t| NoisyTenantDoc {
+                    group: t.group.clone(),
+                    messages: MessageCounts {
+                        visible: t.counts.visible,
+                        not_visible: t.counts.in_flight,
+                        delayed: t.counts.delayed,
+                    },
+                    mean_hold_ms: t.mean_hold_ms,
+                    processing_share: f64::from(t.processing_permille) / 1000.0,
+                })
+                .collect(),
+        }
+    }
 }
 
 impl LeaseReportDoc {
@@ -119,16 +181,13 @@ impl LeaseReportDoc {
             deleted: s.deleted,
             empty_receives: s.empty_receives,
             oldest_message_age_ms: r.oldest_message_age_ms,
-            messages: MessageCounts {
-                visible: r.counts.visible,
-                not_visible: r.counts.not_visible,
-                delayed: r.counts.delayed,
-            },
+            messages: r.counts.into(),
             settings: LeaseSettings {
                 visibility_timeout_s: r.visibility_timeout_s,
                 max_receive_count: r.max_receive_count,
                 retention_s: r.retention_s,
             },
+            fairness: r.fairness.as_ref().map(FairnessDoc::of),
         }
     }
 }

@@ -10,7 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use leasehold_engine::{LeaseReport, HOLD_BUCKETS_MS};
+use leasehold_engine::{Fairness, LeaseReport, NoisyTenant, HOLD_BUCKETS_MS};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -168,6 +168,81 @@ fn hold_histogram(
     Ok(())
 }
 
+impl QueueReports {
+    /// AWS's fair-queue metrics for each standard queue, and each noisy tenant's share (a
+    /// tenant is noisy only with more than a tenth of its queue's leases or processing time,
+    /// so a queue has few: the labels stay few).
+    fn encode_fairness(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let fair: Vec<(&String, &Fairness)> = self
+            .0
+            .iter()
+            .filter_map(|(name, r)| Some((name, r.fairness.as_ref()?)))
+            .collect();
+        let per_queue = |f: &dyn Fn(&Fairness) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
+            fair.iter()
+                .map(|(name, fairness)| (vec![("queue", name.to_string())], f(fairness)))
+                .collect()
+        };
+        gauge(
+            encoder,
+            "sqs_approximate_number_of_noisy_groups",
+            "Message groups (tenants) of a fair queue found noisy.",
+            &per_queue(&|f| f.noisy_groups as f64),
+        )?;
+        gauge(
+            encoder,
+            "sqs_approximate_number_of_messages_visible_in_quiet_groups",
+            "Messages available for retrieval from quiet tenants.",
+            &per_queue(&|f| f.quiet.visible as f64),
+        )?;
+        gauge(
+            encoder,
+            "sqs_approximate_number_of_messages_not_visible_in_quiet_groups",
+            "Quiet tenants' messages in flight.",
+            &per_queue(&|f| f.quiet.not_visible as f64),
+        )?;
+        gauge(
+            encoder,
+            "sqs_approximate_number_of_messages_delayed_in_quiet_groups",
+            "Quiet tenants' messages delayed.",
+            &per_queue(&|f| f.quiet.delayed as f64),
+        )?;
+        gauge(
+            encoder,
+            "sqs_approximate_age_of_oldest_message_in_quiet_groups_seconds",
+            "Age of the oldest stored message of a quiet tenant.",
+            &per_queue(&|f| f.oldest_quiet_age_ms.unwrap_or(0) as f64 / 1000.0),
+        )?;
+        let per_tenant = |f: &dyn Fn(&NoisyTenant) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
+            let rows = fair.iter().flat_map(|(name, fairness)| {
+                fairness.noisy.iter().map(move |tenant| {
+                    let labels = vec![("queue", name.to_string()), ("group", tenant.group.clone())];
+                    (labels, f(tenant))
+                })
+            });
+            rows.collect()
+        };
+        gauge(
+            encoder,
+            "leasehold_noisy_tenant_messages_in_flight",
+            "A noisy tenant's messages in flight.",
+            &per_tenant(&|t| t.counts.in_flight as f64),
+        )?;
+        gauge(
+            encoder,
+            "leasehold_noisy_tenant_hold_seconds",
+            "A noisy tenant's recent mean receive-to-end time.",
+            &per_tenant(&|t| t.mean_hold_ms.unwrap_or(0) as f64 / 1000.0),
+        )?;
+        gauge(
+            encoder,
+            "leasehold_noisy_tenant_processing_share",
+            "A noisy tenant's share of its queue's recent processing time, 0 to 1.",
+            &per_tenant(&|t| f64::from(t.processing_permille) / 1000.0),
+        )
+    }
+}
+
 impl Collector for QueueReports {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let q = |name: &str| vec![("queue", name.to_string())];
@@ -203,6 +278,7 @@ impl Collector for QueueReports {
             "Age of the oldest stored message.",
             &per_queue_gauge(&|r| r.oldest_message_age_ms.unwrap_or(0) as f64 / 1000.0),
         )?;
+        self.encode_fairness(&mut encoder)?;
         counter(
             &mut encoder,
             "sqs_number_of_messages_sent",

@@ -534,8 +534,10 @@ async fn reached(time: &mut watch::Receiver<u64>, due: Option<u64>) {
 }
 
 /// The messages of `queue` a receive would hand out now (a FIFO queue's only where its
-/// group has none in flight), as (body, receives so far).
+/// group has none in flight; none its redrive policy would move on), as (body, receives so
+/// far).
 pub async fn receivable(world: &World, queue: &str) -> Vec<(String, u32)> {
+    let moves_on_at = max_receive_count(world, queue).await.unwrap_or(u32::MAX);
     let Ok(peeked) = world.node.peek(queue, 100_000).await else {
         return Vec::new();
     };
@@ -548,8 +550,20 @@ pub async fn receivable(world: &World, queue: &str) -> Vec<(String, u32)> {
         .iter()
         .filter(|p| {
             p.state == MessageState::Ready
+                && p.receive_count < moves_on_at
                 && p.group_id.as_ref().is_none_or(|g| !blocked.contains(g))
         })
         .map(|p| (p.body.to_string(), p.receive_count))
         .collect()
+}
+
+/// The queue's maxReceiveCount as its RedrivePolicy says now (clients change it).
+async fn max_receive_count(world: &World, queue: &str) -> Option<u32> {
+    let names = vec!["RedrivePolicy".to_string()];
+    let pairs = world.node.get_attributes(queue, names).await.ok()?;
+    let (_, policy) = pairs
+        .into_iter()
+        .find(|(name, _)| name == "RedrivePolicy")?;
+    let policy = leasehold_engine::RedrivePolicy::parse(&policy).ok()?;
+    Some(policy.max_receive_count)
 }

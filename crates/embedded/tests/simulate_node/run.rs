@@ -420,6 +420,15 @@ fn one_run(start: &Start) {
     }
 }
 
+/// Each queue's dead-letter queue and maxReceiveCount: a and b are each other's, as are g.fifo
+/// and h.fifo.
+const REDRIVES: [(&str, &str, u32); 4] = [
+    ("a", "b", 2),
+    ("b", "a", 3),
+    ("g.fifo", "h.fifo", 2),
+    ("h.fifo", "g.fifo", 2),
+];
+
 async fn create_queues(world: &World) {
     for queue in STANDARD {
         let _ = world
@@ -434,12 +443,7 @@ async fn create_queues(world: &World) {
         ];
         let _ = world.node.create_queue(queue, attributes, Vec::new()).await;
     }
-    for (queue, target, max) in [
-        ("a", "b", 2),
-        ("b", "a", 3),
-        ("g.fifo", "h.fifo", 2),
-        ("h.fifo", "g.fifo", 2),
-    ] {
+    for (queue, target, max) in REDRIVES {
         let _ = world
             .node
             .set_attributes(queue, vec![redrive(target, max)])

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::lease_stats::{Buckets, LeaseMetrics, Summary};
 use crate::queue::{QueueCounts, QueueStats};
 use crate::settings::QueueSettings;
+use crate::tenants::{FairnessReport, NoisyTenant};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseReport {
@@ -29,6 +30,45 @@ pub struct LeaseReport {
     pub visibility_timeout_s: u32,
     pub max_receive_count: Option<u32>,
     pub retention_s: u32,
+    /// A standard queue's fair-queue figures (`tenants.rs`); None for a FIFO queue, and
+    /// where the backend does not keep them.
+    pub fairness: Option<Fairness>,
+}
+
+/// AWS's fair-queue metrics for one queue, and Leasehold's own look at each noisy tenant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fairness {
+    /// ApproximateNumberOfNoisyGroups.
+    pub noisy_groups: usize,
+    /// ApproximateNumberOfMessages{Visible,NotVisible,Delayed}InQuietGroups: messages
+    /// without a group are quiet tenants of their own.
+    pub quiet: QueueCounts,
+    /// ApproximateAgeOfOldestMessageInQuietGroups.
+    pub oldest_quiet_age_ms: Option<u64>,
+    /// The noisy tenants, most in flight first, with their recent hold times.
+    pub noisy: Vec<NoisyTenant>,
+}
+
+impl Fairness {
+    /// The figures from the noisy tenants, the queue's counts and its oldest quiet message.
+    pub fn of(
+        report: FairnessReport,
+        counts: QueueCounts,
+        oldest_quiet_sent_ms: Option<u64>,
+        now: u64,
+    ) -> Fairness {
+        let noisy = report.noisy_counts;
+        Fairness {
+            noisy_groups: report.noisy.len(),
+            quiet: QueueCounts {
+                visible: counts.visible.saturating_sub(noisy.visible),
+                not_visible: counts.not_visible.saturating_sub(noisy.in_flight),
+                delayed: counts.delayed.saturating_sub(noisy.delayed),
+            },
+            oldest_quiet_age_ms: oldest_quiet_sent_ms.map(|sent| now.saturating_sub(sent)),
+            noisy: report.noisy,
+        }
+    }
 }
 
 impl LeaseReport {
@@ -56,6 +96,7 @@ impl LeaseReport {
             visibility_timeout_s: settings.visibility_timeout_s,
             max_receive_count: settings.redrive.as_ref().map(|r| r.max_receive_count),
             retention_s: settings.retention_s,
+            fairness: None,
         }
     }
 }

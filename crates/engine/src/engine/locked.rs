@@ -21,7 +21,7 @@ use super::{Change, Engine, QueueCell, QueueGuard};
 use crate::error::{EngineError, Result};
 use crate::handout::{Accepted, Handout};
 use crate::message::{Checked, ContentKey};
-use crate::queue::{DeleteOutcome, Queue, QueueCounts, ReceiveParams};
+use crate::queue::{DeleteOutcome, Pick, Queue, QueueCounts, ReceiveParams};
 use crate::receipt::Receipt;
 use crate::settings::QueueSettings;
 
@@ -222,6 +222,15 @@ impl Locked<'_> {
     /// the queue was locked with `lock_for_receive`). What it leased is handed out
     /// (`Handout::finish`) best after the `Locked` is let go.
     pub fn receive(&mut self, request: &ReceiveRequest) -> Result<Handout> {
+        self.receive_picking(request, Pick::Any)
+    }
+
+    /// `receive`, taking only the tenants' messages `pick` names (`queue/fair.rs`).
+    pub(crate) fn receive_picking(
+        &mut self,
+        request: &ReceiveRequest,
+        pick: Pick,
+    ) -> Result<Handout> {
         request.check()?;
         let params = ReceiveParams {
             max_messages: request.max_messages as usize,
@@ -237,6 +246,7 @@ impl Locked<'_> {
                 .map(|t| t.max_receive_count),
             attempt_id: request.attempt_id.as_deref(),
             max_in_flight: self.engine.config.max_in_flight_per_queue,
+            pick,
         };
         let taken = self.queue.receive(self.now, params);
         self.at_quota |= taken.at_quota;
@@ -255,7 +265,18 @@ impl Locked<'_> {
             TargetLock::Held(other) => other,
             TargetLock::Itself | TargetLock::NotNeeded => &mut self.queue,
         };
+        // A message the dead-letter queue's own redrive policy would move on at its next
+        // receive is owed no wake-up there: two queues that are each other's dead-letter
+        // queue would have their long polls bounce it between them, each waking the other,
+        // without end (found by the node simulation).
+        let moves_on_at = dead_letter_queue
+            .meta
+            .settings
+            .redrive
+            .as_ref()
+            .map_or(u32::MAX, |r| r.max_receive_count);
         for (key, message) in dead {
+            let receivable = message.receive_count < moves_on_at;
             let stored = message.content.is_none();
             dead_letter_queue.touch();
             let moved =
@@ -267,13 +288,13 @@ impl Locked<'_> {
             let to = dead_letter_queue.content_key(moved);
             self.moved
                 .extend(self.engine.content_moved(stored, from, to));
-            self.dead_lettered += 1;
+            self.dead_lettered += usize::from(receivable);
         }
         Ok(deliveries)
     }
 
     /// The dead-letter queue receives through this `Locked` moved messages to, and how
-    /// many: its waiting receives are owed a wake-up.
+    /// many it can hand out: its waiting receives are owed a wake-up.
     /// None when the queue is its own dead-letter queue: what it moved stays as unreceivable
     /// as it was (waking its own polls would have them spin, each moving it again).
     pub fn dead_lettered(&self) -> Option<(&str, usize)> {

@@ -38,7 +38,7 @@ use crate::rules::LeaseMode;
 pub use dead_letters::{
     MoveTask, MoveTaskInfo, MoveTaskStatus, MOVE_BATCH_STORED, MOVE_TASK_QUEUE_GONE,
 };
-pub use leases::LeaseReport;
+pub use leases::{Fairness, LeaseReport};
 pub use locked::Locked;
 pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};

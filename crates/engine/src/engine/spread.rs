@@ -7,15 +7,17 @@
 //! store receives each stripe's changes in the order they were made (a server's sink hands
 //! them to its committer; `&mut Engine`'s keeps them for `take_changes`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
+use super::leases::Fairness;
 use super::{Engine, LeaseReport, Locked};
 use crate::error::{EngineError, Result};
 use crate::handout::Handout;
 use crate::lease_stats::{LeaseMetrics, MetricsRecord};
-use crate::queue::{numbering::stripe_of, Queue, QueueCounts, QueueStats};
+use crate::queue::{numbering::stripe_of, Pick, Queue, QueueCounts, QueueStats};
 use crate::receipt::Receipt;
 use crate::settings::QueueSettings;
+use crate::tenants::FairnessReport;
 
 use super::messages::ReceiveRequest;
 use super::Sink;
@@ -81,10 +83,21 @@ impl Engine {
     ) -> Result<StripedReceive> {
         request.check()?;
         let cell = self.cell(name)?;
-        let mut order = cell.receive_order();
+        let order = cell.receive_order();
+        // With a noisy tenant, a first round over the stripes takes only quiet tenants'
+        // messages, so no stripe's noisy messages go before another's quiet ones.
+        let mut by_rounds = cell.made_stripes().nth(1).is_some() && cell.tenants.any_noisy();
+        let rounds = match by_rounds {
+            true => vec![Pick::Quiet, Pick::Fewest],
+            false => vec![Pick::Any],
+        };
+        let mut visits: VecDeque<(usize, Pick)> = rounds
+            .into_iter()
+            .flat_map(|pick| order.clone().map(move |stripe| (stripe, pick)))
+            .collect();
         // A stripe that stops at the in-flight quota is visited once more after the others:
         // their ticks may end leases the shared count still held (`quota.rs`).
-        let mut revisits: Vec<usize> = Vec::new();
+        let mut revisits: VecDeque<(usize, Pick)> = VecDeque::new();
         let mut out = StripedReceive {
             handout: Handout::default(),
             queue_wait_s: 0,
@@ -97,17 +110,29 @@ impl Engine {
         let mut next_due: Option<u64> = None;
         let mut now = 0;
         loop {
-            let (stripe, revisit) = match order.next() {
-                Some(stripe) => (stripe, false),
-                None if !revisits.is_empty() => (revisits.remove(0), true),
-                None => break,
+            let ((stripe, pick), revisit) = match visits.pop_front() {
+                Some(visit) => (visit, false),
+                None => match revisits.pop_front() {
+                    Some(visit) => (visit, true),
+                    None if by_rounds && out.handout.is_empty() => {
+                        // Nothing quiet, and no stripe held the fewest-in-flight noisy
+                        // tenant's (it was taken meanwhile): any noisy tenant's will do.
+                        by_rounds = false;
+                        visits.extend(order.clone().map(|stripe| (stripe, Pick::Any)));
+                        continue;
+                    }
+                    None => break,
+                },
             };
             let wanted = request.max_messages - out.handout.len() as u32;
             let mut locked = self.lock_for_receive(name, stripe, wanted)?;
-            let taken = locked.receive(&ReceiveRequest {
-                max_messages: wanted,
-                ..request.clone()
-            });
+            let taken = locked.receive_picking(
+                &ReceiveRequest {
+                    max_messages: wanted,
+                    ..request.clone()
+                },
+                pick,
+            );
             now = locked.now();
             let stopped = locked.at_quota();
             out.queue_wait_s = locked.settings().receive_wait_s;
@@ -127,12 +152,12 @@ impl Engine {
                 Err(_) => break,
             }
             match (stopped, revisit || cell.count() == 1) {
-                (true, false) => revisits.push(stripe),
+                (true, false) => revisits.push_back((stripe, pick)),
                 (true, true) => at_quota = true,
                 (false, _) => {}
             }
             if out.handout.len() as u32 >= request.max_messages {
-                out.more = left || order.any(|s| cell.may_hold_ready(s, now));
+                out.more = left || visits.iter().any(|&(s, _)| cell.may_hold_ready(s, now));
                 break;
             }
             out.more |= left;
@@ -267,7 +292,12 @@ impl Engine {
                 let queue = &locked.queue;
                 let held = (queue.counts(), queue.oldest_sent_ms());
                 let stats = queue.meta.stats.clone();
-                LeaseReport::of(&queue.metrics, locked.now(), stats, held, locked.settings())
+                let now = locked.now();
+                let mut report =
+                    LeaseReport::of(&queue.metrics, now, stats, held, locked.settings());
+                report.fairness = fairness_look(queue)
+                    .map(|(noisy, oldest)| Fairness::of(noisy, held.0, oldest, now));
+                report
             });
         }
         let parts = self.each_stripe(name, sink, |locked| {
@@ -276,7 +306,7 @@ impl Engine {
                 queue.metrics.record(),
                 queue.meta.stats.clone(),
                 queue.counts(),
-                queue.oldest_sent_ms(),
+                (queue.oldest_sent_ms(), fairness_look(queue)),
                 locked.now(),
             )
         })?;
@@ -284,18 +314,40 @@ impl Engine {
         let mut record = MetricsRecord::default();
         let mut stats = QueueStats::default();
         let mut oldest: Option<u64> = None;
+        let mut fair: Option<(FairnessReport, Option<u64>)> = None;
         let mut now = 0;
-        for (part, part_stats, _, part_oldest, part_now) in &parts {
-            record.add(part);
-            stats.add(part_stats);
-            oldest = [oldest, *part_oldest].into_iter().flatten().min();
-            now = now.max(*part_now);
+        for (part, part_stats, _, (part_oldest, part_fair), part_now) in parts.iter().cloned() {
+            record.add(&part);
+            stats.add(&part_stats);
+            oldest = [oldest, part_oldest].into_iter().flatten().min();
+            if let Some((noisy, part_oldest_quiet)) = part_fair {
+                // Every stripe reads the same table: the last look is the latest.
+                let oldest_quiet = fair.as_ref().and_then(|(_, o)| *o);
+                let oldest_quiet = [oldest_quiet, part_oldest_quiet]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                fair = Some((noisy, oldest_quiet));
+            }
+            now = now.max(part_now);
         }
-        let counts: Vec<QueueCounts> = parts.iter().map(|p| p.2).collect();
+        let counts = add_counts(&parts.iter().map(|p| p.2).collect::<Vec<_>>());
         let metrics = LeaseMetrics::from_record(&record);
-        let held = (add_counts(&counts), oldest);
-        Ok(LeaseReport::of(&metrics, now, stats, held, &settings))
+        let mut report = LeaseReport::of(&metrics, now, stats, (counts, oldest), &settings);
+        report.fairness = fair.map(|(noisy, oldest)| Fairness::of(noisy, counts, oldest, now));
+        Ok(report)
     }
+}
+
+/// A standard queue's noisy tenants, and its stripe's oldest message of a quiet tenant.
+fn fairness_look(queue: &Queue) -> Option<(FairnessReport, Option<u64>)> {
+    if queue.meta.settings.fifo {
+        return None;
+    }
+    let report = queue.fairness();
+    let noisy: HashSet<&str> = report.noisy.iter().map(|t| t.group.as_str()).collect();
+    let oldest = queue.oldest_quiet_sent_ms(&noisy);
+    Some((report, oldest))
 }
 
 fn add_counts(counts: &[QueueCounts]) -> QueueCounts {

@@ -16,9 +16,10 @@
 //! the stripes (attributes, reports, peeks) adds them up stripe by stripe.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::queue::Queue;
+use crate::tenants::Tenants;
 
 /// How many times a queue's lock is looked at before the thread sleeps on it: about 36 us
 /// on the 2-core VM, longer than a batch holds it. Sleeping and waking cost more than that.
@@ -192,6 +193,9 @@ pub(crate) struct QueueCell {
     pub(super) id: u64,
     /// Fixed at creation too: whether a dead-letter queue fits a source is known unlocked.
     pub(super) fifo: bool,
+    /// The queue's tenants, shared with its stripes (`tenants.rs`): whether any is noisy is
+    /// known unlocked.
+    pub(super) tenants: Arc<Tenants>,
     head: StripeCell,
     /// Stripes 1 and on, each made when first needed.
     others: Box<[OnceLock<Box<StripeCell>>]>,
@@ -214,6 +218,7 @@ impl QueueCell {
         let mut cell = QueueCell {
             id: head.meta.id,
             fifo: head.meta.settings.fifo,
+            tenants: head.tenants().clone(),
             head: StripeCell::new(head),
             others: (1..count).map(|_| OnceLock::new()).collect(),
         };

@@ -29,7 +29,8 @@ impl Queue {
                     self.meta.stripes
                 ));
             }
-            let in_ready = self.ready.contains(&key);
+            let in_ready =
+                self.ready.contains(&key) || self.noisy_ready.values().any(|r| r.contains(&key));
             let in_timers = self.timers.contains(&(m.until_ms, key));
             let indexed = match m.state {
                 State::Ready => {
@@ -51,10 +52,12 @@ impl Queue {
             }
         }
         let ready_indexed = if self.meta.settings.fifo { 0 } else { ready };
-        if self.ready.len() != ready_indexed || self.timers.len() != timed {
+        let ready_held =
+            self.ready.len() + self.noisy_ready.values().map(|r| r.len()).sum::<usize>();
+        if ready_held != ready_indexed || self.timers.len() != timed {
             return Err(format!(
                 "indexes hold {} ready and {} timers for {ready_indexed} and {timed} messages",
-                self.ready.len(),
+                ready_held,
                 self.timers.len()
             ));
         }
@@ -74,6 +77,7 @@ impl Queue {
                 self.in_flight
             ));
         }
+        self.check_tenants()?;
         if self.meta.settings.fifo {
             self.fifo.check_invariants(self.messages.len(), |key| {
                 self.messages

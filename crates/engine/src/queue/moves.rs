@@ -31,7 +31,7 @@ impl Queue {
             .extras
             .get_or_insert_with(Box::default)
             .dead_letter_source = Some(source_arn.clone());
-        self.insert(key, message);
+        self.insert(key, message, true);
         key
     }
 
@@ -50,7 +50,7 @@ impl Queue {
             extras.dead_letter_source = None;
             extras.message_id = None;
         }
-        self.insert(key, message);
+        self.insert(key, message, true);
         key
     }
 
@@ -63,6 +63,7 @@ impl Queue {
         // The store drops the whole range; per-message changes would be redundant.
         self.changes.messages.clear();
         self.flying.sub(self.in_flight);
+        self.tenants.purged(self.stripe_index());
         self.in_flight = 0;
         self.delayed = 0;
         self.meta.last_purge_ms = Some(now);
@@ -76,6 +77,7 @@ impl Queue {
         Removed::new((
             std::mem::take(&mut self.messages),
             std::mem::take(&mut self.ready),
+            std::mem::take(&mut self.noisy_ready),
             std::mem::take(&mut self.timers),
             self.fifo.take_groups(),
         ))
@@ -91,7 +93,9 @@ impl Queue {
                 .find(|(_, m)| m.state == State::Ready)
                 .map(|(k, _)| k)?
         } else {
-            *self.ready.range(..=limit).next()?
+            let noisy = self.noisy_ready.values();
+            let firsts = noisy.filter_map(|ready| ready.range(..=limit).next());
+            *firsts.chain(self.ready.range(..=limit).next()).min()?
         };
         let source = self.messages[&key]
             .extras

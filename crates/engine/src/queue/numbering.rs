@@ -24,6 +24,7 @@ impl Queue {
         let mut queue = Queue::restored(meta, head.sealer.clone());
         // One in-flight count for the whole queue (`quota.rs`).
         queue.flying = head.flying.clone();
+        queue.tenants = head.tenants.clone();
         queue.stripe = index;
         queue.set_next_seq(purged_below);
         queue.changes.enabled = head.changes.enabled;
@@ -91,9 +92,9 @@ impl Queue {
         if message.state == State::Ready && message.until_ms != 0 {
             // Stored with its ready rank: it keeps its place among the FIFO groups.
             self.ready_rank = self.ready_rank.max(message.until_ms);
-            self.insert_as_is(key, message);
+            self.insert_as_is(key, message, false);
         } else {
-            self.insert(key, message);
+            self.insert(key, message, false);
         }
     }
 

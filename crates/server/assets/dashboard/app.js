@@ -351,6 +351,7 @@ async function renderQueue(key) {
       card("Expired leases", number(report.expired_leases), { testid: "expired-leases" }),
       card("DLQ moves", number(report.dlq_moves), { testid: "dlq-moves" }),
       card("…whose work had succeeded", number(report.dlq_moves_after_late_delete), { bad: report.dlq_moves_after_late_delete > 0, testid: "dlq-mirage" })),
+    tenantsView(report.fairness),
     el("h2", { text: "How long consumers hold messages" }),
     el("p", { class: "note", text: `Receive-to-delete times since start; the dashed line is the visibility timeout (${report.settings.visibility_timeout_s} s). ${lateShare} of holds outlived it.` }),
     histogram,
@@ -389,6 +390,25 @@ async function renderQueue(key) {
   });
   const counts = Object.entries(report.receive_count_histogram);
   barChart(receives, { title: "Messages by receive count", width, labels: counts.map(([c]) => `${c}×`), values: counts.map(([, n]) => n) });
+}
+
+// A standard queue's tenants (fair queues): AWS's figures, and the noisy tenants themselves.
+function tenantsView(fairness) {
+  if (!fairness) return null;
+  const rows = fairness.noisy_tenants.map((t) => el("tr", { "data-group": t.group },
+    el("td", { text: t.group }), el("td", { "data-field": "in-flight", text: number(t.messages.not_visible) }),
+    el("td", { text: number(t.messages.visible) }), el("td", { text: duration(t.mean_hold_ms) }),
+    el("td", { text: `${Math.round(t.processing_share * 100)}%` })));
+  return el("section", { "data-testid": "tenants" },
+    el("h2", { text: "Tenants" }),
+    el("p", { class: "note", text: "A tenant is a message group id. One that holds more than a tenth of the queue's messages in flight (and at least 30), or of its recent processing time, is noisy: quiet tenants' messages go first until its backlog is gone or it sends nothing for five minutes." }),
+    el("div", { class: "cards" },
+      card("Noisy tenants", number(fairness.noisy_groups), { bad: fairness.noisy_groups > 0, testid: "noisy-groups" }),
+      card("Visible, quiet tenants", number(fairness.quiet_messages.visible), { testid: "quiet-visible" }),
+      card("Oldest quiet message", duration(fairness.oldest_quiet_message_age_ms), { testid: "quiet-oldest" })),
+    rows.length ? el("div", { class: "table-wrap" }, el("table", { id: "noisy-tenants" },
+      el("thead", {}, el("tr", {}, ["Noisy tenant", "In flight", "Visible", "Mean hold", "Share of processing"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, rows))) : null);
 }
 
 function adviceView(advice) {

@@ -8,6 +8,7 @@ mod dashboard;
 mod dead_letters;
 mod durability;
 mod errors;
+mod fair_queues;
 mod fifo;
 mod fuzz;
 mod grants;
