@@ -38,6 +38,12 @@ pub const QUIET_AFTER_MS: u64 = 5 * 60 * 1000;
 const PROCESSING_HALF_LIFE_MS: f64 = 60_000.0;
 /// A tenant with nothing stored and less recent processing time than this is forgotten.
 const FORGET_BELOW_MS: f64 = 1_000.0;
+/// The processing-time rule judges no one until the queue ended this many leases lately
+/// (decayed like the time itself): the first lease to end would otherwise make its tenant
+/// the owner of all the queue's processing time.
+const NOISY_MIN_ENDED: f64 = 30.0;
+/// A table smaller than this is not looked over for tenants to forget.
+const PRUNE_AT_LEAST: usize = 1024;
 
 #[cfg(not(feature = "shuttle"))]
 type TableMutex = parking_lot::Mutex<TenantTable>;
@@ -132,11 +138,63 @@ struct TenantTable {
     tenants: HashMap<Arc<str>, Tenant>,
     /// The queue's recent processing time, every tenant's (those without a group too).
     busy: Recent,
+    /// Leases ended lately, every tenant's: the processing-time rule judges no one before
+    /// `NOISY_MIN_ENDED` of them.
+    ended: Recent,
     /// The tenants whose `noisy` is set.
     noisy: BTreeSet<Arc<str>>,
+    /// The table is looked over for tenants to forget when it holds this many.
+    prune_at: usize,
 }
 
 impl TenantTable {
+    /// `moved` for a message of tenant `group`.
+    fn count(&mut self, group: &Arc<str>, change: &Move) {
+        let now = change.now;
+        let (queue_busy, queue_ended) = (self.busy.at(now), self.ended.at(now));
+        let tenant = self.tenants.entry(group.clone()).or_default();
+        tenant.counts.shift(change.from, change.to);
+        let stripe = change.stripe as usize;
+        if tenant.per_stripe.len() <= stripe {
+            tenant
+                .per_stripe
+                .resize(stripe + 1, TenantCounts::default());
+        }
+        tenant.per_stripe[stripe].shift(change.from, change.to);
+        if change.sent {
+            tenant.last_send_ms = now;
+        }
+        let mut noisy_now = false;
+        if change.to == Some(State::InFlight) && change.from != Some(State::InFlight) {
+            let own = tenant.counts.in_flight;
+            noisy_now |= own >= NOISY_MIN_IN_FLIGHT && own * NOISY_SHARE > change.queue_in_flight;
+        }
+        if let Some(held) = change.held_ms {
+            tenant.busy.add(now, held as f64);
+            tenant.ended.add(now, 1.0);
+            let share = tenant.busy.at(now) * NOISY_SHARE as f64 > queue_busy;
+            noisy_now |= share && queue_ended >= NOISY_MIN_ENDED;
+        }
+        // A tenant that sent nothing for five minutes, or has nothing waiting, is quiet.
+        let sending = now.saturating_sub(tenant.last_send_ms) < QUIET_AFTER_MS;
+        let noisy = (tenant.noisy || noisy_now) && sending && tenant.counts.backlog() > 0;
+        let forget = !noisy && tenant.counts.is_empty() && tenant.busy.at(now) < FORGET_BELOW_MS;
+        if noisy != tenant.noisy {
+            self.set_noisy(group, noisy);
+        }
+        if forget {
+            self.tenants.remove(group);
+        }
+    }
+
+    /// Forgets every tenant with nothing stored, not noisy, whose recent processing time
+    /// has faded below `FORGET_BELOW_MS`; looks again when the table has doubled since.
+    fn prune(&mut self, now: u64) {
+        self.tenants
+            .retain(|_, t| t.noisy || !t.counts.is_empty() || t.busy.at(now) >= FORGET_BELOW_MS);
+        self.prune_at = (2 * self.tenants.len()).max(PRUNE_AT_LEAST);
+    }
+
     /// Marks a tenant noisy or quiet, keeping `noisy` true.
     fn set_noisy(&mut self, group: &Arc<str>, noisy: bool) {
         let Some(tenant) = self.tenants.get_mut(group) else {
@@ -243,43 +301,17 @@ impl Tenants {
         }
         let mut table = self.lock();
         let table = &mut *table;
+        let now = change.now;
         if let Some(held) = change.held_ms {
-            table.busy.add(change.now, held as f64);
+            table.busy.add(now, held as f64);
+            table.ended.add(now, 1.0);
         }
-        let Some(group) = change.group else {
-            return;
-        };
-        let tenant = table.tenants.entry(group.clone()).or_default();
-        tenant.counts.shift(change.from, change.to);
-        let stripe = change.stripe as usize;
-        if tenant.per_stripe.len() <= stripe {
-            tenant
-                .per_stripe
-                .resize(stripe + 1, TenantCounts::default());
+        table.expire(now);
+        if let Some(group) = change.group {
+            table.count(group, &change);
         }
-        tenant.per_stripe[stripe].shift(change.from, change.to);
-        if change.sent {
-            tenant.last_send_ms = change.now;
-        }
-        let mut noisy_now = false;
-        if change.to == Some(State::InFlight) && change.from != Some(State::InFlight) {
-            let own = tenant.counts.in_flight;
-            noisy_now |= own >= NOISY_MIN_IN_FLIGHT && own * NOISY_SHARE > change.queue_in_flight;
-        }
-        if let Some(held) = change.held_ms {
-            tenant.busy.add(change.now, held as f64);
-            tenant.ended.add(change.now, 1.0);
-            noisy_now |=
-                tenant.busy.at(change.now) * NOISY_SHARE as f64 > table.busy.at(change.now);
-        }
-        let noisy = (tenant.noisy || noisy_now) && tenant.counts.backlog() > 0;
-        let forget =
-            !noisy && tenant.counts.is_empty() && tenant.busy.at(change.now) < FORGET_BELOW_MS;
-        if noisy != tenant.noisy {
-            table.set_noisy(group, noisy);
-        }
-        if forget {
-            table.tenants.remove(group);
+        if table.tenants.len() >= table.prune_at {
+            table.prune(now);
         }
         self.noisy.store(table.noisy.len(), Ordering::Relaxed);
     }
@@ -306,8 +338,11 @@ impl Tenants {
         &self,
         groups: impl Iterator<Item = &'g Arc<str>>,
         everywhere: bool,
+        now: u64,
     ) -> Option<&'g Arc<str>> {
-        let table = self.lock();
+        let mut table = self.lock();
+        table.expire(now);
+        self.noisy.store(table.noisy.len(), Ordering::Relaxed);
         let in_flight = |g: &Arc<str>| table.tenants.get(g).map_or(0, |t| t.counts.in_flight);
         let (group, fewest) = groups.map(|g| (g, in_flight(g))).min_by_key(|(_, n)| *n)?;
         let elsewhere = table.noisy.iter().filter_map(|g| {
@@ -368,7 +403,11 @@ impl Tenants {
         self.noisy.store(table.noisy.len(), Ordering::Relaxed);
         let total_busy = table.busy.at(now);
         let mut report = FairnessReport::default();
-        for (group, tenant) in table.tenants.iter().filter(|(_, t)| t.noisy) {
+        let noisy = table
+            .noisy
+            .iter()
+            .filter_map(|g| Some((g, table.tenants.get(g)?)));
+        for (group, tenant) in noisy {
             report.noisy_counts.add(tenant.counts);
             let (busy, ended) = (tenant.busy.at(now), tenant.ended.at(now));
             report.noisy.push(NoisyTenant {
@@ -404,6 +443,32 @@ mod tests {
             held_ms: None,
             queue_in_flight: 0,
         }
+    }
+
+    #[test]
+    fn tenants_with_nothing_stored_are_forgotten_once_their_processing_time_fades() {
+        let tenants = Tenants::default();
+        let names: Vec<Arc<str>> = (0..3000).map(|i| Arc::from(format!("t{i}"))).collect();
+        for group in &names {
+            tenants.moved(change(group, None, Some(State::InFlight), 0));
+            tenants.moved(Move {
+                held_ms: Some(2_000),
+                ..change(group, Some(State::InFlight), None, 2_000)
+            });
+        }
+        // Held two seconds each a moment ago: kept, for the processing-time rule.
+        assert!(tenants.lock().tenants.len() >= 2048);
+        let later = 20 * 60 * 1000;
+        // Looked over once the table has doubled: the faded ones go, the fresh stay.
+        let fresh: Vec<Arc<str>> = (0..1100).map(|i| Arc::from(format!("n{i}"))).collect();
+        for group in &fresh {
+            tenants.moved(change(group, None, Some(State::Ready), later));
+        }
+        let held = tenants.lock().tenants.len();
+        assert_eq!(
+            held, 1100,
+            "the faded tenants are forgotten, the fresh kept"
+        );
     }
 
     #[test]

@@ -48,6 +48,11 @@ pub struct SimulateArgs {
     /// Blip durations for --sweep-triggers, in seconds.
     #[arg(long, value_delimiter = ',', default_value = "30,60,120,300,600")]
     durations: Vec<f64>,
+    /// Whether tenants' messages carry their tenant as MessageGroupId, so the queue is fair
+    /// (quiet tenants first while one is noisy): overrides the scenario's `queue.fair`;
+    /// `--fair false` sends the same traffic, oldest first.
+    #[arg(long)]
+    fair: Option<bool>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -57,6 +62,9 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.scenario)
         .with_context(|| format!("cannot read {}", args.scenario.display()))?;
     let mut scenario = Scenario::from_toml(&text)?;
+    if let Some(fair) = args.fair {
+        scenario.queue.fair = fair;
+    }
     if let Some(seed) = args.seed {
         scenario.seed = seed;
     }
@@ -138,6 +146,9 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         s.wall_clock_s,
         s.simulated_s
     );
+    if !s.tenants.is_empty() {
+        println!("{}", leasehold_sim::dwell_line(&s.tenants));
+    }
     println!("outputs in {}", args.out.display());
     Ok(())
 }

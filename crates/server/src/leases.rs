@@ -168,10 +168,30 @@ fn hold_histogram(
     Ok(())
 }
 
+/// The noisy tenants of one queue with series of their own on `/metrics`.
+const NOISY_TENANT_SERIES: usize = 20;
+
+/// A label value as the exposition formats write it: prometheus-client writes values as
+/// given, and a message group id (any printable ASCII, a sender's choice) may hold a quote or
+/// a backslash.
+fn escaped_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 impl QueueReports {
-    /// AWS's fair-queue metrics for each standard queue, and each noisy tenant's share (a
-    /// tenant is noisy only with more than a tenth of its queue's leases or processing time,
-    /// so a queue has few: the labels stay few).
+    /// AWS's fair-queue metrics for each standard queue, and each noisy tenant's share: of the
+    /// `NOISY_TENANT_SERIES` with most in flight per queue, so the series stay few whatever
+    /// the senders do (a tenant turns noisy with a tenth of its queue's leases or processing
+    /// time, but stays so until its backlog is gone).
     fn encode_fairness(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let fair: Vec<(&String, &Fairness)> = self
             .0
@@ -215,8 +235,10 @@ impl QueueReports {
         )?;
         let per_tenant = |f: &dyn Fn(&NoisyTenant) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
             let rows = fair.iter().flat_map(|(name, fairness)| {
-                fairness.noisy.iter().map(move |tenant| {
-                    let labels = vec![("queue", name.to_string()), ("group", tenant.group.clone())];
+                let most_in_flight = fairness.noisy.iter().take(NOISY_TENANT_SERIES);
+                most_in_flight.map(move |tenant| {
+                    let group = escaped_label(&tenant.group);
+                    let labels = vec![("queue", name.to_string()), ("group", group)];
                     (labels, f(tenant))
                 })
             });

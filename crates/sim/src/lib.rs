@@ -18,8 +18,11 @@ mod sweep;
 
 pub use model::{contention, load_factor, WorkModel};
 pub use plot::draw_comparison;
-pub use report::{load_multiples, outcome_line, rows_csv, summarize, write_outputs, Row, Summary};
-pub use scenario::Scenario;
+pub use report::{
+    dwell_line, load_multiples, outcome_line, rows_csv, summarize, write_outputs, Row, Summary,
+    TenantDwell,
+};
+pub use scenario::{Scenario, TenantSpec, OTHERS};
 pub use seeds::{over_seeds, run_seeds, seeds_line, SeedsSummary, Spread};
 pub use sim::Tally;
 pub use sweep::{sweep, sweep_triggers, SweepCell, TriggerCell};

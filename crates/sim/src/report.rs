@@ -86,6 +86,51 @@ pub struct Summary {
     pub mean_latency_s: f64,
     pub peak_backlog: u64,
     pub wall_clock_s: f64,
+    /// Each tenant's dwell time (send to first receive), the steady arrivals' under
+    /// `scenario::OTHERS`; empty when the scenario has no tenants.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantDwell>,
+}
+
+/// One tenant's dwell times: how long its messages waited for their first receive.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TenantDwell {
+    pub tenant: String,
+    /// Its messages received at least once.
+    pub received: u64,
+    pub p50_s: f64,
+    pub p99_s: f64,
+}
+
+impl TenantDwell {
+    fn of(tenant: &str, dwell_ms: &[u64]) -> TenantDwell {
+        let mut sorted = dwell_ms.to_vec();
+        sorted.sort_unstable();
+        let at = |q: f64| {
+            let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
+            sorted.get(i).map_or(0.0, |ms| *ms as f64 / 1000.0)
+        };
+        TenantDwell {
+            tenant: tenant.to_string(),
+            received: sorted.len() as u64,
+            p50_s: at(0.5),
+            p99_s: at(0.99),
+        }
+    }
+}
+
+/// The tenants' dwell times as one line: `flood p50 12 s p99 40 s (900); ...`.
+pub fn dwell_line(tenants: &[TenantDwell]) -> String {
+    let each = tenants.iter().map(|t| {
+        format!(
+            "{} p50 {:.1} s, p99 {:.1} s ({} received)",
+            t.tenant, t.p50_s, t.p99_s, t.received
+        )
+    });
+    format!(
+        "dwell, send to first receive: {}",
+        each.collect::<Vec<_>>().join("; ")
+    )
 }
 
 /// For each row, the executions started in the `window_s` that end with it divided by the
@@ -244,6 +289,11 @@ pub fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
             t.latency_sum_s / t.executions as f64
         },
         peak_backlog: t.rows.iter().map(|r| r.visible).max().unwrap_or(0),
+        tenants: t
+            .dwell_ms
+            .iter()
+            .map(|(tenant, dwell)| TenantDwell::of(tenant, dwell))
+            .collect(),
         wall_clock_s: 0.0,
     }
 }

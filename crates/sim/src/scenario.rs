@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::SimError;
 
+/// The name the dwell times of the steady arrivals, which belong to no tenant, go under.
+pub const OTHERS: &str = "others";
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Scenario {
@@ -29,6 +32,9 @@ pub struct Scenario {
     pub consumers: Consumers,
     pub scaling: Scaling,
     pub triggers: Vec<Trigger>,
+    /// Tenants that send beside the steady arrivals (which belong to no tenant: each message
+    /// its own, as on AWS), each with its own rate, time and work: a flood, a slow tenant.
+    pub tenants: Vec<TenantSpec>,
     /// How `leasehold lab` runs this scenario for real (time scale, database, redrive); the
     /// simulator reads nothing here.
     pub lab: Option<toml::Table>,
@@ -52,6 +58,7 @@ impl Default for Scenario {
             consumers: Consumers::default(),
             scaling: Scaling::default(),
             triggers: Vec::new(),
+            tenants: Vec::new(),
             lab: None,
         }
     }
@@ -67,6 +74,10 @@ pub struct QueueSpec {
     /// deletes, as real SQS does on standard queues).
     pub lease_mode: String,
     pub retention_s: u32,
+    /// Whether tenants' messages carry their tenant as MessageGroupId, so the queue is fair
+    /// (quiet tenants' messages first while one is noisy); false sends the same traffic
+    /// without it, oldest first.
+    pub fair: bool,
 }
 
 impl Default for QueueSpec {
@@ -76,6 +87,31 @@ impl Default for QueueSpec {
             max_receive_count: 0,
             lease_mode: "strict".into(),
             retention_s: 1_209_600,
+            fair: true,
+        }
+    }
+}
+
+/// One tenant of a shared queue: Poisson arrivals at `rate_per_s` from `from_s` until
+/// `to_s` (default: the whole run), its work `work_scale` times the usual.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantSpec {
+    pub name: String,
+    pub rate_per_s: f64,
+    pub from_s: f64,
+    pub to_s: Option<f64>,
+    pub work_scale: f64,
+}
+
+impl Default for TenantSpec {
+    fn default() -> Self {
+        TenantSpec {
+            name: "tenant".into(),
+            rate_per_s: 1.0,
+            from_s: 0.0,
+            to_s: None,
+            work_scale: 1.0,
         }
     }
 }
@@ -361,6 +397,15 @@ impl Scenario {
                 "duration_s, step_s, amplification_window_s, load_window_s and recovery_hold_s must be positive"
                     .into(),
             );
+        }
+        if self.tenants.iter().any(|t| {
+            !(t.rate_per_s >= 0.0 && t.from_s >= 0.0 && t.work_scale > 0.0)
+                || t.name.is_empty()
+                || t.name == OTHERS
+        }) {
+            return bad(format!(
+                "each tenant needs a name (not {OTHERS:?}), rate_per_s >= 0, from_s >= 0 and work_scale > 0"
+            ));
         }
         if self.load_window_s < self.step_s {
             return bad("load_window_s must be at least step_s".into());

@@ -18,6 +18,8 @@ use rand_distr::{Distribution, Exp};
 
 use crate::model::{contention, load_factor, WorkModel};
 use crate::scenario::Scenario;
+
+mod tenants;
 use crate::{Row, SimError};
 
 const QUEUE: &str = "work";
@@ -29,6 +31,8 @@ enum Ev {
     /// The steady arrival rate changes: draw the next arrival afresh.
     RateChange,
     Burst(usize),
+    /// The next message of tenant `i` (`Scenario::tenants`).
+    TenantArrival(usize),
     Send(u64),
     Complete(u64, u32),
     Heartbeat(u64),
@@ -73,6 +77,9 @@ struct MsgState {
     crashed_at: Option<u64>,
     /// Its unloaded processing time, kept for every execution when `work.per_message`.
     unloaded_s: Option<f64>,
+    /// Its tenant (`Scenario::tenants`), and when it was sent.
+    tenant: Option<usize>,
+    sent_ms: u64,
 }
 
 /// What the run measured, row by row and in all.
@@ -98,6 +105,8 @@ pub struct Tally {
     pub peak_db_running: u32,
     pub peak_workers: u32,
     pub latency_sum_s: f64,
+    /// Send to first receive, by tenant (`scenario::OTHERS` for the steady arrivals).
+    pub dwell_ms: std::collections::BTreeMap<String, Vec<u64>>,
     pub rows: Vec<Row>,
 }
 
@@ -253,6 +262,7 @@ impl<'a> Simulation<'a> {
         for (i, b) in self.sc.arrivals.bursts.iter().enumerate() {
             self.at(start + ms(b.at_s), Ev::Burst(i));
         }
+        self.schedule_tenants(start);
         for (i, t) in self.sc.triggers.iter().enumerate() {
             self.at(start + ms(t.start_s), Ev::TriggerStart(i));
             if t.kind == "blip" {
@@ -310,6 +320,7 @@ impl<'a> Simulation<'a> {
                 self.schedule_arrival();
             }
             Ev::RateChange => self.schedule_arrival(),
+            Ev::TenantArrival(i) => self.tenant_arrival(i)?,
             Ev::Send(_) => self.send(false)?,
             Ev::Burst(i) => {
                 for _ in 0..self.sc.arrivals.bursts[i].count {
@@ -410,13 +421,22 @@ impl<'a> Simulation<'a> {
     }
 
     fn send(&mut self, poison: bool) -> Result<(), SimError> {
+        self.send_as(poison, None)
+    }
+
+    /// Sends a message of `tenant` (None: of no tenant).
+    fn send_as(&mut self, poison: bool, tenant: Option<usize>) -> Result<(), SimError> {
         let msg = self.next_msg;
         self.next_msg += 1;
-        self.engine.send(QUEUE, NewMessage::new(msg.to_string()))?;
+        let mut message = NewMessage::new(msg.to_string());
+        message.group_id = self.group_of(tenant);
+        self.engine.send(QUEUE, message)?;
         self.msgs.insert(
             msg,
             MsgState {
                 poison,
+                tenant,
+                sent_ms: self.now,
                 ..MsgState::default()
             },
         );
@@ -572,6 +592,7 @@ impl<'a> Simulation<'a> {
             self.tokens -= 1.0;
             self.idle.remove(&w);
             let msg: u64 = d.body.parse().unwrap_or(u64::MAX);
+            self.note_dwell(msg);
             let state = self.msgs.entry(msg).or_default();
             state.first_receive_ms.get_or_insert(self.now);
             if let Some(crashed) = state.crashed_at.take() {
@@ -657,7 +678,7 @@ impl<'a> Simulation<'a> {
     }
 
     fn start(&mut self, w: usize, msg: u64, handle: String, receive_count: u32) {
-        let unloaded = self.unloaded_s(msg);
+        let unloaded = self.unloaded_s(msg) * self.work_scale(msg);
         let db = &self.sc.database;
         let running = self.running() + 1;
         let others = self.running_by_msg.get(&msg).cloned().unwrap_or_default();

@@ -269,12 +269,14 @@ impl Locked<'_> {
         // receive is owed no wake-up there: two queues that are each other's dead-letter
         // queue would have their long polls bounce it between them, each waking the other,
         // without end (found by the node simulation).
-        let moves_on_at = dead_letter_queue
-            .meta
-            .settings
-            .redrive
-            .as_ref()
-            .map_or(u32::MAX, |r| r.max_receive_count);
+        let engine = self.engine;
+        let moves_on_at = engine
+            .dead_letter_cell(dead_letter_queue)
+            .and_then(|(_, next, max)| {
+                let fifo = dead_letter_queue.meta.settings.fifo;
+                crate::rules::dead_letter_after(Some(max), fifo, Some(next.fifo))
+            })
+            .unwrap_or(u32::MAX);
         for (key, message) in dead {
             let receivable = message.receive_count < moves_on_at;
             let stored = message.content.is_none();

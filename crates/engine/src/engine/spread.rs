@@ -114,9 +114,9 @@ impl Engine {
                 Some(visit) => (visit, false),
                 None => match revisits.pop_front() {
                     Some(visit) => (visit, true),
-                    None if by_rounds && out.handout.is_empty() => {
-                        // Nothing quiet, and no stripe held the fewest-in-flight noisy
-                        // tenant's (it was taken meanwhile): any noisy tenant's will do.
+                    None if by_rounds && (out.handout.len() as u32) < request.max_messages => {
+                        // Not filled by quiet tenants' messages and the fewest-in-flight
+                        // noisy tenant's: the rest from any noisy tenant.
                         by_rounds = false;
                         visits.extend(order.clone().map(|stripe| (stripe, Pick::Any)));
                         continue;

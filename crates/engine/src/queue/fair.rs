@@ -15,9 +15,10 @@ use super::{Pick, Queue};
 use crate::message::{MsgKey, State, StoredMessage};
 use crate::tenants::{FairnessReport, Move, TenantCounts, Tenants};
 
-/// How many of a stripe's oldest messages the look for the oldest quiet one walks: past
-/// it, the last one walked stands in for it (it is at least as old).
-const OLDEST_QUIET_WALK: usize = 100_000;
+/// How many of a stripe's oldest messages the look for the oldest quiet one walks (under the
+/// stripe's lock, at every scrape): past it, the last one walked stands in for it (the oldest
+/// quiet one is at most as old).
+const OLDEST_QUIET_WALK: usize = 10_000;
 
 impl Queue {
     /// The tenant a message belongs to: its group, on a standard queue.
@@ -159,9 +160,9 @@ impl Queue {
             return None;
         }
         let everywhere = pick == Pick::Fewest;
-        let group = self
-            .tenants
-            .fewest_in_flight(self.noisy_ready.keys(), everywhere)?;
+        let group =
+            self.tenants
+                .fewest_in_flight(self.noisy_ready.keys(), everywhere, self.now_ms)?;
         self.noisy_ready.get(group)?.first().copied()
     }
 
@@ -178,6 +179,9 @@ impl Queue {
     /// When this stripe's oldest message of a quiet tenant was sent: the noisy tenants are
     /// `noisy`'s groups. Walks at most `OLDEST_QUIET_WALK` messages from the oldest.
     pub(crate) fn oldest_quiet_sent_ms(&self, noisy: &HashSet<&str>) -> Option<u64> {
+        if noisy.is_empty() {
+            return self.oldest_sent_ms();
+        }
         let mut last = None;
         for (key, message) in self.messages.iter().take(OLDEST_QUIET_WALK) {
             let tenant = self.tenant_of(message);

@@ -31,7 +31,7 @@ impl Queue {
             .extras
             .get_or_insert_with(Box::default)
             .dead_letter_source = Some(source_arn.clone());
-        self.insert(key, message, true);
+        self.insert(key, message, false);
         key
     }
 
@@ -50,7 +50,7 @@ impl Queue {
             extras.dead_letter_source = None;
             extras.message_id = None;
         }
-        self.insert(key, message, true);
+        self.insert(key, message, false);
         key
     }
 

@@ -76,10 +76,10 @@ impl Queue {
     /// receive takes the first ready messages, and takes exactly those if none is moved; a
     /// FIFO queue's, by group, is not looked into: it could.
     pub fn may_dead_letter(&self, max_messages: usize, max_receive_count: u32) -> bool {
-        // With a noisy tenant, the messages taken need not be the first ready ones.
+        // With tenants, the messages taken need not be the first ready ones: a tenant may
+        // turn noisy meanwhile, by another stripe's receive or this one's own leases.
         self.meta.settings.fifo
-            || self.tenants.any_noisy()
-            || !self.noisy_ready.is_empty()
+            || self.tenants.active()
             || self.ready.iter().take(max_messages).any(|key| {
                 self.messages
                     .get(key)
