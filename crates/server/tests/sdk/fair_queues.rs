@@ -91,6 +91,11 @@ async fn fairness(s: &TestServer, queue: &str) -> Value {
     report["fairness"].clone()
 }
 
+async fn metrics(s: &TestServer) -> String {
+    let scraped = reqwest::get(format!("{}/metrics", s.base)).await.unwrap();
+    scraped.text().await.unwrap()
+}
+
 fn noisy(fairness: &Value) -> Vec<String> {
     let tenants = fairness["noisy_tenants"].as_array().unwrap();
     let names = tenants
@@ -119,12 +124,7 @@ async fn quiet_tenants_go_before_a_tenant_with_sixty_in_flight_and_540_waiting()
     assert_eq!(fair["quiet_messages"]["visible"], 5);
     assert_eq!(fair["noisy_tenants"][0]["messages"]["not_visible"], 60);
 
-    let metrics = reqwest::get(format!("{}/metrics", s.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&s).await;
     for line in [
         "sqs_approximate_number_of_noisy_groups{queue=\"shared\"} 1",
         "sqs_approximate_number_of_messages_visible_in_quiet_groups{queue=\"shared\"} 5",
@@ -229,12 +229,7 @@ async fn a_noisy_tenant_s_group_id_is_escaped_in_its_metrics_label() {
     send(&s, &url, group, 40).await;
     receive(&s, &url, 31).await;
     assert_eq!(noisy(&fairness(&s, "escapes").await), [group]);
-    let metrics = reqwest::get(format!("{}/metrics", s.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&s).await;
     let line = r#"leasehold_noisy_tenant_messages_in_flight{queue="escapes",group="a\",queue=\"forged\\"} 31"#;
     assert!(metrics.contains(line), "no {line} in\n{metrics}");
 }
