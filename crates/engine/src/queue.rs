@@ -113,6 +113,8 @@ pub(crate) struct Queue {
     /// Ready messages of tenants found noisy, by tenant (`fair.rs`): moved here when a
     /// receive meets them at the front of `ready`, and back when their tenant is quiet.
     noisy_ready: BTreeMap<Arc<str>, BTreeSet<MsgKey>>,
+    /// Ready messages without a group: each a quiet tenant of its own (`fair.rs`).
+    plain_ready: usize,
     timers: BTreeSet<(u64, MsgKey)>,
     fifo: FifoState,
     /// Which of the queue's `meta.stripes` stripes this is: it numbers its messages
@@ -159,6 +161,7 @@ impl Queue {
             messages: MessageTable::default(),
             ready: BTreeSet::new(),
             noisy_ready: BTreeMap::new(),
+            plain_ready: 0,
             timers: BTreeSet::new(),
             fifo: FifoState::default(),
             stripe: 0,
@@ -266,6 +269,13 @@ impl Queue {
         };
         let old = (message.state, message.until_ms);
         let lease_start_ms = message.lease_start_ms;
+        let plain = message.group().is_none();
+        // A message with a group made the table active when it arrived: a queue that never
+        // saw one does without.
+        let tenant = match self.tenants.active() && !self.meta.settings.fifo {
+            true => Some(message.group().cloned()),
+            false => None,
+        };
         (message.state, message.until_ms) = (state, until);
         let lease_goes_on = old.0 == State::InFlight && state == State::InFlight;
         // A lease already counted and a reservation for it would take two places.
@@ -283,10 +293,9 @@ impl Queue {
         if let Some(g) = group {
             self.refresh_group(&g);
         }
-        // A message with a group made the table active when it arrived: a queue that never
-        // saw one skips the lookup.
-        if self.tenants.active() {
-            self.tenant_moved(key, Some(old), Some(state), lease_start_ms, false);
+        self.count_plain(plain, Some(old.0), Some(state));
+        if let Some(tenant) = tenant {
+            self.tenant_moved(tenant.as_ref(), Some(old), Some(state), lease_start_ms);
         }
     }
 
@@ -315,6 +324,7 @@ impl Queue {
         self.mark(key);
         let state = (message.state, message.until_ms);
         let tenant = self.tenant_of(&message).cloned();
+        self.count_plain(message.group().is_none(), None, Some(state.0));
         let group = self
             .meta
             .settings
@@ -341,6 +351,7 @@ impl Queue {
             self.fifo.remove_member(&g, key);
             self.refresh_group(&g);
         }
+        self.count_plain(message.group().is_none(), Some(message.state), None);
         self.tenant_left(&message);
         Some(message)
     }

@@ -135,7 +135,7 @@ struct Tenant {
 
 #[derive(Debug, Default)]
 struct TenantTable {
-    tenants: HashMap<Arc<str>, Tenant>,
+    tenants: HashMap<Arc<str>, Tenant, foldhash::quality::RandomState>,
     /// The queue's recent processing time, every tenant's (those without a group too).
     busy: Recent,
     /// Leases ended lately, every tenant's: the processing-time rule judges no one before
@@ -143,17 +143,30 @@ struct TenantTable {
     ended: Recent,
     /// The tenants whose `noisy` is set.
     noisy: BTreeSet<Arc<str>>,
+    /// Visible messages of the tenants not noisy.
+    quiet_visible: usize,
     /// The table is looked over for tenants to forget when it holds this many.
     prune_at: usize,
+    /// The five-minute rule is next applied to the noisy tenants at this instant (once a
+    /// second at most: `moved` runs for every change).
+    expire_at: u64,
 }
 
 impl TenantTable {
     /// `moved` for a message of tenant `group`.
     fn count(&mut self, group: &Arc<str>, change: &Move) {
         let now = change.now;
-        let (queue_busy, queue_ended) = (self.busy.at(now), self.ended.at(now));
+        // Looked at only when a lease ends: two exponentials fewer for every other change.
+        let queue_recent = change
+            .held_ms
+            .map(|_| (self.busy.at(now), self.ended.at(now)));
         let tenant = self.tenants.entry(group.clone()).or_default();
         tenant.counts.shift(change.from, change.to);
+        if !tenant.noisy {
+            let visible = |s: Option<State>| usize::from(s == Some(State::Ready));
+            self.quiet_visible =
+                (self.quiet_visible + visible(change.to)).saturating_sub(visible(change.from));
+        }
         let stripe = change.stripe as usize;
         if tenant.per_stripe.len() <= stripe {
             tenant
@@ -169,7 +182,7 @@ impl TenantTable {
             let own = tenant.counts.in_flight;
             noisy_now |= own >= NOISY_MIN_IN_FLIGHT && own * NOISY_SHARE > change.queue_in_flight;
         }
-        if let Some(held) = change.held_ms {
+        if let (Some(held), Some((queue_busy, queue_ended))) = (change.held_ms, queue_recent) {
             tenant.busy.add(now, held as f64);
             tenant.ended.add(now, 1.0);
             let share = tenant.busy.at(now) * NOISY_SHARE as f64 > queue_busy;
@@ -200,6 +213,13 @@ impl TenantTable {
         let Some(tenant) = self.tenants.get_mut(group) else {
             return;
         };
+        if tenant.noisy != noisy {
+            let visible = tenant.counts.visible;
+            self.quiet_visible = match noisy {
+                true => self.quiet_visible.saturating_sub(visible),
+                false => self.quiet_visible + visible,
+            };
+        }
         tenant.noisy = noisy;
         if noisy {
             self.noisy.insert(group.clone());
@@ -268,6 +288,8 @@ pub(crate) struct Tenants {
     table: TableMutex,
     active: AtomicBool,
     noisy: AtomicUsize,
+    /// `TenantTable::quiet_visible`, for a look without the lock.
+    quiet_visible: AtomicUsize,
 }
 
 impl Tenants {
@@ -278,7 +300,25 @@ impl Tenants {
 
     /// Whether some tenant is noisy now (a look without the lock).
     pub fn any_noisy(&self) -> bool {
-        self.noisy.load(Ordering::Relaxed) > 0
+        self.noisy_count() > 0
+    }
+
+    /// How many tenants are noisy now (a look without the lock).
+    pub fn noisy_count(&self) -> usize {
+        self.noisy.load(Ordering::Relaxed)
+    }
+
+    /// How many messages quiet tenants have to hand out now, all stripes (a look without the
+    /// lock; messages without a group are not among them).
+    pub fn quiet_visible(&self) -> usize {
+        self.quiet_visible.load(Ordering::Relaxed)
+    }
+
+    /// Publishes what the table holds for looks without the lock.
+    fn publish(&self, table: &TenantTable) {
+        self.noisy.store(table.noisy.len(), Ordering::Relaxed);
+        self.quiet_visible
+            .store(table.quiet_visible, Ordering::Relaxed);
     }
 
     #[cfg(not(feature = "shuttle"))]
@@ -306,14 +346,17 @@ impl Tenants {
             table.busy.add(now, held as f64);
             table.ended.add(now, 1.0);
         }
-        table.expire(now);
+        if now >= table.expire_at {
+            table.expire(now);
+            table.expire_at = now + 1000;
+        }
         if let Some(group) = change.group {
             table.count(group, &change);
         }
         if table.tenants.len() >= table.prune_at {
             table.prune(now);
         }
-        self.noisy.store(table.noisy.len(), Ordering::Relaxed);
+        self.publish(table);
     }
 
     /// Whether the tenant is noisy at `now`: one that sent nothing for `QUIET_AFTER_MS` is
@@ -327,7 +370,7 @@ impl Tenants {
             return true;
         }
         table.set_noisy(group, false);
-        self.noisy.store(table.noisy.len(), Ordering::Relaxed);
+        self.publish(&table);
         false
     }
 
@@ -342,7 +385,7 @@ impl Tenants {
     ) -> Option<&'g Arc<str>> {
         let mut table = self.lock();
         table.expire(now);
-        self.noisy.store(table.noisy.len(), Ordering::Relaxed);
+        self.publish(&table);
         let in_flight = |g: &Arc<str>| table.tenants.get(g).map_or(0, |t| t.counts.in_flight);
         let (group, fewest) = groups.map(|g| (g, in_flight(g))).min_by_key(|(_, n)| *n)?;
         let elsewhere = table.noisy.iter().filter_map(|g| {
@@ -361,7 +404,11 @@ impl Tenants {
         let table = &mut *table;
         for tenant in table.tenants.values_mut() {
             if let Some(held) = tenant.per_stripe.get_mut(stripe as usize) {
-                tenant.counts.take_away(std::mem::take(held));
+                let held = std::mem::take(held);
+                if !tenant.noisy {
+                    table.quiet_visible = table.quiet_visible.saturating_sub(held.visible);
+                }
+                tenant.counts.take_away(held);
             }
         }
         let drained: Vec<Arc<str>> = table
@@ -379,7 +426,7 @@ impl Tenants {
             table.set_noisy(&group, false);
         }
         table.tenants.retain(|_, t| !t.counts.is_empty() || t.noisy);
-        self.noisy.store(table.noisy.len(), Ordering::Relaxed);
+        self.publish(table);
     }
 
     /// Each tenant's counts on stripe `stripe`, as this table holds them: for the invariant
@@ -396,11 +443,39 @@ impl Tenants {
             .collect()
     }
 
+    /// The table agrees with itself: its noisy set and count are the tenants marked noisy,
+    /// its quiet visible count theirs who are not.
+    pub fn check(&self) -> Result<(), String> {
+        let table = self.lock();
+        let marked: BTreeSet<&Arc<str>> = table
+            .tenants
+            .iter()
+            .filter(|(_, t)| t.noisy)
+            .map(|(g, _)| g)
+            .collect();
+        if marked != table.noisy.iter().collect() {
+            return Err(format!("noisy set {:?}, marked {marked:?}", table.noisy));
+        }
+        let quiet: usize = table
+            .tenants
+            .values()
+            .filter(|t| !t.noisy)
+            .map(|t| t.counts.visible)
+            .sum();
+        if quiet != table.quiet_visible {
+            return Err(format!(
+                "quiet tenants hold {quiet} visible; the count says {}",
+                table.quiet_visible
+            ));
+        }
+        Ok(())
+    }
+
     /// The noisy tenants at `now`, most in flight first, and their messages together.
     pub fn report(&self, now: u64) -> FairnessReport {
         let mut table = self.lock();
         table.expire(now);
-        self.noisy.store(table.noisy.len(), Ordering::Relaxed);
+        self.publish(&table);
         let total_busy = table.busy.at(now);
         let mut report = FairnessReport::default();
         let noisy = table

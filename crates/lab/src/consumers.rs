@@ -31,6 +31,8 @@ pub struct WorkDraw {
     model: Arc<WorkModel>,
     rng: Arc<Mutex<StdRng>>,
     kept: Option<Arc<Mutex<HashMap<String, f64>>>>,
+    /// Each tenant's `work_scale`, by name (`Scenario::tenants`).
+    scales: Arc<HashMap<String, f64>>,
 }
 
 impl WorkDraw {
@@ -39,10 +41,24 @@ impl WorkDraw {
             model: Arc::new(WorkModel::new(&scenario.work)),
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(scenario.seed))),
             kept: scenario.work.per_message.then(Default::default),
+            scales: Arc::new(
+                scenario
+                    .tenants
+                    .iter()
+                    .map(|t| (t.name.clone(), t.work_scale))
+                    .collect(),
+            ),
         }
     }
 
+    /// The unit of work's processing time: its tenant's `work_scale` times a draw.
     fn draw(&self, key: &str) -> f64 {
+        let tenant = crate::load::tenant_of(key);
+        let scale = tenant.and_then(|t| self.scales.get(t)).copied();
+        self.draw_unscaled(key) * scale.unwrap_or(1.0)
+    }
+
+    fn draw_unscaled(&self, key: &str) -> f64 {
         let draw = || {
             let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
             self.model.draw(&mut rng)

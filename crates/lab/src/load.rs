@@ -16,9 +16,13 @@ use tokio::time::Instant;
 use crate::downstream::Downstream;
 
 fn work_key(seq: u64) -> Option<HashMap<String, MessageAttributeValue>> {
+    named_key(&format!("w{seq}"))
+}
+
+fn named_key(key: &str) -> Option<HashMap<String, MessageAttributeValue>> {
     let value = MessageAttributeValue::builder()
         .data_type("String")
-        .string_value(format!("w{seq}"))
+        .string_value(key)
         .build()
         .ok()?;
     Some(HashMap::from([(
@@ -48,6 +52,9 @@ pub struct Sending {
     /// runs on these same arrivals.
     #[serde(skip)]
     pub sent_at_s: Vec<f64>,
+    /// Each message's unit of work and when it went out, tenants' too: for dwell times.
+    #[serde(skip)]
+    pub sent_keys: Vec<(String, f64)>,
 }
 
 /// Sends the scenario's arrivals from `start` until `stop`.
@@ -122,8 +129,88 @@ pub async fn produce(
             sending.failed_sends += failed as u64;
             let sent = chunk.len().saturating_sub(failed);
             sending.sent_at_s.extend(std::iter::repeat_n(t, sent));
+            let keys = (seq + 1 - chunk.len() as u64..=seq).map(|n| (format!("w{n}"), t));
+            sending.sent_keys.extend(keys.take(sent));
         }
     }
+}
+
+/// The tenant of a unit of work, from its name (`tenant:w7`); None for the steady arrivals'.
+pub fn tenant_of(key: &str) -> Option<&str> {
+    key.split_once(':').map(|(tenant, _)| tenant)
+}
+
+/// Sends tenant `index`'s arrivals (`Scenario::tenants`) from `start` until `stop`: Poisson
+/// at its rate from its `from_s` to its `to_s`, those due together in batches of ten, each
+/// carrying the tenant as MessageGroupId when the queue is fair and its name in its unit of
+/// work's (`tenant:w7`).
+pub async fn produce_tenant(
+    scenario: Scenario,
+    index: usize,
+    client: Client,
+    queue_url: String,
+    start: Instant,
+    stop: CancellationToken,
+) -> Sending {
+    let tenant = scenario.tenants[index].clone();
+    let mut rng = StdRng::seed_from_u64(scenario.seed ^ 0x7e7a ^ index as u64);
+    let mut sending = Sending::default();
+    let Ok(gaps) = Exp::new(tenant.rate_per_s) else {
+        return sending;
+    };
+    let until = tenant
+        .to_s
+        .unwrap_or(f64::INFINITY)
+        .min(scenario.duration_s);
+    let (mut t, mut seq) = (tenant.from_s, 0u64);
+    while t < until {
+        tokio::select! {
+            _ = stop.cancelled() => return sending,
+            _ = tokio::time::sleep_until(start + Duration::from_secs_f64(t.max(0.0))) => {}
+        }
+        let now = start.elapsed().as_secs_f64();
+        sending.max_lag_s = sending.max_lag_s.max(now - t);
+        let mut due = Vec::new();
+        while t <= now && t < until && due.len() < 10 {
+            seq += 1;
+            due.push((format!("{}:w{seq}", tenant.name), t));
+            t += gaps.sample(&mut rng);
+        }
+        let entries = due.iter().enumerate().map(|(i, (key, _))| {
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(format!("work {key}"))
+                .set_message_attributes(named_key(key));
+            let entry = match scenario.queue.fair {
+                true => entry.message_group_id(&tenant.name),
+                false => entry,
+            };
+            entry.build()
+        });
+        let result = client
+            .send_message_batch()
+            .queue_url(&queue_url)
+            .set_entries(Some(entries.filter_map(Result::ok).collect()))
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                let failed: Vec<usize> = out
+                    .failed
+                    .iter()
+                    .filter_map(|f| f.id.parse().ok())
+                    .collect();
+                sending.failed_sends += failed.len() as u64;
+                let sent = due
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| !failed.contains(i));
+                sending.sent_keys.extend(sent.map(|(_, key)| key));
+            }
+            Err(_) => sending.failed_sends += due.len() as u64,
+        }
+    }
+    sending
 }
 
 /// One thing a trigger does to the database, at a time.

@@ -137,6 +137,29 @@ pub fn tally(
     tally
 }
 
+/// Each tenant's dwell times (send to first execution, in ms), the steady arrivals' under
+/// `OTHERS`: from when each unit of work went out and the downstream's executions.
+pub fn dwell(
+    sent_keys: &[(String, f64)],
+    executions: &[ExecutionRow],
+) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let mut first: HashMap<&str, f64> = HashMap::new();
+    for e in executions {
+        let at = first.entry(e.message_id.as_str()).or_insert(e.started_s);
+        *at = at.min(e.started_s);
+    }
+    let mut dwell = std::collections::BTreeMap::<String, Vec<u64>>::new();
+    for (key, sent_s) in sent_keys {
+        let Some(started) = first.get(key.as_str()) else {
+            continue;
+        };
+        let tenant = crate::load::tenant_of(key).unwrap_or(leasehold_sim::OTHERS);
+        let ms = ((started - sent_s).max(0.0) * 1000.0).round() as u64;
+        dwell.entry(tenant.to_string()).or_default().push(ms);
+    }
+    dwell
+}
+
 fn duration(e: &ExecutionRow) -> Option<f64> {
     e.finished_s.map(|f| f - e.started_s)
 }

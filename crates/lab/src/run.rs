@@ -195,6 +195,19 @@ async fn run_on(
         start,
         stop.clone(),
     ));
+    let tenants: Vec<_> = (0..scenario.tenants.len())
+        .map(|i| {
+            let (client, url) = (client.clone(), queues.url.clone());
+            tokio::spawn(load::produce_tenant(
+                scenario.clone(),
+                i,
+                client,
+                url,
+                start,
+                stop.clone(),
+            ))
+        })
+        .collect();
     // Sampling runs the clock: when it ends (or fails, or is interrupted), everything stops,
     // the pending triggers with it.
     let sampling = async {
@@ -207,7 +220,13 @@ async fn run_on(
     stop.cancel();
     // Taken before the run's end cuts executions short, which is no failure of theirs.
     let failures = fleet.failures.snapshot();
-    let sending = producer.await.unwrap_or_default();
+    let mut sending = producer.await.unwrap_or_default();
+    for tenant in tenants {
+        let theirs = tenant.await.unwrap_or_default();
+        sending.failed_sends += theirs.failed_sends;
+        sending.max_lag_s = sending.max_lag_s.max(theirs.max_lag_s);
+        sending.sent_keys.extend(theirs.sent_keys);
+    }
     downstream.terminate_executions().await?;
     let stats = tokio::time::timeout(Duration::from_secs(10), fleet.join())
         .await
@@ -227,7 +246,10 @@ async fn run_on(
         dlq_messages_already_succeeded: dlq.map_or(0, |d| d.1),
         workers: consumers::Fleet::size(scenario),
     };
-    let tally = measure::tally(scenario, &samples, &executions, &extras);
+    let mut tally = measure::tally(scenario, &samples, &executions, &extras);
+    if !scenario.tenants.is_empty() {
+        tally.dwell_ms = measure::dwell(&sending.sent_keys, &executions);
+    }
     let arrivals = report::write_arrivals(&sending, &options.out)?;
     let mut report = report::compare(
         scenario,

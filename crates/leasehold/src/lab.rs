@@ -28,6 +28,10 @@ pub struct LabArgs {
         default_value = "postgres://postgres@127.0.0.1:5432/test"
     )]
     postgres: String,
+    /// Whether tenants' messages carry their tenant as MessageGroupId (a fair queue):
+    /// overrides the scenario's `queue.fair`, as `leasehold simulate --fair` does.
+    #[arg(long)]
+    fair: Option<bool>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -98,8 +102,11 @@ impl Server {
 pub async fn lab(args: LabArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.scenario)
         .map_err(|e| usage(format!("cannot read {}: {e}", args.scenario.display())))?;
-    let scenario = Scenario::from_toml(&text)
+    let mut scenario = Scenario::from_toml(&text)
         .map_err(|e| usage(format!("{}: {e}", args.scenario.display())))?;
+    if let Some(fair) = args.fair {
+        scenario.queue.fair = fair;
+    }
     LabSpec::of(&scenario).map_err(|e| usage(format!("{}: {e}", args.scenario.display())))?;
     leasehold_lab::check_postgres_url(&args.postgres).map_err(|e| usage(e.to_string()))?;
     // Ctrl-C or SIGTERM ends the run early; it still drops its schema, and the server stops.
@@ -157,6 +164,10 @@ fn print_report(report: &LabReport, out: &std::path::Path) {
         p.peak_amplification,
         leasehold_sim::outcome_line(p)
     );
+    if !m.tenants.is_empty() {
+        println!("  measured  {}", leasehold_sim::dwell_line(&m.tenants));
+        println!("  predicted {}", leasehold_sim::dwell_line(&p.tenants));
+    }
     if m.dlq_messages + p.dlq_messages > 0 {
         println!(
             "  DLQ: measured {} ({} already succeeded), predicted {} ({})",

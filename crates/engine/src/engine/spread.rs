@@ -85,8 +85,13 @@ impl Engine {
         let cell = self.cell(name)?;
         let order = cell.receive_order();
         // With a noisy tenant, a first round over the stripes takes only quiet tenants'
-        // messages, so no stripe's noisy messages go before another's quiet ones.
-        let mut by_rounds = cell.made_stripes().nth(1).is_some() && cell.tenants.any_noisy();
+        // messages, so no stripe's noisy messages go before another's quiet ones; a second
+        // the noisy tenant's with the fewest in flight.
+        // A lone noisy tenant with no quiet message anywhere is handed out as if no one were
+        // noisy: one round.
+        let mut by_rounds = cell.made_stripes().nth(1).is_some()
+            && cell.tenants.any_noisy()
+            && (cell.tenants.noisy_count() > 1 || cell.quiet_may_wait());
         let rounds = match by_rounds {
             true => vec![Pick::Quiet, Pick::Fewest],
             false => vec![Pick::Any],

@@ -15,7 +15,7 @@
 //! of, the head's (stripe 0) being the one changed (`HeadMut`) and copied on; what spans
 //! the stripes (attributes, reports, peeks) adds them up stripe by stripe.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::queue::Queue;
@@ -52,14 +52,14 @@ type RawGuard<'a> = shuttle::sync::MutexGuard<'a, Queue>;
 /// the stripe's `waiting_since` for receives choosing where to start.
 pub(crate) struct QueueGuard<'a> {
     raw: Option<RawGuard<'a>>,
-    waiting_since: &'a AtomicU64,
+    published: &'a Published,
 }
 
 impl<'a> QueueGuard<'a> {
-    fn new(raw: RawGuard<'a>, waiting_since: &'a AtomicU64) -> QueueGuard<'a> {
+    fn new(raw: RawGuard<'a>, published: &'a Published) -> QueueGuard<'a> {
         QueueGuard {
             raw: Some(raw),
-            waiting_since,
+            published,
         }
     }
 }
@@ -83,8 +83,7 @@ impl Drop for QueueGuard<'_> {
         if std::thread::panicking() {
             std::mem::forget(self.raw.take());
         } else if let Some(queue) = &self.raw {
-            self.waiting_since
-                .store(queue.waiting_since(), Ordering::Relaxed);
+            self.published.publish(queue);
         }
     }
 }
@@ -93,15 +92,40 @@ impl Drop for QueueGuard<'_> {
 #[repr(align(128))]
 struct StripeCell {
     queue: QueueMutex,
-    /// `Queue::waiting_since` as the stripe's last lock holder left it.
+    /// What the stripe's last lock holder left it holding.
+    published: Published,
+}
+
+/// What others may read of a stripe without its lock, as its last lock holder left it: it
+/// may be out of date either way.
+struct Published {
+    /// `Queue::waiting_since`.
     waiting_since: AtomicU64,
+    /// Whether a quiet tenant may have a message to hand out on it (`Queue::quiet_may_wait`).
+    quiet_may_wait: AtomicBool,
+}
+
+impl Published {
+    fn of(queue: &Queue) -> Published {
+        Published {
+            waiting_since: AtomicU64::new(queue.waiting_since()),
+            quiet_may_wait: AtomicBool::new(queue.quiet_may_wait()),
+        }
+    }
+
+    fn publish(&self, queue: &Queue) {
+        self.waiting_since
+            .store(queue.waiting_since(), Ordering::Relaxed);
+        self.quiet_may_wait
+            .store(queue.quiet_may_wait(), Ordering::Relaxed);
+    }
 }
 
 impl StripeCell {
     #[cfg(not(feature = "shuttle"))]
     fn try_lock(&self) -> Option<QueueGuard<'_>> {
         let raw = self.queue.try_lock()?;
-        Some(QueueGuard::new(raw, &self.waiting_since))
+        Some(QueueGuard::new(raw, &self.published))
     }
 
     /// The stripe, locked: spins a while (reading, not writing, the lock's word), then sleeps.
@@ -115,7 +139,7 @@ impl StripeCell {
             }
             std::hint::spin_loop();
         }
-        QueueGuard::new(self.queue.lock(), &self.waiting_since)
+        QueueGuard::new(self.queue.lock(), &self.published)
     }
 
     #[cfg(not(feature = "shuttle"))]
@@ -131,7 +155,7 @@ impl StripeCell {
     #[cfg(feature = "shuttle")]
     fn try_lock(&self) -> Option<QueueGuard<'_>> {
         let raw = self.queue.try_lock().ok()?;
-        Some(QueueGuard::new(raw, &self.waiting_since))
+        Some(QueueGuard::new(raw, &self.published))
     }
 
     // Shuttle's lock is poisoned when a panic lets it go, which `QueueGuard` never does:
@@ -142,7 +166,7 @@ impl StripeCell {
             .queue
             .lock()
             .expect("a thread took a stripe that a panic let go half changed");
-        QueueGuard::new(raw, &self.waiting_since)
+        QueueGuard::new(raw, &self.published)
     }
 
     #[cfg(feature = "shuttle")]
@@ -204,7 +228,7 @@ pub(crate) struct QueueCell {
 impl StripeCell {
     fn new(queue: Queue) -> StripeCell {
         StripeCell {
-            waiting_since: AtomicU64::new(queue.waiting_since()),
+            published: Published::of(&queue),
             queue: QueueMutex::new(queue),
         }
     }
@@ -308,8 +332,9 @@ impl QueueCell {
         let mut start = self.home_made();
         if count > 1 {
             let since = |s: usize| {
-                self.made(s)
-                    .map_or(u64::MAX, |c| c.waiting_since.load(Ordering::Relaxed))
+                self.made(s).map_or(u64::MAX, |c| {
+                    c.published.waiting_since.load(Ordering::Relaxed)
+                })
             };
             let oldest = (0..count).min_by_key(|&s| since(s)).unwrap_or(start);
             if since(oldest).saturating_add(FAIR_LAG_MS) < since(start) {
@@ -321,11 +346,21 @@ impl QueueCell {
             .filter(|&stripe| self.made(stripe).is_some())
     }
 
+    /// Whether a quiet tenant may have a message to hand out on any made stripe, as their
+    /// last lock holders left them, or anywhere by the tenant table.
+    pub(super) fn quiet_may_wait(&self) -> bool {
+        self.tenants.quiet_visible() > 0
+            || self.made_stripes().any(|s| {
+                self.made(s)
+                    .is_some_and(|c| c.published.quiet_may_wait.load(Ordering::Relaxed))
+            })
+    }
+
     /// Whether a stripe may have a message to hand out at `now`, as its last lock holder
     /// left it (a look without its lock: it may be out of date either way).
     pub(super) fn may_hold_ready(&self, stripe: usize, now: u64) -> bool {
         self.made(stripe)
-            .is_some_and(|cell| cell.waiting_since.load(Ordering::Relaxed) <= now)
+            .is_some_and(|cell| cell.published.waiting_since.load(Ordering::Relaxed) <= now)
     }
 
     /// Sets every stripe's `waiting_since` to what it holds: after changes made through
@@ -333,8 +368,7 @@ impl QueueCell {
     pub(super) fn refresh(&mut self) {
         let others = self.others.iter_mut().filter_map(|slot| slot.get_mut());
         for stripe in std::iter::once(&mut self.head).chain(others.map(|b| &mut **b)) {
-            let since = stripe.get_mut().waiting_since();
-            *stripe.waiting_since.get_mut() = since;
+            stripe.published = Published::of(stripe.get_mut());
         }
     }
 

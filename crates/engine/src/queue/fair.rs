@@ -28,19 +28,17 @@ impl Queue {
             .flatten()
     }
 
-    /// Tells the queue's tenant table that the message at `key` went from `from` (its state
-    /// and the instant it ended) to `to`; `lease_start_ms`: when its lease began, if it was
-    /// leased.
+    /// Tells the queue's tenant table that a message of `tenant` (None: of no group) went
+    /// from `from` (its state and the instant it ended) to `to`; `lease_start_ms`: when its
+    /// lease began, if it was leased.
     pub(super) fn tenant_moved(
         &self,
-        key: MsgKey,
+        tenant: Option<&Arc<str>>,
         from: Option<(State, u64)>,
         to: Option<State>,
         lease_start_ms: u64,
-        sent: bool,
     ) {
-        let group = self.messages.get(&key).and_then(|m| self.tenant_of(m));
-        self.count_tenant(group, from, to, lease_start_ms, sent);
+        self.count_tenant(tenant, from, to, lease_start_ms, false);
     }
 
     /// `tenant_moved` for a message just stored, of `tenant`.
@@ -94,6 +92,20 @@ impl Queue {
         });
     }
 
+    /// Counts a message without a group leaving or entering Ready.
+    pub(super) fn count_plain(&mut self, plain: bool, from: Option<State>, to: Option<State>) {
+        if plain {
+            let ready = |s: Option<State>| usize::from(s == Some(State::Ready));
+            self.plain_ready = self.plain_ready + ready(to) - ready(from);
+        }
+    }
+
+    /// Whether a quiet tenant may have a message to hand out on this stripe: one without a
+    /// group here, or a quiet tenant's anywhere (the table counts them, not by stripe).
+    pub(crate) fn quiet_may_wait(&self) -> bool {
+        self.plain_ready > 0 || self.tenants.quiet_visible() > 0
+    }
+
     /// Takes a ready message out of the noisy tenants' sets (it is not in `ready`).
     pub(super) fn forget_noisy_ready(&mut self, key: MsgKey) {
         let mut emptied = None;
@@ -140,6 +152,15 @@ impl Queue {
     /// tenant's, then (as `pick` allows) the oldest of the noisy tenant with the fewest in
     /// flight.
     pub(super) fn next_ready(&mut self, pick: Pick) -> Option<MsgKey> {
+        if self.tenants.any_noisy() && !self.quiet_may_wait() {
+            // No quiet tenant has a message here: a lone noisy tenant's oldest goes, as if
+            // no one were noisy (no move to its set, no look at the table per message).
+            return match pick {
+                Pick::Quiet => None,
+                _ if self.tenants.noisy_count() == 1 => self.first_ready().copied(),
+                _ => self.fewest_noisy(pick),
+            };
+        }
         while let Some(&key) = self.ready.first() {
             let noisy = match self.tenants.any_noisy() {
                 true => self
@@ -158,6 +179,27 @@ impl Queue {
         }
         if pick == Pick::Quiet {
             return None;
+        }
+        self.fewest_noisy(pick)
+    }
+
+    /// The oldest ready message of the noisy tenant with the fewest in flight (`Fewest`: if
+    /// none on any stripe has fewer), every one of this stripe's noisy messages moved to its
+    /// tenant's set first.
+    fn fewest_noisy(&mut self, pick: Pick) -> Option<MsgKey> {
+        while let Some(&key) = self.ready.first() {
+            let group = self
+                .messages
+                .get(&key)
+                .and_then(|m| self.tenant_of(m))
+                .cloned();
+            // With no quiet message, every ready one has a noisy tenant; one that had none
+            // (counts gone wrong) is handed out rather than stranded.
+            let Some(group) = group else {
+                return Some(key);
+            };
+            self.ready.remove(&key);
+            self.noisy_ready.entry(group).or_default().insert(key);
         }
         let everywhere = pick == Pick::Fewest;
         let group =
@@ -214,6 +256,7 @@ impl Queue {
     /// make, and its noisy sets hold only their tenants' messages.
     pub(super) fn check_tenants(&self) -> Result<(), String> {
         if self.tenants.active() {
+            self.tenants.check()?;
             let walked = self.walked_tenant_counts();
             let table = self.tenants.on_stripe(self.stripe_index());
             if walked != table {

@@ -15,6 +15,7 @@ impl Queue {
     /// through their group; the counts agree; FIFO groups follow `fifo.rs`'s rules.
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut ready, mut timed, mut in_flight, mut delayed) = (0, 0, 0, 0);
+        let mut plain_ready = 0;
         for (key, m) in self.messages.iter() {
             if key.seq >= self.next_seq {
                 return Err(format!(
@@ -35,6 +36,7 @@ impl Queue {
             let indexed = match m.state {
                 State::Ready => {
                     ready += 1;
+                    plain_ready += usize::from(m.group().is_none());
                     in_ready != self.meta.settings.fifo && !in_timers
                 }
                 State::Delayed | State::InFlight => {
@@ -75,6 +77,12 @@ impl Queue {
             return Err(format!(
                 "the queue counts {queue_wide} in flight; this stripe holds {}",
                 self.in_flight
+            ));
+        }
+        if !self.meta.settings.fifo && plain_ready != self.plain_ready {
+            return Err(format!(
+                "{plain_ready} ready messages without a group; the count says {}",
+                self.plain_ready
             ));
         }
         self.check_tenants()?;

@@ -65,6 +65,7 @@ impl Queue {
         self.flying.sub(self.in_flight);
         self.tenants.purged(self.stripe_index());
         self.in_flight = 0;
+        self.plain_ready = 0;
         self.delayed = 0;
         self.meta.last_purge_ms = Some(now);
         self.meta.purged_below_seq = below;
