@@ -116,15 +116,9 @@ pub async fn produce(
                     .set_message_attributes(work_key(seq))
                     .build()
             });
-            let result = client
-                .send_message_batch()
-                .queue_url(&queue_url)
-                .set_entries(Some(entries.filter_map(Result::ok).collect()))
-                .send()
-                .await;
-            let failed = match result {
-                Ok(out) => out.failed.len(),
-                Err(_) => chunk.len(),
+            let failed = match send_batch(&client, &queue_url, entries).await {
+                Some(failed) => failed.len(),
+                None => chunk.len(),
             };
             sending.failed_sends += failed as u64;
             let sent = chunk.len().saturating_sub(failed);
@@ -187,30 +181,35 @@ pub async fn produce_tenant(
             };
             entry.build()
         });
-        let result = client
-            .send_message_batch()
-            .queue_url(&queue_url)
-            .set_entries(Some(entries.filter_map(Result::ok).collect()))
-            .send()
-            .await;
-        match result {
-            Ok(out) => {
-                let failed: Vec<usize> = out
-                    .failed
-                    .iter()
-                    .filter_map(|f| f.id.parse().ok())
-                    .collect();
+        match send_batch(&client, &queue_url, entries).await {
+            Some(failed) => {
                 sending.failed_sends += failed.len() as u64;
                 let sent = due
                     .into_iter()
                     .enumerate()
-                    .filter(|(i, _)| !failed.contains(i));
+                    .filter(|(i, _)| !failed.contains(&i.to_string()));
                 sending.sent_keys.extend(sent.map(|(_, key)| key));
             }
-            Err(_) => sending.failed_sends += due.len() as u64,
+            None => sending.failed_sends += due.len() as u64,
         }
     }
     sending
+}
+
+/// Sends one batch: the ids of the entries that failed, or None if the request did.
+async fn send_batch<E>(
+    client: &Client,
+    queue_url: &str,
+    entries: impl Iterator<Item = Result<SendMessageBatchRequestEntry, E>>,
+) -> Option<Vec<String>> {
+    let answer = client
+        .send_message_batch()
+        .queue_url(queue_url)
+        .set_entries(Some(entries.filter_map(Result::ok).collect()))
+        .send()
+        .await
+        .ok()?;
+    Some(answer.failed.into_iter().map(|f| f.id).collect())
 }
 
 /// One thing a trigger does to the database, at a time.

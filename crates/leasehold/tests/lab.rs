@@ -1,7 +1,8 @@
 //! `leasehold lab` for real, on the machine's PostgreSQL: the shipped scenarios make the spiral
 //! happen (measured from the downstream table), the runtime stop it, the DLQ mirage fill the
-//! dead-letter queue with finished work, and the report set each beside the simulator. The
-//! runs take the machine for a minute or two each, so they take turns.
+//! dead-letter queue with finished work, a fair queue keep a flooding tenant's wait its own,
+//! and the report set each beside the simulator. The runs take the machine for a minute or
+//! two each, so they take turns.
 
 mod common;
 
@@ -16,6 +17,11 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// Runs a shipped scenario and returns its summary.json, after checking what every run
 /// writes and that it left no schema behind.
 fn lab(scenario: &str, out: &Path) -> Value {
+    lab_with(scenario, &[], out)
+}
+
+/// `lab` with more arguments.
+fn lab_with(scenario: &str, extra: &[&str], out: &Path) -> Value {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let path = format!(
         "{}/../../scenarios/{scenario}.toml",
@@ -31,6 +37,7 @@ fn lab(scenario: &str, out: &Path) -> Value {
             "--out",
         ])
         .arg(out)
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -180,6 +187,39 @@ fn the_dlq_mirage_holds_finished_work_and_only_a_blind_redrive_repeats_it_on_pos
         "{s:#}"
     );
     assert!(f(&leasehold["messages"]) >= 5.0, "{s:#}");
+}
+
+/// A tenant's dwell times in a lab summary's `measured` or `predicted` (p50, p99).
+fn dwell(summary: &Value, side: &str, tenant: &str) -> (f64, f64) {
+    let tenants = summary[side]["tenants"].as_array().expect("tenants");
+    let t = tenants
+        .iter()
+        .find(|t| t["tenant"] == tenant)
+        .expect(tenant);
+    (f(&t["p50_s"]), f(&t["p99_s"]))
+}
+
+/// One tenant floods the queue for real: on a fair queue (its messages carry MessageGroupId)
+/// the others' messages wait no longer than a fraction of a second; without the group id they
+/// wait behind the flood for seconds (minutes of the story); and the simulator predicts both.
+#[test]
+fn a_flood_delays_only_itself_on_a_fair_queue_live_as_predicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let fair = lab("lab-noisy-tenant-flood", &dir.path().join("fair"));
+    let unfair = lab_with(
+        "lab-noisy-tenant-flood",
+        &["--fair", "false"],
+        &dir.path().join("unfair"),
+    );
+    for side in ["measured", "predicted"] {
+        let (_, others_fair) = dwell(&fair, side, "others");
+        let (_, others_unfair) = dwell(&unfair, side, "others");
+        assert!(others_fair < 2.0, "{side}: {fair:#}");
+        assert!(others_unfair > 8.0, "{side}: {unfair:#}");
+        let (flood_fair, _) = dwell(&fair, side, "flood");
+        let (flood_unfair, _) = dwell(&unfair, side, "flood");
+        assert!(flood_fair > flood_unfair, "{side}: the flood waits instead");
+    }
 }
 
 #[test]
