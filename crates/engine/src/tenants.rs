@@ -315,10 +315,16 @@ impl Tenants {
     }
 
     /// Publishes what the table holds for looks without the lock.
+    /// Stored only when changed: every stripe reads these at each receive, and a store
+    /// would take their cache line from each of them.
     fn publish(&self, table: &TenantTable) {
-        self.noisy.store(table.noisy.len(), Ordering::Relaxed);
-        self.quiet_visible
-            .store(table.quiet_visible, Ordering::Relaxed);
+        let store = |atomic: &AtomicUsize, value: usize| {
+            if atomic.load(Ordering::Relaxed) != value {
+                atomic.store(value, Ordering::Relaxed);
+            }
+        };
+        store(&self.noisy, table.noisy.len());
+        store(&self.quiet_visible, table.quiet_visible);
     }
 
     #[cfg(not(feature = "shuttle"))]

@@ -250,3 +250,33 @@ fn tenant_counts_stay_true_through_expiry_release_delete_and_purge() {
     let fairness = engine.lease_report("q").unwrap().fairness.unwrap();
     assert_eq!(fairness.oldest_quiet_age_ms, None);
 }
+
+/// A quiet message that becomes receivable by a timer on another stripe (a delay ending) is
+/// counted nowhere until that stripe is next locked: a lone noisy tenant's backlog on the
+/// first stripe a receive visits must not keep it waiting.
+#[test]
+fn a_quiet_message_whose_delay_ends_on_another_stripe_goes_before_a_lone_noisy_tenant() {
+    let clock = ManualClock::new(1_000_000);
+    let engine = engine(&clock);
+    let mut ignore = |_: Vec<Change>| {};
+    let on = |stripe: usize, message: NewMessage, ignore: &mut dyn FnMut(Vec<Change>)| {
+        let message = message.checked();
+        engine
+            .on_stripe("q", Some(stripe), ignore, |q| q.send(message))
+            .unwrap()
+            .unwrap();
+    };
+    for i in 0..100 {
+        let mut flood = NewMessage::new(format!("flood-{i}"));
+        flood.group_id = Some("flood".into());
+        on(0, flood, &mut ignore);
+    }
+    receive_all(&engine, 60);
+    clock.advance_ms(1000);
+    let mut quiet = NewMessage::new("quiet");
+    quiet.delay_s = Some(1);
+    on(1, quiet, &mut ignore);
+    clock.advance_ms(2000);
+    let next = by_tenant(&receive(&engine, 10));
+    assert_eq!(next.get(""), Some(&1), "{next:?}");
+}

@@ -131,7 +131,7 @@ pub async fn produce(
 
 /// The tenant of a unit of work, from its name (`tenant:w7`); None for the steady arrivals'.
 pub fn tenant_of(key: &str) -> Option<&str> {
-    key.split_once(':').map(|(tenant, _)| tenant)
+    key.rsplit_once(':').map(|(tenant, _)| tenant)
 }
 
 /// Sends tenant `index`'s arrivals (`Scenario::tenants`) from `start` until `stop`: Poisson
@@ -149,8 +149,11 @@ pub async fn produce_tenant(
     let tenant = scenario.tenants[index].clone();
     let mut rng = StdRng::seed_from_u64(scenario.seed ^ 0x7e7a ^ index as u64);
     let mut sending = Sending::default();
-    let Ok(gaps) = Exp::new(tenant.rate_per_s) else {
-        return sending;
+    let rate = tenant.rate_per_s;
+    let gaps = match Exp::new(rate) {
+        Ok(gaps) if rate > 0.0 && rate.is_finite() => gaps,
+        // No arrivals, as in the simulator.
+        _ => return sending,
     };
     let until = tenant
         .to_s

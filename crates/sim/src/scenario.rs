@@ -399,12 +399,12 @@ impl Scenario {
             );
         }
         if self.tenants.iter().any(|t| {
-            !(t.rate_per_s >= 0.0 && t.from_s >= 0.0 && t.work_scale > 0.0)
-                || t.name.is_empty()
-                || t.name == OTHERS
+            let rate = (0.0..f64::INFINITY).contains(&t.rate_per_s);
+            let scale = t.work_scale > 0.0 && t.work_scale.is_finite();
+            !(rate && scale && t.from_s >= 0.0) || t.name.is_empty() || t.name == OTHERS
         }) {
             return bad(format!(
-                "each tenant needs a name (not {OTHERS:?}), rate_per_s >= 0, from_s >= 0 and work_scale > 0"
+                "each tenant needs a name (not {OTHERS:?}), a finite rate_per_s >= 0, from_s >= 0 and a finite work_scale > 0"
             ));
         }
         if self.load_window_s < self.step_s {

@@ -91,7 +91,7 @@ impl Engine {
         // noisy: one round.
         let mut by_rounds = cell.made_stripes().nth(1).is_some()
             && cell.tenants.any_noisy()
-            && (cell.tenants.noisy_count() > 1 || cell.quiet_may_wait());
+            && (cell.tenants.noisy_count() > 1 || cell.quiet_may_wait(self.clock.now_ms()));
         let rounds = match by_rounds {
             true => vec![Pick::Quiet, Pick::Fewest],
             false => vec![Pick::Any],

@@ -103,6 +103,8 @@ struct Published {
     waiting_since: AtomicU64,
     /// Whether a quiet tenant may have a message to hand out on it (`Queue::quiet_may_wait`).
     quiet_may_wait: AtomicBool,
+    /// `Queue::next_due` (u64::MAX: none): a message due since may be a quiet tenant's.
+    next_due: AtomicU64,
 }
 
 impl Published {
@@ -110,6 +112,7 @@ impl Published {
         Published {
             waiting_since: AtomicU64::new(queue.waiting_since()),
             quiet_may_wait: AtomicBool::new(queue.quiet_may_wait()),
+            next_due: AtomicU64::new(queue.next_due().unwrap_or(u64::MAX)),
         }
     }
 
@@ -118,6 +121,8 @@ impl Published {
             .store(queue.waiting_since(), Ordering::Relaxed);
         self.quiet_may_wait
             .store(queue.quiet_may_wait(), Ordering::Relaxed);
+        self.next_due
+            .store(queue.next_due().unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }
 
@@ -346,13 +351,16 @@ impl QueueCell {
             .filter(|&stripe| self.made(stripe).is_some())
     }
 
-    /// Whether a quiet tenant may have a message to hand out on any made stripe, as their
-    /// last lock holders left them, or anywhere by the tenant table.
-    pub(super) fn quiet_may_wait(&self) -> bool {
+    /// Whether a quiet tenant may have a message to hand out at `now` on any made stripe, as
+    /// their last lock holders left them (one without a group, or a delay or lease due since,
+    /// which no tick has counted yet), or anywhere by the tenant table.
+    pub(super) fn quiet_may_wait(&self, now: u64) -> bool {
         self.tenants.quiet_visible() > 0
             || self.made_stripes().any(|s| {
-                self.made(s)
-                    .is_some_and(|c| c.published.quiet_may_wait.load(Ordering::Relaxed))
+                self.made(s).is_some_and(|c| {
+                    c.published.quiet_may_wait.load(Ordering::Relaxed)
+                        || c.published.next_due.load(Ordering::Relaxed) <= now
+                })
             })
     }
 

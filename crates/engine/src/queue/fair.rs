@@ -96,7 +96,7 @@ impl Queue {
     pub(super) fn count_plain(&mut self, plain: bool, from: Option<State>, to: Option<State>) {
         if plain {
             let ready = |s: Option<State>| usize::from(s == Some(State::Ready));
-            self.plain_ready = self.plain_ready + ready(to) - ready(from);
+            self.plain_ready = (self.plain_ready + ready(to)).saturating_sub(ready(from));
         }
     }
 
