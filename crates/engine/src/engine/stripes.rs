@@ -286,7 +286,12 @@ impl QueueCell {
         }
         // `&Engine` is held, so the head's own cannot change before the stripe is set.
         let fresh = Queue::stripe_of_head(&self.head.lock(), stripe as u32);
-        self.others[stripe - 1].get_or_init(|| Box::new(StripeCell::new(fresh)))
+        // Made before `get_or_init`, whose closure must not wait on anything another thread
+        // could hold (its `Once` blocks every other caller): under shuttle, reading the
+        // tenant table's counts for `Published` is a point where another task runs, and one
+        // of them making the same stripe hung the node simulation (seed 89).
+        let cell = Box::new(StripeCell::new(fresh));
+        self.others[stripe - 1].get_or_init(|| cell)
     }
 
     /// This thread's own stripe.
