@@ -6,7 +6,9 @@
 //! meets one at the front of `ready` moves it to `noisy_ready` (each message moves at most
 //! once a turn), and a receive first moves back every set whose tenant is quiet again. So a
 //! queue whose tenants are all quiet receives as it always did, and one with a noisy tenant
-//! pays a lock of the tenant table per message of a tenant it meets.
+//! pays a lock of the tenant table per message of a tenant it meets, but only while a quiet
+//! tenant may have a message to hand out: otherwise a lone noisy tenant's messages go as
+//! anyone's (`next_ready`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
