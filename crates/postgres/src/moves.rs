@@ -63,8 +63,18 @@ struct Found {
 }
 
 /// A round's messages to move, and whether rows another transaction held stopped it short.
+/// What a round of a task did that its callers finish after the commit.
+struct Progress {
+    /// Queues that got messages: their polls wake.
+    woken: Vec<String>,
+    /// Leases that ran out unseen on the messages moved.
+    expired: u64,
+}
+
 struct Ready {
-    rows: Vec<(i64, Option<String>)>,
+    /// Each message's seq, the queue it was dead-lettered from, and whether its lease ran
+    /// out unseen (counted when it moves, as the engine counts it on its way out).
+    rows: Vec<(i64, Option<String>, bool)>,
     held: bool,
 }
 
@@ -152,10 +162,14 @@ impl Core {
             .await
             .map_err(|e| unavailable(&e))?;
         let started = MoveTask::check_start(true, Some(true), None, || true, || inserted == 0);
+        let mut expired = 0;
         if started.is_ok() {
-            woken.extend(self.progress(&tx, &mut task, now).await?);
+            let progress = self.progress(&tx, &mut task, now).await?;
+            woken.extend(progress.woken);
+            expired = progress.expired;
         }
         tx.commit().await?;
+        self.count_moved_expired(&task.source, expired);
         started?;
         Ok((task.handle(), woken))
     }
@@ -261,18 +275,19 @@ impl Core {
         };
         let mut task = task_of_row(row)?;
         let now = now(&tx).await?;
-        let woken = self.progress(&tx, &mut task, now).await?;
+        let Progress { woken, expired } = self.progress(&tx, &mut task, now).await?;
         tx.commit().await?;
+        self.count_moved_expired(&task.source, expired);
         Ok(woken)
     }
 
     /// A round of one task: moves what its rate allows by now, in order, until the source
     /// has nothing left from before the task started (Completed) or a queue it needs is
     /// gone (Failed), as the engine's `progress_task`; saves the task.
-    async fn progress(&self, tx: &Tx, task: &mut MoveTask, now: u64) -> Result<Vec<String>> {
+    async fn progress(&self, tx: &Tx, task: &mut MoveTask, now: u64) -> Result<Progress> {
         let budget = task.budget(now, ROUND_MOVES);
         let mut woken = Vec::new();
-        let mut moved = 0;
+        let (mut moved, mut expired) = (0, 0);
         // One pass: a round takes the send locks of its destination groups once, sorted; a
         // second pass in the same transaction would take more while holding those.
         let outcome = 'round: {
@@ -292,7 +307,7 @@ impl Core {
             let mut plan: Vec<(i64, String, Found)> = Vec::with_capacity(rows.len());
             let mut destinations: HashMap<String, Option<Found>> = HashMap::new();
             let mut gone = false;
-            for (seq, origin) in rows {
+            for (seq, origin, ran_out) in rows {
                 let arn = task.destination_arn.clone().or(origin);
                 let key = arn.as_deref().and_then(|arn| self.naming.key_of_arn(arn));
                 let found = match &key {
@@ -310,6 +325,7 @@ impl Core {
                     gone = true;
                     break;
                 };
+                expired += u64::from(ran_out);
                 plan.push((seq, key, found));
             }
             self.lock_destination_groups(tx, source.id, &plan).await?;
@@ -342,7 +358,16 @@ impl Core {
             task.failure = failure.map(str::to_string);
         }
         self.save(tx, task).await?;
-        Ok(woken)
+        Ok(Progress { woken, expired })
+    }
+
+    /// Counts, once its transaction committed, the leases that ran out unseen on messages a
+    /// round moved out of `source`: the engine counts them as it takes them.
+    fn count_moved_expired(&self, source: &str, expired: u64) {
+        if expired > 0 {
+            self.measurements
+                .record(source, |m| m.stats.leases_expired += expired);
+        }
     }
 
     /// Moves the messages gathered in `run` to `to`, emptying it; answers how many.
@@ -391,7 +416,9 @@ impl Core {
                 &cached(
                     tx,
                     "WITH candidates AS MATERIALIZED (
-                         SELECT m.seq, m.sent_ms, m.dead_letter_source_arn
+                         SELECT m.seq, m.sent_ms, m.dead_letter_source_arn,
+                                leasehold_lease_ran_out(m.receive_count, m.released,
+                                                        m.visible_ms, $2) AS ran_out
                          FROM leasehold_messages m JOIN leasehold_queues q ON q.id = m.queue_id
                          WHERE m.queue_id = $1 AND m.visible_ms <= $2
                            AND m.sent_ms > $2 - q.retention_ms AND (m.sent_ms, m.seq) <= ($3, $4)
@@ -403,7 +430,8 @@ impl Core {
                            AND m.visible_ms <= $2
                          ORDER BY m.seq
                          FOR UPDATE SKIP LOCKED)
-                     SELECT c.seq, c.dead_letter_source_arn, c.seq IN (SELECT seq FROM locked)
+                     SELECT c.seq, c.dead_letter_source_arn, c.seq IN (SELECT seq FROM locked),
+                            c.ran_out
                      FROM candidates c
                      ORDER BY c.sent_ms, c.seq",
                 )
@@ -423,7 +451,7 @@ impl Core {
             held: taken < rows.len(),
             rows: rows[..taken]
                 .iter()
-                .map(|row| (row.get(0), row.get(1)))
+                .map(|row| (row.get(0), row.get(1), row.get(3)))
                 .collect(),
         })
     }
