@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use aws_sdk_sqs::Client;
 use leasehold_sim::{Scenario, WorkModel};
 use leasehold_worker::idempotency::PostgresStore;
-use leasehold_worker::{CancellationToken, Worker, WorkerStats};
+use leasehold_worker::{Backoff, CancellationToken, Worker, WorkerStats};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::task::JoinSet;
@@ -74,6 +75,43 @@ impl WorkDraw {
     }
 }
 
+/// What a consumer does with a message whose execution failed: the scenario's
+/// `consumers.on_failure`, with the runtime's own backoff (`leasehold_worker::Backoff`).
+#[derive(Clone, Copy)]
+pub enum OnFailure {
+    /// Nothing: the lease runs out.
+    WaitLease,
+    /// Visibility 0: back at once.
+    Release,
+    Backoff(Backoff),
+}
+
+impl OnFailure {
+    pub fn of(scenario: &Scenario) -> OnFailure {
+        let c = &scenario.consumers;
+        match c.on_failure.as_str() {
+            "release" => OnFailure::Release,
+            "backoff" => OnFailure::Backoff(Backoff {
+                base: Duration::from_secs_f64(c.backoff_s.clamp(0.0, 900.0)),
+                cap: Duration::from_secs(900),
+            }),
+            _ => OnFailure::WaitLease,
+        }
+    }
+
+    /// The visibility timeout that puts the message back after its `receives`-th receive
+    /// failed; none to leave it for its lease to run out.
+    fn put_back_s(&self, receives: u32) -> Option<i32> {
+        match self {
+            OnFailure::WaitLease => None,
+            OnFailure::Release => Some(0),
+            OnFailure::Backoff(b) => {
+                Some(i32::try_from(b.delay(receives).as_secs()).unwrap_or(900))
+            }
+        }
+    }
+}
+
 /// What went wrong in the lab's own machinery (never a measure of the system): deletes the
 /// server refused, executions the database failed (the first one's error kept to show).
 #[derive(Default)]
@@ -97,7 +135,11 @@ impl Failures {
         }
     }
 
+    /// Counts a failed execution, unless it is a poison message's (which fails by design).
     fn execution(&self, error: &LabError) {
+        if matches!(error, LabError::Poison) {
+            return;
+        }
         if self.executions.fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::warn!("an execution failed on the downstream: {error}");
             *self
@@ -168,6 +210,7 @@ pub async fn start(target: &Target<'_>) -> Result<Fleet, LabError> {
                 draw.clone(),
                 stop.clone(),
                 failures.clone(),
+                OnFailure::of(scenario),
             ));
         }
         return Ok(Fleet {
@@ -199,12 +242,15 @@ async fn naive(
     draw: WorkDraw,
     stop: CancellationToken,
     failures: Arc<Failures>,
+    failure: OnFailure,
 ) {
     while !stop.is_cancelled() {
         let received = tokio::select! {
             _ = stop.cancelled() => break,
             r = client.receive_message().queue_url(&queue_url).max_number_of_messages(1)
-                .wait_time_seconds(1).message_attribute_names("All").send() => r,
+                .wait_time_seconds(1).message_attribute_names("All")
+                .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+                .send() => r,
         };
         let Ok(received) = received else {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -223,6 +269,21 @@ async fn naive(
             };
             if let Err(e) = &done {
                 failures.execution(e);
+                let receives = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
+                if let Some(visibility) = failure.put_back_s(receives) {
+                    let _ = client
+                        .change_message_visibility()
+                        .queue_url(&queue_url)
+                        .receipt_handle(handle)
+                        .visibility_timeout(visibility)
+                        .send()
+                        .await;
+                }
             } else {
                 let deleted = client
                     .delete_message()
@@ -255,6 +316,13 @@ async fn runtime(
         .wait_time(1)
         .shutdown(target.stop.clone())
         .grace(Duration::ZERO);
+    match OnFailure::of(scenario) {
+        OnFailure::Release => builder = builder.fail_fast(true),
+        OnFailure::Backoff(backoff) => builder = builder.backoff(backoff),
+        // The runtime always puts a failed message back; `LabSpec::of` refuses a poison
+        // trigger with this.
+        OnFailure::WaitLease => {}
+    }
     if scenario.consumers.rate_limit_per_s >= 1.0 {
         builder = builder.rate_limit(scenario.consumers.rate_limit_per_s as u32);
     }

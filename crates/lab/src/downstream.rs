@@ -25,7 +25,12 @@ pub struct ExecutionRow {
     pub unloaded_s: f64,
     pub started_s: f64,
     pub finished_s: Option<f64>,
+    /// When it failed, as a poison message's executions do.
+    pub failed_s: Option<f64>,
 }
+
+/// The SQLSTATE the downstream's `execute` raises for a poison message.
+const POISON_STATE: &str = "LHPSN";
 
 pub struct Downstream {
     admin: Client,
@@ -49,7 +54,7 @@ CREATE TABLE settings (contention float8 NOT NULL, slow_factor float8 NOT NULL);
 CREATE TABLE executions (id bigserial PRIMARY KEY, message_id text NOT NULL,
                          unloaded_s float8 NOT NULL,
                          started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-                         finished_at timestamptz);
+                         finished_at timestamptz, failed_at timestamptz);
 CREATE INDEX executions_by_message ON executions (message_id);
 CREATE TABLE records (key text PRIMARY KEY, executions int NOT NULL);
 CREATE FUNCTION work(unloaded float8) RETURNS void LANGUAGE plpgsql AS $$
@@ -67,6 +72,11 @@ CREATE FUNCTION execute(work_key text, unloaded float8)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE c float8;
 BEGIN
+  -- A poison message (the scenario's `poison` trigger): all its work, then a failure.
+  IF work_key LIKE 'poison-%' THEN
+    PERFORM work(unloaded);
+    RAISE EXCEPTION USING ERRCODE = 'LHPSN', MESSAGE = 'a poison message failed';
+  END IF;
   SELECT contention INTO c FROM settings;
   PERFORM work(unloaded * (1 - c));
   INSERT INTO records VALUES (work_key, 1)
@@ -216,7 +226,7 @@ impl Downstream {
         let rows = self
             .admin
             .query(
-                "SELECT message_id, unloaded_s, started_at, finished_at FROM executions ORDER BY started_at, id",
+                "SELECT message_id, unloaded_s, started_at, finished_at, failed_at FROM executions ORDER BY started_at, id",
                 &[],
             )
             .await
@@ -230,6 +240,7 @@ impl Downstream {
                 unloaded_s: r.get(1),
                 started_s: since(r.get(2)),
                 finished_s: r.get::<_, Option<std::time::SystemTime>>(3).map(since),
+                failed_s: r.get::<_, Option<std::time::SystemTime>>(4).map(since),
             })
             .collect())
     }
@@ -343,14 +354,25 @@ impl Executor {
             .execute("SELECT execute($1, $2)", &[&message_id, &unloaded_s])
             .await;
         drop(checkout.finished());
-        worked.map_err(LabError::postgres)?;
+        let poisoned = worked
+            .as_ref()
+            .err()
+            .and_then(|e| e.code())
+            .is_some_and(|code| code.code() == POISON_STATE);
+        if !poisoned {
+            worked.map_err(LabError::postgres)?;
+        }
+        let column = if poisoned { "failed_at" } else { "finished_at" };
         self.ledger
             .execute(
-                "UPDATE executions SET finished_at = clock_timestamp() WHERE id = $1",
+                &format!("UPDATE executions SET {column} = clock_timestamp() WHERE id = $1"),
                 &[&id],
             )
             .await
             .map_err(LabError::postgres)?;
-        Ok(())
+        match poisoned {
+            true => Err(LabError::Poison),
+            false => Ok(()),
+        }
     }
 }

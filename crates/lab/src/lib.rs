@@ -12,6 +12,7 @@ mod consumers;
 mod downstream;
 mod load;
 mod measure;
+mod poison;
 mod redrive;
 mod report;
 mod run;
@@ -40,6 +41,10 @@ pub enum LabError {
     Output(String),
     #[error("interrupted: the run stopped early and cleaned up")]
     Interrupted,
+    /// An execution of a poison message failed, as the scenario has it: a measure, not a
+    /// failure of the lab.
+    #[error("a poison message failed, as the scenario's trigger has it")]
+    Poison,
 }
 
 impl LabError {

@@ -8,6 +8,8 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use aws_sdk_sqs::Client;
 use leasehold_sim::Scenario;
 use leasehold_worker::{CancellationToken, IDEMPOTENCY_KEY_ATTRIBUTE};
+
+use crate::LabError;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Exp};
@@ -221,18 +223,55 @@ enum Change {
     SlowFactor(f64),
     /// The `records` table is locked for this long.
     Lock(Duration),
+    /// This many poison messages are sent, numbered from the first.
+    Poison { first: u64, count: u64 },
 }
 
-/// Plays the scenario's triggers on the database: a blip makes work `factor` times slower from
-/// its start to its end (a slow query; the factor multiplies the load model's); a lock holds
-/// the table every execution writes, as a migration would, from its start to its end.
+/// The unit of work of the `n`th poison message: the downstream fails every execution of a
+/// key so named (`downstream.rs`).
+pub fn poison_key(n: u64) -> String {
+    format!("poison-{n}")
+}
+
+/// Whether a unit of work is a poison message's.
+pub fn is_poison(key: &str) -> bool {
+    key.starts_with("poison-")
+}
+
+/// Sends poison messages `first..first + count`, ten at a time; says how many failed.
+async fn send_poison(client: &Client, queue_url: &str, first: u64, count: u64) -> u64 {
+    let mut failed = 0;
+    let numbers: Vec<u64> = (first..first + count).collect();
+    for chunk in numbers.chunks(10) {
+        let entries = chunk.iter().enumerate().map(|(i, n)| {
+            let key = poison_key(*n);
+            SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(format!("work {key}"))
+                .set_message_attributes(named_key(&key))
+                .build()
+        });
+        failed += match send_batch(client, queue_url, entries).await {
+            Some(refused) => refused.len() as u64,
+            None => chunk.len() as u64,
+        };
+    }
+    failed
+}
+
+/// Plays the scenario's triggers: a blip makes work `factor` times slower from its start to
+/// its end (a slow query on the database; the factor multiplies the load model's); a lock
+/// holds the table every execution writes, as a migration would, from its start to its end;
+/// a poison trigger sends `count` messages whose every execution fails.
 pub async fn triggers(
     scenario: Scenario,
     downstream: &Downstream,
+    (client, queue_url): (&Client, &str),
     start: Instant,
     stop: CancellationToken,
 ) {
     let mut changes: Vec<(f64, Change)> = Vec::new();
+    let mut poisoned = 0;
     for t in &scenario.triggers {
         match t.kind.as_str() {
             "blip" => {
@@ -242,6 +281,11 @@ pub async fn triggers(
             "lock" => {
                 let length = Duration::from_secs_f64((t.end_s - t.start_s).max(0.0));
                 changes.push((t.start_s, Change::Lock(length)));
+            }
+            "poison" => {
+                let (first, count) = (poisoned, t.count);
+                poisoned += count;
+                changes.push((t.start_s, Change::Poison { first, count }));
             }
             _ => {}
         }
@@ -255,9 +299,17 @@ pub async fn triggers(
         let done = match change {
             Change::SlowFactor(factor) => downstream.set_slow_factor(factor).await,
             Change::Lock(length) => downstream.lock_records(length, stop.clone()).await,
+            Change::Poison { first, count } => {
+                match send_poison(client, queue_url, first, count).await {
+                    0 => Ok(()),
+                    failed => Err(LabError::Server(format!(
+                        "{failed} of {count} poison messages were not sent"
+                    ))),
+                }
+            }
         };
         if let Err(e) = done {
-            tracing::warn!("a trigger could not be played on the database: {e}");
+            tracing::warn!("a trigger could not be played: {e}");
         }
     }
 }

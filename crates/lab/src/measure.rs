@@ -230,6 +230,7 @@ mod tests {
             unloaded_s: 1.0,
             started_s: start,
             finished_s: Some(end),
+            failed_s: None,
         }
     }
 

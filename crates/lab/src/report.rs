@@ -127,6 +127,15 @@ fn measures(scenario: &Scenario, s: &Summary) -> Vec<(&'static str, f64, f64)> {
             scenario.recovery_hold_s * 0.25,
         ));
     }
+    if scenario.triggers.iter().any(|t| t.kind == "poison") {
+        let lease_s = f64::from(scenario.queue.visibility_timeout_s);
+        list.push((
+            "time_to_dlq_s (the run's length if none arrived)",
+            s.time_to_dlq_s.unwrap_or(scenario.duration_s),
+            0.25 * lease_s,
+        ));
+        list.push(("poison_worker_s", s.poison_worker_s.unwrap_or(0.0), 1.0));
+    }
     if scenario.queue.max_receive_count > 0 {
         list.push(("dlq_messages", s.dlq_messages as f64, 3.0));
         list.push((

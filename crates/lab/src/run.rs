@@ -208,6 +208,16 @@ async fn run_on(
             ))
         })
         .collect();
+    let poisoned = scenario.triggers.iter().any(|t| t.kind == "poison");
+    let watcher = match (&queues.dlq, poisoned) {
+        (Some((_, dlq_url)), true) => Some(tokio::spawn(crate::poison::watch(
+            client.clone(),
+            dlq_url.clone(),
+            start,
+            stop.clone(),
+        ))),
+        _ => None,
+    };
     // Sampling runs the clock: when it ends (or fails, or is interrupted), everything stops,
     // the pending triggers with it.
     let sampling = async {
@@ -215,7 +225,13 @@ async fn run_on(
         stop.cancel();
         sampled
     };
-    let triggers = load::triggers(scenario.clone(), downstream, start, stop.clone());
+    let triggers = load::triggers(
+        scenario.clone(),
+        downstream,
+        (client, &queues.url),
+        start,
+        stop.clone(),
+    );
     let (sampled, ()) = tokio::join!(sampling, triggers);
     stop.cancel();
     // Taken before the run's end cuts executions short, which is no failure of theirs.
@@ -232,6 +248,11 @@ async fn run_on(
         .await
         .ok()
         .flatten();
+    // Before the dead-letter queue is read: the watcher puts back what it hid.
+    let arrived_in_dlq = match watcher {
+        Some(watcher) => watcher.await.unwrap_or_default(),
+        None => Default::default(),
+    };
     let samples = sampled?;
     let executions = downstream.executions(origin).await?;
     let dlq = match &queues.dlq {
@@ -249,6 +270,10 @@ async fn run_on(
     let mut tally = measure::tally(scenario, &samples, &executions, &extras);
     if !scenario.tenants.is_empty() {
         tally.dwell_ms = measure::dwell(&sending.sent_keys, &executions);
+    }
+    if poisoned {
+        (tally.times_to_dlq_ms, tally.poison_work_ms) =
+            crate::poison::measure(&arrived_in_dlq, &executions);
     }
     let arrivals = report::write_arrivals(&sending, &options.out)?;
     let mut report = report::compare(

@@ -63,12 +63,27 @@ impl LabSpec {
         if let Some(t) = scenario
             .triggers
             .iter()
-            .find(|t| !matches!(t.kind.as_str(), "blip" | "lock"))
+            .find(|t| !matches!(t.kind.as_str(), "blip" | "lock" | "poison"))
         {
             return Err(LabError::Setup(format!(
-                "the lab injects blips (a slow query on the database), table locks and bursts of arrivals; a {:?} trigger runs only in the simulator",
+                "the lab injects blips (a slow query on the database), table locks, poison messages and bursts of arrivals; a {:?} trigger runs only in the simulator",
                 t.kind
             )));
+        }
+        let poison = scenario.triggers.iter().any(|t| t.kind == "poison");
+        if poison && scenario.queue.max_receive_count == 0 {
+            return Err(LabError::Setup(
+                "a poison trigger needs a dead-letter queue to end in: set queue.max_receive_count"
+                    .into(),
+            ));
+        }
+        if poison
+            && crate::consumers::uses_runtime(scenario)
+            && scenario.consumers.on_failure == "wait-lease"
+        {
+            return Err(LabError::Setup(
+                "the runtime puts a failed message back: with a poison trigger, set consumers.on_failure to release or backoff".into(),
+            ));
         }
         if scenario.scaling.kind != "fixed" {
             return Err(LabError::Setup(
@@ -91,5 +106,50 @@ impl LabSpec {
             ));
         }
         Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POISONED: &str = r#"
+        name = "p"
+        duration_s = 30
+        [queue]
+        visibility_timeout_s = 2
+        max_receive_count = 3
+        [consumers]
+        heartbeat = true
+        on_failure = "backoff"
+        [[triggers]]
+        kind = "poison"
+        start_s = 5
+        count = 2
+    "#;
+
+    fn refusal(text: &str) -> String {
+        let scenario = Scenario::from_toml(text).expect("a scenario");
+        match LabSpec::of(&scenario) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_poison_trigger_runs_with_a_dead_letter_queue_and_a_way_to_put_failures_back() {
+        assert_eq!(refusal(POISONED), "");
+        let no_dlq = POISONED.replace("max_receive_count = 3", "max_receive_count = 0");
+        assert!(refusal(&no_dlq).contains("needs a dead-letter queue"));
+        let waits = POISONED.replace("\"backoff\"", "\"wait-lease\"");
+        assert!(refusal(&waits).contains("the runtime puts a failed message back"));
+        let naive = waits.replace("heartbeat = true", "heartbeat = false");
+        assert_eq!(refusal(&naive), "");
+    }
+
+    #[test]
+    fn crashes_and_deploys_still_run_only_in_the_simulator() {
+        let crash = POISONED.replace("\"poison\"", "\"crash\"");
+        assert!(refusal(&crash).contains("a \"crash\" trigger runs only in the simulator"));
     }
 }

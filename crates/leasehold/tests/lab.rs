@@ -1,7 +1,8 @@
 //! `leasehold lab` for real, on the machine's PostgreSQL: the shipped scenarios make the spiral
 //! happen (measured from the downstream table), the runtime stop it, the DLQ mirage fill the
 //! dead-letter queue with finished work, a fair queue keep a flooding tenant's wait its own,
-//! and the report set each beside the simulator. The runs take the machine for a minute or
+//! poison messages reach the DLQ after their leases or backoffs, and the report set each
+//! beside the simulator. The runs take the machine for a minute or
 //! two each, so they take turns.
 
 mod common;
@@ -220,6 +221,42 @@ fn a_flood_delays_only_itself_on_a_fair_queue_live_as_predicted() {
         let (flood_unfair, _) = dwell(&unfair, side, "flood");
         assert!(flood_fair > flood_unfair, "{side}: the flood waits instead");
     }
+}
+
+/// The comparison row of a lab summary whose measure starts with `name`.
+fn comparison<'a>(summary: &'a Value, name: &str) -> &'a Value {
+    let rows = summary["comparison"].as_array().expect("comparison");
+    rows.iter()
+        .find(|c| c["measure"].as_str().is_some_and(|m| m.starts_with(name)))
+        .unwrap_or_else(|| panic!("no {name} in {summary:#}"))
+}
+
+/// Seed 000's poison transcode live: three messages that always fail, maxReceiveCount 5. On
+/// a long lease the naive fleet gets them to the dead-letter queue only after five leases;
+/// the runtime, on a short lease kept alive by heartbeats, after its backoffs, sooner. In
+/// both each ran exactly five times (the downstream table's only duplicates), and the
+/// simulator predicts the time to the DLQ.
+#[test]
+fn a_poison_message_reaches_the_dlq_after_five_leases_or_the_backoffs_live_as_predicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let long_lease = lab("lab-poison-long-lease", &dir.path().join("long"));
+    let runtime = lab("lab-poison-runtime", &dir.path().join("runtime"));
+    for s in [&long_lease, &runtime] {
+        let measured = &s["measured"];
+        assert_eq!(measured["dlq_messages"], 3, "{s:#}");
+        assert_eq!(measured["dlq_messages_already_succeeded"], 0, "{s:#}");
+        assert_eq!(measured["duplicate_executions"], 3 * 4, "{s:#}");
+        assert_eq!(comparison(s, "time_to_dlq_s")["agree"], true, "{s:#}");
+        assert_eq!(comparison(s, "poison_worker_s")["agree"], true, "{s:#}");
+    }
+    let to_dlq = |s: &Value| f(&s["measured"]["time_to_dlq_s"]);
+    assert!(
+        (20.0..21.0).contains(&to_dlq(&long_lease)),
+        "{long_lease:#}"
+    );
+    assert!(to_dlq(&runtime) < to_dlq(&long_lease), "{runtime:#}");
+    // Five executions and five backoffs of at least 1, 1, 1, 2 and 4 s.
+    assert!(to_dlq(&runtime) > 9.0, "{runtime:#}");
 }
 
 #[test]

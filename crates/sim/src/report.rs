@@ -81,6 +81,8 @@ pub struct Summary {
     pub crash_recovery_s: Option<f64>,
     /// Mean time from a poison message's first receive to its arrival in the DLQ.
     pub time_to_dlq_s: Option<f64>,
+    /// Worker-seconds the poison messages' executions took; null without a poison trigger.
+    pub poison_worker_s: Option<f64>,
     pub peak_db_running: u32,
     pub peak_workers: u32,
     pub mean_latency_s: f64,
@@ -281,6 +283,8 @@ pub fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
             .max()
             .map(|m| *m as f64 / 1000.0),
         time_to_dlq_s: mean(&t.times_to_dlq_ms),
+        poison_worker_s: (scenario.triggers.iter().any(|t| t.kind == "poison"))
+            .then_some(t.poison_work_ms as f64 / 1000.0),
         peak_db_running: t.peak_db_running,
         peak_workers: t.peak_workers,
         mean_latency_s: if t.executions == 0 {

@@ -287,7 +287,8 @@ pub struct Consumers {
     /// else it goes back with the backoff. Caps amplification near 1 + this.
     pub retry_budget: f64,
     /// What a failed execution does: `wait-lease` (nothing; the lease runs out), `release`
-    /// (visibility 0), or `backoff` (visibility = backoff_s x 2^(receives-1)).
+    /// (visibility 0), or `backoff` (visibility = backoff_s x 2^(receives-1), capped at 900 s,
+    /// in whole seconds and drawn in its upper half, as the runtime's backoff is).
     pub on_failure: String,
     pub backoff_s: f64,
     /// Graceful shutdown on deploy: how long a stopping worker may finish its message.
