@@ -32,6 +32,9 @@ pub struct WorkDraw {
     model: Arc<WorkModel>,
     rng: Arc<Mutex<StdRng>>,
     kept: Option<Arc<Mutex<HashMap<String, f64>>>>,
+    /// In a consumer process, with `work.per_message`: the message's time drawn from a
+    /// generator seeded by the scenario's seed and its key, the same in every process.
+    keyed: Option<u64>,
     /// Each tenant's `work_scale`, by name (`Scenario::tenants`).
     scales: Arc<HashMap<String, f64>>,
 }
@@ -42,6 +45,7 @@ impl WorkDraw {
             model: Arc::new(WorkModel::new(&scenario.work)),
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(scenario.seed))),
             kept: scenario.work.per_message.then(Default::default),
+            keyed: None,
             scales: Arc::new(
                 scenario
                     .tenants
@@ -50,6 +54,20 @@ impl WorkDraw {
                     .collect(),
             ),
         }
+    }
+
+    /// Draws for one consumer process, the `incarnation`th start of `worker`: a generator
+    /// of its own, so that processes do not all draw the same times.
+    pub fn for_process(scenario: &Scenario, worker: i32, incarnation: u32) -> WorkDraw {
+        let mut draw = WorkDraw::new(scenario);
+        let own = (u64::from(worker as u32) << 32) | u64::from(incarnation);
+        draw.rng = Arc::new(Mutex::new(StdRng::seed_from_u64(
+            scenario.seed ^ own.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        )));
+        if draw.kept.take().is_some() {
+            draw.keyed = Some(scenario.seed);
+        }
+        draw
     }
 
     /// The unit of work's processing time: its tenant's `work_scale` times a draw.
@@ -64,6 +82,12 @@ impl WorkDraw {
             let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
             self.model.draw(&mut rng)
         };
+        if let Some(seed) = self.keyed {
+            let mut hasher = std::hash::DefaultHasher::new();
+            std::hash::Hash::hash(&(seed, key), &mut hasher);
+            let mut rng = StdRng::seed_from_u64(std::hash::Hasher::finish(&hasher));
+            return self.model.draw(&mut rng);
+        }
         match &self.kept {
             None => draw(),
             Some(kept) => *kept
@@ -186,31 +210,50 @@ pub struct Target<'a> {
 
 /// Starts the fleet the scenario describes on the target's queue.
 pub async fn start(target: &Target<'_>) -> Result<Fleet, LabError> {
-    let Target {
-        scenario,
-        client,
-        queue_url,
-        downstream,
-        stop,
-    } = *target;
-    let draw = WorkDraw::new(scenario);
-    let n = Fleet::size(scenario) as usize;
+    let n = Fleet::size(target.scenario) as usize;
     let mut executors = Vec::with_capacity(n);
     for _ in 0..n {
-        executors.push(downstream.executor().await?);
+        executors.push(target.downstream.executor().await?);
     }
+    let site = Site {
+        scenario: target.scenario,
+        client: target.client,
+        queue_url: target.queue_url,
+        idempotency_url: target.downstream.url(),
+        stop: target.stop,
+    };
+    launch(&site, executors, WorkDraw::new(target.scenario)).await
+}
+
+/// What consumers need to run: the scenario, the queue, where the idempotency store lives
+/// (the downstream's schema), and the token that stops them.
+pub(crate) struct Site<'a> {
+    pub scenario: &'a Scenario,
+    pub client: &'a Client,
+    pub queue_url: &'a str,
+    pub idempotency_url: &'a str,
+    pub stop: &'a CancellationToken,
+}
+
+/// Starts consumers on `executors`: a naive consumer on each, or one runtime as wide as
+/// they are.
+pub(crate) async fn launch(
+    site: &Site<'_>,
+    executors: Vec<Executor>,
+    draw: WorkDraw,
+) -> Result<Fleet, LabError> {
     let failures = Arc::new(Failures::default());
     let mut tasks = JoinSet::new();
-    if !uses_runtime(scenario) {
+    if !uses_runtime(site.scenario) {
         for executor in executors {
             tasks.spawn(naive(
-                client.clone(),
-                queue_url.to_string(),
+                site.client.clone(),
+                site.queue_url.to_string(),
                 executor,
                 draw.clone(),
-                stop.clone(),
+                site.stop.clone(),
                 failures.clone(),
-                OnFailure::of(scenario),
+                OnFailure::of(site.scenario),
             ));
         }
         return Ok(Fleet {
@@ -219,7 +262,7 @@ pub async fn start(target: &Target<'_>) -> Result<Fleet, LabError> {
             failures,
         });
     }
-    let worker = Arc::new(runtime(target, executors, draw, failures.clone()).await?);
+    let worker = Arc::new(runtime(site, executors, draw, failures.clone()).await?);
     tasks.spawn({
         let worker = worker.clone();
         async move {
@@ -302,19 +345,19 @@ async fn naive(
 /// The runtime: at most the ceiling's executions at once, each under a heartbeat and, where
 /// the scenario says so, the idempotency gate on the downstream's database.
 async fn runtime(
-    target: &Target<'_>,
+    site: &Site<'_>,
     executors: Vec<Executor>,
     draw: WorkDraw,
     failures: Arc<Failures>,
 ) -> Result<Worker, LabError> {
-    let (scenario, downstream) = (target.scenario, target.downstream);
+    let scenario = site.scenario;
     let lease = Duration::from_secs(u64::from(scenario.queue.visibility_timeout_s));
     let pool = Arc::new(Mutex::new(executors));
-    let mut builder = Worker::builder(target.client.clone(), target.queue_url)
+    let mut builder = Worker::builder(site.client.clone(), site.queue_url)
         .concurrency(pool.lock().map_or(1, |p| p.len()))
         .lease(lease)
         .wait_time(1)
-        .shutdown(target.stop.clone())
+        .shutdown(site.stop.clone())
         .grace(Duration::ZERO);
     match OnFailure::of(scenario) {
         OnFailure::Release => builder = builder.fail_fast(true),
@@ -327,7 +370,7 @@ async fn runtime(
         builder = builder.rate_limit(scenario.consumers.rate_limit_per_s as u32);
     }
     if scenario.consumers.idempotency {
-        let store = PostgresStore::connect(downstream.url())
+        let store = PostgresStore::connect(site.idempotency_url)
             .await
             .map_err(|e| LabError::Setup(format!("idempotency store: {e}")))?;
         builder = builder.idempotency(Arc::new(store));

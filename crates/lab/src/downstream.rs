@@ -27,6 +27,8 @@ pub struct ExecutionRow {
     pub finished_s: Option<f64>,
     /// When it failed, as a poison message's executions do.
     pub failed_s: Option<f64>,
+    /// When a crash killed the consumer process running it (a fleet of processes only).
+    pub killed_s: Option<f64>,
 }
 
 /// The SQLSTATE the downstream's `execute` raises for a poison message.
@@ -36,6 +38,8 @@ pub struct Downstream {
     admin: Client,
     config: Config,
     url: String,
+    /// The database's URL as given, without this run's schema.
+    base_url: String,
     schema: String,
     /// The application name of the consumers' connections.
     app: String,
@@ -54,7 +58,8 @@ CREATE TABLE settings (contention float8 NOT NULL, slow_factor float8 NOT NULL);
 CREATE TABLE executions (id bigserial PRIMARY KEY, message_id text NOT NULL,
                          unloaded_s float8 NOT NULL,
                          started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-                         finished_at timestamptz, failed_at timestamptz);
+                         finished_at timestamptz, failed_at timestamptz,
+                         worker int, killed_at timestamptz);
 CREATE INDEX executions_by_message ON executions (message_id);
 CREATE TABLE records (key text PRIMARY KEY, executions int NOT NULL);
 CREATE FUNCTION work(unloaded float8) RETURNS void LANGUAGE plpgsql AS $$
@@ -72,16 +77,16 @@ CREATE FUNCTION execute(work_key text, unloaded float8)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE c float8;
 BEGIN
-  -- A poison message (the scenario's `poison` trigger): all its work, then a failure.
-  IF work_key LIKE 'poison-%' THEN
-    PERFORM work(unloaded);
-    RAISE EXCEPTION USING ERRCODE = 'LHPSN', MESSAGE = 'a poison message failed';
-  END IF;
   SELECT contention INTO c FROM settings;
   PERFORM work(unloaded * (1 - c));
   INSERT INTO records VALUES (work_key, 1)
     ON CONFLICT (key) DO UPDATE SET executions = records.executions + 1;
   PERFORM work(unloaded * c);
+  -- A poison message (the scenario's `poison` trigger) does all its work, row lock and
+  -- all, as the simulator has it, and then fails: its write is undone.
+  IF work_key LIKE 'poison-%' THEN
+    RAISE EXCEPTION USING ERRCODE = 'LHPSN', MESSAGE = 'a poison message failed';
+  END IF;
 END $$;
 "#;
 
@@ -126,27 +131,14 @@ impl Downstream {
             .map_err(LabError::postgres)?;
         let mut config = base.clone();
         config.options(format!("-c search_path={schema}"));
-        let mut pooled = config.clone();
-        pooled.application_name(&app);
-        let manager = Manager::from_config(
-            pooled,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(db.capacity.max(1) as usize)
-            .build()
-            .map_err(|e| LabError::Setup(format!("the downstream's pool: {e}")))?;
-        let url = format!(
-            "{url}{}options=-c%20search_path%3D{schema}",
-            if url.contains('?') { "&" } else { "?" }
-        );
+        let pool = fleet_pool(&config, &app, db.capacity.max(1) as usize)?;
+        let base_url = url.to_string();
+        let url = schema_url(url, &schema);
         Ok(Downstream {
             admin,
             config,
             url,
+            base_url,
             schema,
             app,
             pool,
@@ -159,6 +151,61 @@ impl Downstream {
         &self.url
     }
 
+    /// Where a consumer process finds this run's downstream.
+    pub fn reach(&self) -> Reach {
+        Reach {
+            postgres_url: self.base_url.clone(),
+            schema: self.schema.clone(),
+            app: self.app.clone(),
+        }
+    }
+
+    /// Executions running on the database now, in a fleet of processes (each with a
+    /// connection of its own, so none waits for one): the statements of the fleet's
+    /// connections in progress.
+    pub async fn running_statements(&self) -> Result<u32, LabError> {
+        let row = self
+            .admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'",
+                &[&self.app],
+            )
+            .await
+            .map_err(LabError::postgres)?;
+        Ok(u32::try_from(row.get::<_, i64>(0)).unwrap_or(u32::MAX))
+    }
+
+    /// The consumer processes whose latest execution is still running, by number: those a
+    /// crash takes.
+    pub async fn busy_workers(&self) -> Result<Vec<i32>, LabError> {
+        let rows = self
+            .admin
+            .query(
+                "SELECT worker FROM (
+                     SELECT DISTINCT ON (worker) worker, finished_at, failed_at, killed_at
+                     FROM executions WHERE worker IS NOT NULL ORDER BY worker, id DESC) latest
+                 WHERE finished_at IS NULL AND failed_at IS NULL AND killed_at IS NULL
+                 ORDER BY worker",
+                &[],
+            )
+            .await
+            .map_err(LabError::postgres)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Marks what a killed consumer process was running as killed, now.
+    pub async fn mark_killed(&self, worker: i32) -> Result<(), LabError> {
+        self.admin
+            .execute(
+                "UPDATE executions SET killed_at = clock_timestamp()
+                 WHERE worker = $1 AND finished_at IS NULL AND failed_at IS NULL AND killed_at IS NULL",
+                &[&worker],
+            )
+            .await
+            .map_err(LabError::postgres)?;
+        Ok(())
+    }
+
     /// One consumer's way to the database: its own connection to record its executions
     /// (the lab's ledger, outside the pool), and the fleet's pool to work through.
     pub async fn executor(&self) -> Result<Executor, LabError> {
@@ -169,6 +216,7 @@ impl Downstream {
             ledger,
             pool: self.pool.clone(),
             in_progress: self.in_progress.clone(),
+            worker: None,
         })
     }
 
@@ -226,7 +274,8 @@ impl Downstream {
         let rows = self
             .admin
             .query(
-                "SELECT message_id, unloaded_s, started_at, finished_at, failed_at FROM executions ORDER BY started_at, id",
+                "SELECT message_id, unloaded_s, started_at, finished_at, failed_at, killed_at
+                 FROM executions ORDER BY started_at, id",
                 &[],
             )
             .await
@@ -241,6 +290,7 @@ impl Downstream {
                 started_s: since(r.get(2)),
                 finished_s: r.get::<_, Option<std::time::SystemTime>>(3).map(since),
                 failed_s: r.get::<_, Option<std::time::SystemTime>>(4).map(since),
+                killed_s: r.get::<_, Option<std::time::SystemTime>>(5).map(since),
             })
             .collect())
     }
@@ -270,6 +320,48 @@ impl Downstream {
     }
 }
 
+/// A pool of the fleet's connections to the run's schema, named `app` so that the lab can
+/// find their statements.
+fn fleet_pool(config: &Config, app: &str, size: usize) -> Result<Pool, LabError> {
+    let mut pooled = config.clone();
+    pooled.application_name(app);
+    let manager = Manager::from_config(
+        pooled,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .map_err(|e| LabError::Setup(format!("the downstream's pool: {e}")))
+}
+
+/// The database's URL with the run's schema as the connection's search path.
+fn schema_url(url: &str, schema: &str) -> String {
+    format!(
+        "{url}{}options=-c%20search_path%3D{schema}",
+        if url.contains('?') { "&" } else { "?" }
+    )
+}
+
+/// Where a consumer process finds the run's downstream: the database, the run's schema,
+/// and the application name the fleet's connections carry.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+pub struct Reach {
+    pub postgres_url: String,
+    pub schema: String,
+    pub app: String,
+}
+
+impl Reach {
+    /// A URL to the run's schema (for the idempotency store).
+    pub fn url(&self) -> String {
+        schema_url(&self.postgres_url, &self.schema)
+    }
+}
+
 /// One consumer's way to the downstream. Its execution is stopped by dropping the future
 /// of `execute` (a lost lease, the run's end): the query is cancelled on the database and
 /// its connection leaves the pool, so no other execution ever queues behind it or has its
@@ -278,6 +370,8 @@ pub struct Executor {
     ledger: Client,
     pool: Pool,
     in_progress: Arc<AtomicU32>,
+    /// The consumer process this executor belongs to, in a fleet of processes.
+    worker: Option<i32>,
 }
 
 /// Counts an execution in progress for as long as it lives, however it ends.
@@ -323,6 +417,25 @@ impl Drop for Checkout {
 }
 
 impl Executor {
+    /// A consumer process's way to the downstream: its own ledger, and a connection of its
+    /// own to work through. The database ends a statement whose client is gone
+    /// (`client_connection_check_interval`), so a killed process's work stops with it.
+    pub async fn for_process(reach: &Reach, worker: i32) -> Result<Executor, LabError> {
+        let mut config = parse_url(&reach.postgres_url)?;
+        config.options(format!(
+            "-c search_path={} -c client_connection_check_interval=100",
+            reach.schema
+        ));
+        let mut ledger_config = config.clone();
+        ledger_config.application_name(format!("{}_ledger", reach.app));
+        Ok(Executor {
+            ledger: connect(&ledger_config).await?,
+            pool: fleet_pool(&config, &reach.app, 1)?,
+            in_progress: Arc::new(AtomicU32::new(0)),
+            worker: Some(worker),
+        })
+    }
+
     /// One execution of a message: a row in `executions` first (on the ledger, committed at
     /// once, so an execution cut short is still counted), then a connection from the pool
     /// (waiting, when the fleet holds them all), and the work in one statement that upserts
@@ -331,8 +444,8 @@ impl Executor {
         let row = self
             .ledger
             .query_one(
-                "INSERT INTO executions (message_id, unloaded_s) VALUES ($1, $2) RETURNING id",
-                &[&message_id, &unloaded_s],
+                "INSERT INTO executions (message_id, unloaded_s, worker) VALUES ($1, $2, $3) RETURNING id",
+                &[&message_id, &unloaded_s, &self.worker],
             )
             .await
             .map_err(LabError::postgres)?;

@@ -13,6 +13,7 @@ mod downstream;
 mod load;
 mod measure;
 mod poison;
+mod processes;
 mod redrive;
 mod report;
 mod run;
@@ -24,6 +25,7 @@ pub use report::{Comparison, LabReport, ModelCheck};
 pub fn check_postgres_url(url: &str) -> Result<(), LabError> {
     downstream::parse_url(url).map(|_| ())
 }
+pub use processes::run_consumer;
 pub use run::{run, LabOptions};
 pub use spec::LabSpec;
 

@@ -16,6 +16,7 @@ use rand_distr::{Distribution, Exp};
 use tokio::time::Instant;
 
 use crate::downstream::Downstream;
+use crate::processes::Processes;
 
 fn work_key(seq: u64) -> Option<HashMap<String, MessageAttributeValue>> {
     named_key(&format!("w{seq}"))
@@ -225,6 +226,14 @@ enum Change {
     Lock(Duration),
     /// This many poison messages are sent, numbered from the first.
     Poison { first: u64, count: u64 },
+    /// Up to `workers` busy consumer processes are killed, and started again after
+    /// `restart_after`.
+    Crash {
+        workers: u32,
+        restart_after: Duration,
+    },
+    /// These consumer processes start again.
+    Restart(Vec<i32>),
 }
 
 /// The unit of work of the `n`th poison message: the downstream fails every execution of a
@@ -259,13 +268,36 @@ async fn send_poison(client: &Client, queue_url: &str, first: u64, count: u64) -
     failed
 }
 
+/// A crash: SIGKILLs up to `workers` consumer processes that are running an execution (the
+/// first by number, as the simulator takes the first busy workers), marks what they ran as
+/// killed, and answers which.
+async fn crash(
+    downstream: &Downstream,
+    processes: Option<&tokio::sync::Mutex<Processes>>,
+    workers: u32,
+) -> Result<Vec<i32>, LabError> {
+    let Some(processes) = processes else {
+        return Err(LabError::Setup("a crash needs consumer processes".into()));
+    };
+    let busy = downstream.busy_workers().await?;
+    let mut killed = Vec::new();
+    let mut processes = processes.lock().await;
+    for worker in busy.into_iter().take(workers as usize) {
+        processes.kill(worker).await;
+        downstream.mark_killed(worker).await?;
+        killed.push(worker);
+    }
+    Ok(killed)
+}
+
 /// Plays the scenario's triggers: a blip makes work `factor` times slower from its start to
 /// its end (a slow query on the database; the factor multiplies the load model's); a lock
 /// holds the table every execution writes, as a migration would, from its start to its end;
-/// a poison trigger sends `count` messages whose every execution fails.
+/// a poison trigger sends `count` messages whose every execution fails; a crash kills busy
+/// consumer processes and starts them again after its delay.
 pub async fn triggers(
     scenario: Scenario,
-    downstream: &Downstream,
+    (downstream, processes): (&Downstream, Option<&tokio::sync::Mutex<Processes>>),
     (client, queue_url): (&Client, &str),
     start: Instant,
     stop: CancellationToken,
@@ -287,11 +319,26 @@ pub async fn triggers(
                 poisoned += count;
                 changes.push((t.start_s, Change::Poison { first, count }));
             }
+            "crash" => {
+                let restart_after = Duration::from_secs_f64(t.restart_after_s.max(0.0));
+                let workers = t.workers;
+                changes.push((
+                    t.start_s,
+                    Change::Crash {
+                        workers,
+                        restart_after,
+                    },
+                ));
+            }
             _ => {}
         }
     }
-    changes.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (at, change) in changes {
+    loop {
+        // Earliest first; a crash adds its restart.
+        changes.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let Some((at, change)) = changes.pop() else {
+            return;
+        };
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(start + Duration::from_secs_f64(at.max(0.0))) => {}
@@ -307,6 +354,24 @@ pub async fn triggers(
                     ))),
                 }
             }
+            Change::Crash {
+                workers,
+                restart_after,
+            } => match crash(downstream, processes, workers).await {
+                Ok(killed) => {
+                    let back = at + restart_after.as_secs_f64();
+                    changes.push((back, Change::Restart(killed)));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+            Change::Restart(workers) => match processes {
+                Some(processes) => {
+                    let mut processes = processes.lock().await;
+                    workers.into_iter().try_for_each(|w| processes.restart(w))
+                }
+                None => Ok(()),
+            },
         };
         if let Err(e) = done {
             tracing::warn!("a trigger could not be played: {e}");

@@ -137,6 +137,29 @@ pub fn tally(
     tally
 }
 
+/// What crashes did, from the executions they killed: for each, how long until its message
+/// ran again (ms; none if it did not within the run), and the work lost (ms run before the
+/// kill, all together).
+pub fn crashes(executions: &[ExecutionRow]) -> (Vec<u64>, u64) {
+    let mut recoveries = Vec::new();
+    let mut lost_s = 0.0;
+    for e in executions {
+        let Some(killed) = e.killed_s else {
+            continue;
+        };
+        lost_s += (killed - e.started_s).max(0.0);
+        let again = executions
+            .iter()
+            .filter(|x| x.message_id == e.message_id && x.started_s > killed)
+            .map(|x| x.started_s)
+            .reduce(f64::min);
+        if let Some(again) = again {
+            recoveries.push(((again - killed) * 1000.0).round() as u64);
+        }
+    }
+    (recoveries, (lost_s * 1000.0).round() as u64)
+}
+
 /// Each tenant's dwell times (send to first execution, in ms), the steady arrivals' under
 /// `OTHERS`: from when each unit of work went out and the downstream's executions.
 pub fn dwell(
@@ -231,6 +254,7 @@ mod tests {
             started_s: start,
             finished_s: Some(end),
             failed_s: None,
+            killed_s: None,
         }
     }
 

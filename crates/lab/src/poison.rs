@@ -64,8 +64,15 @@ pub async fn watch(
             .set_entries(Some(entries.collect()))
             .send()
             .await;
-        if let Err(e) = released {
-            tracing::warn!("the dead-letter queue's watcher could not put messages back: {e}");
+        match released {
+            Err(e) => {
+                tracing::warn!("the dead-letter queue's watcher could not put messages back: {e}")
+            }
+            Ok(answer) if !answer.failed.is_empty() => tracing::warn!(
+                "the dead-letter queue's watcher could not put {} messages back: the queue's count at the end misses them",
+                answer.failed.len()
+            ),
+            Ok(_) => {}
         }
     }
     arrived
@@ -106,6 +113,7 @@ mod tests {
             started_s,
             finished_s: None,
             failed_s,
+            killed_s: None,
         }
     }
 

@@ -16,6 +16,7 @@ use crate::spec::LabSpec;
 use crate::LabError;
 
 /// What the lab's own tools saw go wrong (never a measure of the system).
+#[derive(Default)]
 pub struct Counts {
     pub sending: crate::load::Sending,
     pub delete_failures: u64,
@@ -127,14 +128,33 @@ fn measures(scenario: &Scenario, s: &Summary) -> Vec<(&'static str, f64, f64)> {
             scenario.recovery_hold_s * 0.25,
         ));
     }
-    if scenario.triggers.iter().any(|t| t.kind == "poison") {
-        let lease_s = f64::from(scenario.queue.visibility_timeout_s);
-        list.push((
-            "time_to_dlq_s (the run's length if none arrived)",
-            s.time_to_dlq_s.unwrap_or(scenario.duration_s),
-            0.25 * lease_s,
-        ));
-        list.push(("poison_worker_s", s.poison_worker_s.unwrap_or(0.0), 1.0));
+    // A poison trigger's time to the DLQ and the workers' time it took; a crash's time until
+    // the killed messages ran again and the work it lost. A time never reached counts as the
+    // run's length; margins: a quarter of the lease, and a second.
+    let lease_s = f64::from(scenario.queue.visibility_timeout_s);
+    let by_trigger = [
+        (
+            "poison",
+            (
+                "time_to_dlq_s (the run's length if none arrived)",
+                s.time_to_dlq_s,
+            ),
+            ("poison_worker_s", s.poison_worker_s),
+        ),
+        (
+            "crash",
+            (
+                "crash_recovery_s (the run's length if never)",
+                s.crash_recovery_s,
+            ),
+            ("lost_work_s", s.lost_work_s),
+        ),
+    ];
+    for (kind, (time, reached), (work, spent)) in by_trigger {
+        if scenario.triggers.iter().any(|t| t.kind == kind) {
+            list.push((time, reached.unwrap_or(scenario.duration_s), 0.25 * lease_s));
+            list.push((work, spent.unwrap_or(0.0), 1.0));
+        }
     }
     if scenario.queue.max_receive_count > 0 {
         list.push(("dlq_messages", s.dlq_messages as f64, 3.0));

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::downstream::{Downstream, ExecutionRow};
 use crate::measure::{self, Extras, Sample};
+use crate::processes::Crew;
 use crate::redrive::{self, RedriveComparison};
 use crate::report::{self, LabReport};
 use crate::spec::LabSpec;
@@ -26,6 +27,9 @@ pub struct LabOptions {
     pub endpoint: String,
     pub postgres_url: String,
     pub out: PathBuf,
+    /// The lab's own binary, which runs a consumer as `lab-consumer SPEC` where a crash
+    /// needs consumers to be processes of their own.
+    pub exe: PathBuf,
     /// Cancel to end the run early: it stops, cleans up, and returns `Interrupted`.
     pub interrupt: CancellationToken,
 }
@@ -122,10 +126,9 @@ async fn create_queues(client: &Client, scenario: &Scenario) -> Result<Queues, L
 
 /// Samples the server and the database every step until the run's end.
 async fn sample_steps(
-    scenario: &Scenario,
-    options: &LabOptions,
+    (scenario, options): (&Scenario, &LabOptions),
     queues: &Queues,
-    downstream: &Downstream,
+    (downstream, crew): (&Downstream, &Crew),
     start: Instant,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Vec<Sample>, LabError> {
@@ -144,7 +147,7 @@ async fn sample_steps(
             Some((name, _)) => Some(measure::lease_report(&http, endpoint, name).await?),
             None => None,
         };
-        let running = downstream.running();
+        let running = crew.running(downstream).await?;
         samples.push(measure::sample(t, &source, dlq.as_ref(), running));
         progress(f64::from(k) / f64::from(steps));
     }
@@ -178,14 +181,14 @@ async fn run_on(
 ) -> Result<LabReport, LabError> {
     let queues = create_queues(client, scenario).await?;
     let stop = CancellationToken::new();
-    let fleet = consumers::start(&consumers::Target {
+    let target = consumers::Target {
         scenario,
         client,
         queue_url: &queues.url,
         downstream,
         stop: &stop,
-    })
-    .await?;
+    };
+    let crew = Crew::start(&target, &options.endpoint, &options.exe, &options.out).await?;
     let origin = downstream.now().await?;
     let start = Instant::now();
     let producer = tokio::spawn(load::produce(
@@ -221,13 +224,20 @@ async fn run_on(
     // Sampling runs the clock: when it ends (or fails, or is interrupted), everything stops,
     // the pending triggers with it.
     let sampling = async {
-        let sampled = sample_steps(scenario, options, &queues, downstream, start, progress).await;
+        let sampled = sample_steps(
+            (scenario, options),
+            &queues,
+            (downstream, &crew),
+            start,
+            progress,
+        )
+        .await;
         stop.cancel();
         sampled
     };
     let triggers = load::triggers(
         scenario.clone(),
-        downstream,
+        (downstream, crew.processes()),
         (client, &queues.url),
         start,
         stop.clone(),
@@ -235,7 +245,7 @@ async fn run_on(
     let (sampled, ()) = tokio::join!(sampling, triggers);
     stop.cancel();
     // Taken before the run's end cuts executions short, which is no failure of theirs.
-    let failures = fleet.failures.snapshot();
+    let failures = crew.failures();
     let mut sending = producer.await.unwrap_or_default();
     for tenant in tenants {
         let theirs = tenant.await.unwrap_or_default();
@@ -243,11 +253,7 @@ async fn run_on(
         sending.max_lag_s = sending.max_lag_s.max(theirs.max_lag_s);
         sending.sent_keys.extend(theirs.sent_keys);
     }
-    downstream.terminate_executions().await?;
-    let stats = tokio::time::timeout(Duration::from_secs(10), fleet.join())
-        .await
-        .ok()
-        .flatten();
+    let stats = crew.end(downstream).await?;
     // Before the dead-letter queue is read: the watcher puts back what it hid.
     let arrived_in_dlq = match watcher {
         Some(watcher) => watcher.await.unwrap_or_default(),
@@ -274,6 +280,9 @@ async fn run_on(
     if poisoned {
         (tally.times_to_dlq_ms, tally.poison_work_ms) =
             crate::poison::measure(&arrived_in_dlq, &executions);
+    }
+    if crate::processes::needed(scenario) {
+        (tally.crash_recoveries_ms, tally.lost_work_ms) = measure::crashes(&executions);
     }
     let arrivals = report::write_arrivals(&sending, &options.out)?;
     let mut report = report::compare(

@@ -63,14 +63,27 @@ impl LabSpec {
         if let Some(t) = scenario
             .triggers
             .iter()
-            .find(|t| !matches!(t.kind.as_str(), "blip" | "lock" | "poison"))
+            .find(|t| !matches!(t.kind.as_str(), "blip" | "lock" | "poison" | "crash"))
         {
             return Err(LabError::Setup(format!(
-                "the lab injects blips (a slow query on the database), table locks, poison messages and bursts of arrivals; a {:?} trigger runs only in the simulator",
+                "the lab injects blips (a slow query on the database), table locks, poison messages, crashes and bursts of arrivals; a {:?} trigger runs only in the simulator",
                 t.kind
             )));
         }
+        if crate::processes::needed(scenario)
+            && scenario.database.capacity < crate::consumers::Fleet::size(scenario)
+        {
+            return Err(LabError::Setup(
+                "a crash runs the consumers as processes, each with a connection of its own to the downstream: database.capacity must be at least the fleet".into(),
+            ));
+        }
         let poison = scenario.triggers.iter().any(|t| t.kind == "poison");
+        if let Some(t) = (scenario.tenants.iter()).find(|t| crate::load::is_poison(&t.name)) {
+            return Err(LabError::Setup(format!(
+                "tenant {:?}: names starting with poison- are the lab's poison messages'",
+                t.name
+            )));
+        }
         if poison && scenario.queue.max_receive_count == 0 {
             return Err(LabError::Setup(
                 "a poison trigger needs a dead-letter queue to end in: set queue.max_receive_count"
@@ -148,8 +161,12 @@ mod tests {
     }
 
     #[test]
-    fn crashes_and_deploys_still_run_only_in_the_simulator() {
+    fn a_crash_needs_a_connection_for_each_consumer_and_deploys_run_only_in_the_simulator() {
         let crash = POISONED.replace("\"poison\"", "\"crash\"");
-        assert!(refusal(&crash).contains("a \"crash\" trigger runs only in the simulator"));
+        assert_eq!(refusal(&crash), "");
+        let tight = format!("{crash}\n[database]\ncapacity = 3\n[scaling]\nworkers = 4\n");
+        assert!(refusal(&tight).contains("database.capacity must be at least the fleet"));
+        let deploy = POISONED.replace("\"poison\"", "\"deploy\"");
+        assert!(refusal(&deploy).contains("a \"deploy\" trigger runs only in the simulator"));
     }
 }

@@ -117,6 +117,7 @@ pub async fn lab(args: LabArgs) -> anyhow::Result<()> {
         endpoint: server.endpoint.clone(),
         postgres_url: args.postgres.clone(),
         out: args.out.clone(),
+        exe: std::env::current_exe().context("cannot find this binary to run consumers with")?,
         interrupt,
     };
     let mut progress = |fraction: f64| bar.set_position((fraction * 1000.0) as u64);
@@ -206,4 +207,16 @@ fn print_report(report: &LabReport, out: &std::path::Path) {
         println!("  disagrees: {d}");
     }
     println!("outputs in {}", out.display());
+}
+
+/// `leasehold lab-consumer SPEC` (hidden): one consumer of a lab run as a process of its own,
+/// started by `leasehold lab` for a scenario whose crashes kill consumers.
+#[derive(clap::Args)]
+pub struct LabConsumerArgs {
+    /// The consumer's spec, as the lab writes it (JSON).
+    spec: String,
+}
+
+pub async fn lab_consumer(args: LabConsumerArgs) -> anyhow::Result<()> {
+    Ok(leasehold_lab::run_consumer(&args.spec).await?)
 }

@@ -72,6 +72,9 @@ enum Command {
     /// `work`'s guardian: kills the commands' process groups if the worker dies.
     #[command(name = "guard", hide = true)]
     Guard,
+    /// One consumer of a `lab` run, as a process of its own (started by `lab`).
+    #[command(name = "lab-consumer", hide = true)]
+    LabConsumer(lab::LabConsumerArgs),
 }
 
 #[derive(clap::Args)]
@@ -134,6 +137,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Lab(args) => lab::lab(args).await,
         Command::Backup(args) => backup(args).await,
         Command::Guard => guard::run(),
+        Command::LabConsumer(args) => lab::lab_consumer(args).await,
     }
 }
 

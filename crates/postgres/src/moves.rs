@@ -62,7 +62,6 @@ struct Found {
     fifo: bool,
 }
 
-/// A round's messages to move, and whether rows another transaction held stopped it short.
 /// What a round of a task did that its callers finish after the commit.
 struct Progress {
     /// Queues that got messages: their polls wake.
@@ -71,6 +70,7 @@ struct Progress {
     expired: u64,
 }
 
+/// A round's messages to move, and whether rows another transaction held stopped it short.
 struct Ready {
     /// Each message's seq, the queue it was dead-lettered from, and whether its lease ran
     /// out unseen (counted when it moves, as the engine counts it on its way out).
@@ -416,22 +416,25 @@ impl Core {
                 &cached(
                     tx,
                     "WITH candidates AS MATERIALIZED (
-                         SELECT m.seq, m.sent_ms, m.dead_letter_source_arn,
-                                leasehold_lease_ran_out(m.receive_count, m.released,
-                                                        m.visible_ms, $2) AS ran_out
+                         SELECT m.seq, m.sent_ms, m.dead_letter_source_arn
                          FROM leasehold_messages m JOIN leasehold_queues q ON q.id = m.queue_id
                          WHERE m.queue_id = $1 AND m.visible_ms <= $2
                            AND m.sent_ms > $2 - q.retention_ms AND (m.sent_ms, m.seq) <= ($3, $4)
                          ORDER BY m.sent_ms, m.seq
                          LIMIT $5),
+                     -- Whether the lease ran out, read from the row as locked: a change
+                     -- committed since the candidates were read may have counted it.
                      locked AS MATERIALIZED (
-                         SELECT m.seq FROM leasehold_messages m
+                         SELECT m.seq,
+                                leasehold_lease_ran_out(m.receive_count, m.released,
+                                                        m.visible_ms, $2) AS ran_out
+                         FROM leasehold_messages m
                          WHERE m.queue_id = $1 AND m.seq IN (SELECT seq FROM candidates)
                            AND m.visible_ms <= $2
                          ORDER BY m.seq
                          FOR UPDATE SKIP LOCKED)
                      SELECT c.seq, c.dead_letter_source_arn, c.seq IN (SELECT seq FROM locked),
-                            c.ran_out
+                            c.seq IN (SELECT seq FROM locked WHERE ran_out)
                      FROM candidates c
                      ORDER BY c.sent_ms, c.seq",
                 )

@@ -83,6 +83,9 @@ pub struct Summary {
     pub time_to_dlq_s: Option<f64>,
     /// Worker-seconds the poison messages' executions took; null without a poison trigger.
     pub poison_worker_s: Option<f64>,
+    /// Worker-seconds of work a crash or a deploy killed before it finished; null without
+    /// either trigger.
+    pub lost_work_s: Option<f64>,
     pub peak_db_running: u32,
     pub peak_workers: u32,
     pub mean_latency_s: f64,
@@ -285,6 +288,9 @@ pub fn summarize(scenario: &Scenario, t: &Tally) -> Summary {
         time_to_dlq_s: mean(&t.times_to_dlq_ms),
         poison_worker_s: (scenario.triggers.iter().any(|t| t.kind == "poison"))
             .then_some(t.poison_work_ms as f64 / 1000.0),
+        lost_work_s: (scenario.triggers.iter())
+            .any(|t| matches!(t.kind.as_str(), "crash" | "deploy"))
+            .then_some(t.lost_work_ms as f64 / 1000.0),
         peak_db_running: t.peak_db_running,
         peak_workers: t.peak_workers,
         mean_latency_s: if t.executions == 0 {

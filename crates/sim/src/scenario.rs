@@ -449,6 +449,9 @@ impl Scenario {
                 self.consumers.on_failure
             ));
         }
+        if !(0.0..=900.0).contains(&self.consumers.backoff_s) {
+            return bad("consumers.backoff_s must be in [0, 900] seconds".into());
+        }
         if !(self.scaling.function_timeout_s > 0.0 && self.scaling.function_timeout_s <= 900.0) {
             return bad("scaling.function_timeout_s must be in (0, 900], Lambda's range".into());
         }

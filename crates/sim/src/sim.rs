@@ -101,6 +101,8 @@ pub struct Tally {
     /// How long executions of poison messages ran, however each ended: the workers' time
     /// they took.
     pub poison_work_ms: u64,
+    /// How long the executions a crash or a deploy killed had run: work lost.
+    pub lost_work_ms: u64,
     pub lost_leases: u64,
     /// Executions a Lambda function's timeout killed.
     pub function_timeouts: u64,

@@ -14,6 +14,7 @@ impl Simulation<'_> {
     /// A worker vanishes mid-message: no delete, no release; its lease runs out.
     pub(super) fn kill(&mut self, exec: u64) {
         if let Some(e) = self.remove_exec(exec) {
+            self.tally.lost_work_ms += self.now.saturating_sub(e.started_ms);
             if let Some(m) = self.msgs.get_mut(&e.msg) {
                 m.crashed_at = Some(self.now);
             }

@@ -1,0 +1,244 @@
+//! A fleet of consumer processes, for the scenarios whose triggers kill consumers (a crash):
+//! each consumer is the lab's binary run as `leasehold lab-consumer SPEC`, in a process group
+//! of its own, with a connection of its own to the downstream. A crash SIGKILLs the groups of
+//! the busy ones and starts them again after the trigger's delay; the run's end kills them
+//! all. A consumer whose lab dies sees its stdin close and exits, so none outlives it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold_sim::Scenario;
+use leasehold_worker::CancellationToken;
+use rustix::process::{kill_process_group, Pid, Signal};
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+
+use crate::consumers::{launch, Site, WorkDraw};
+use crate::downstream::{Executor, Reach};
+use crate::LabError;
+
+/// Whether the scenario's consumers run as processes: a crash kills some of them.
+pub fn needed(scenario: &Scenario) -> bool {
+    scenario.triggers.iter().any(|t| t.kind == "crash")
+}
+
+/// What one consumer process runs: its queue, the downstream, the scenario, and which
+/// consumer it is (`worker`, from 0) in which start of it (`incarnation`, from 0).
+#[derive(Clone, Serialize, Deserialize)]
+pub struct ConsumerSpec {
+    pub endpoint: String,
+    pub queue_url: String,
+    pub reach: Reach,
+    pub scenario: Scenario,
+    pub worker: i32,
+    pub incarnation: u32,
+}
+
+/// The consumer process's body (`leasehold lab-consumer SPEC`): one consumer of the
+/// scenario's kind on the queue, until its stdin closes.
+pub async fn run_consumer(spec: &str) -> Result<(), LabError> {
+    let spec: ConsumerSpec = serde_json::from_str(spec)
+        .map_err(|e| LabError::Setup(format!("lab-consumer: not a consumer's spec: {e}")))?;
+    let client = crate::run::sqs_client(&spec.endpoint);
+    let executor = Executor::for_process(&spec.reach, spec.worker).await?;
+    let stop = CancellationToken::new();
+    let idempotency_url = spec.reach.url();
+    let site = Site {
+        scenario: &spec.scenario,
+        client: &client,
+        queue_url: &spec.queue_url,
+        idempotency_url: &idempotency_url,
+        stop: &stop,
+    };
+    let draw = WorkDraw::for_process(&spec.scenario, spec.worker, spec.incarnation);
+    let fleet = launch(&site, vec![executor], draw).await?;
+    // The lab holds the other end of stdin: when it closes, the lab is done or gone.
+    let _ = tokio::task::spawn_blocking(|| {
+        let mut buffer = [0u8; 64];
+        while let Ok(1..) = std::io::Read::read(&mut std::io::stdin(), &mut buffer) {}
+    })
+    .await;
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), fleet.join()).await;
+    Ok(())
+}
+
+/// The running consumer processes of a run.
+pub struct Processes {
+    exe: PathBuf,
+    spec: ConsumerSpec,
+    log: std::fs::File,
+    children: Vec<Option<Child>>,
+    incarnations: Vec<u32>,
+}
+
+impl Processes {
+    /// Starts `n` consumers from `exe` (this binary), their stderr to `consumers.log` in
+    /// `out`.
+    pub fn start(
+        exe: &Path,
+        spec: ConsumerSpec,
+        n: u32,
+        out: &Path,
+    ) -> Result<Processes, LabError> {
+        std::fs::create_dir_all(out).map_err(|e| LabError::Output(e.to_string()))?;
+        let log = std::fs::File::create(out.join("consumers.log"))
+            .map_err(|e| LabError::Output(format!("consumers.log: {e}")))?;
+        let mut processes = Processes {
+            exe: exe.to_path_buf(),
+            spec,
+            log,
+            children: (0..n).map(|_| None).collect(),
+            incarnations: vec![0; n as usize],
+        };
+        for worker in 0..n as i32 {
+            processes.spawn(worker)?;
+        }
+        Ok(processes)
+    }
+
+    fn spawn(&mut self, worker: i32) -> Result<(), LabError> {
+        let index = usize::try_from(worker).unwrap_or(usize::MAX);
+        let (Some(slot), Some(incarnation)) = (
+            self.children.get_mut(index),
+            self.incarnations.get_mut(index),
+        ) else {
+            return Ok(());
+        };
+        let spec = ConsumerSpec {
+            worker,
+            incarnation: *incarnation,
+            ..self.spec.clone()
+        };
+        *incarnation += 1;
+        let spec = serde_json::to_string(&spec).map_err(|e| LabError::Setup(e.to_string()))?;
+        let log = self
+            .log
+            .try_clone()
+            .map_err(|e| LabError::Output(e.to_string()))?;
+        let child = Command::new(&self.exe)
+            .args(["lab-consumer", &spec])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| LabError::Setup(format!("cannot start a consumer process: {e}")))?;
+        *slot = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILLs consumer `worker`'s process group, as an out-of-memory kill would, and
+    /// reaps it.
+    pub async fn kill(&mut self, worker: i32) {
+        let slot = usize::try_from(worker)
+            .ok()
+            .and_then(|i| self.children.get_mut(i));
+        let Some(mut child) = slot.and_then(Option::take) else {
+            return;
+        };
+        if let Some(pid) = child.id().and_then(|id| Pid::from_raw(id as i32)) {
+            let _ = kill_process_group(pid, Signal::KILL);
+        }
+        let _ = child.wait().await;
+    }
+
+    /// Starts consumer `worker` again (a new incarnation, its own draws).
+    pub fn restart(&mut self, worker: i32) -> Result<(), LabError> {
+        self.spawn(worker)
+    }
+
+    /// Kills every consumer: the run is over.
+    pub async fn kill_all(&mut self) {
+        for worker in 0..self.children.len() as i32 {
+            self.kill(worker).await;
+        }
+    }
+}
+
+/// A run's consumers: tasks of the lab's own process, or, where a crash kills some,
+/// processes of their own.
+pub enum Crew {
+    Tasks(crate::consumers::Fleet),
+    Processes(Box<tokio::sync::Mutex<Processes>>),
+}
+
+impl Crew {
+    /// Starts the fleet the scenario describes: processes of `exe` (this binary) if
+    /// `needed`, else tasks.
+    pub async fn start(
+        target: &crate::consumers::Target<'_>,
+        endpoint: &str,
+        exe: &Path,
+        out: &Path,
+    ) -> Result<Crew, LabError> {
+        if !needed(target.scenario) {
+            return Ok(Crew::Tasks(crate::consumers::start(target).await?));
+        }
+        let spec = ConsumerSpec {
+            endpoint: endpoint.to_string(),
+            queue_url: target.queue_url.to_string(),
+            reach: target.downstream.reach(),
+            scenario: target.scenario.clone(),
+            worker: 0,
+            incarnation: 0,
+        };
+        let n = crate::consumers::Fleet::size(target.scenario);
+        let processes = Processes::start(exe, spec, n, out)?;
+        Ok(Crew::Processes(Box::new(tokio::sync::Mutex::new(
+            processes,
+        ))))
+    }
+
+    /// The processes, for the triggers that kill them.
+    pub fn processes(&self) -> Option<&tokio::sync::Mutex<Processes>> {
+        match self {
+            Crew::Tasks(_) => None,
+            Crew::Processes(processes) => Some(processes),
+        }
+    }
+
+    /// What went wrong in the lab's own machinery so far (the tasks' count; a process's
+    /// failures are in its log, `consumers.log`).
+    pub fn failures(&self) -> crate::report::Counts {
+        match self {
+            Crew::Tasks(fleet) => fleet.failures.snapshot(),
+            Crew::Processes(_) => crate::report::Counts::default(),
+        }
+    }
+
+    /// Ends the fleet after its stop token: every execution on the database is ended and
+    /// every consumer waited for (processes killed); the runtime's stats, if it ran as tasks.
+    pub async fn end(
+        self,
+        downstream: &crate::downstream::Downstream,
+    ) -> Result<Option<leasehold_worker::WorkerStats>, LabError> {
+        match self {
+            Crew::Tasks(fleet) => {
+                downstream.terminate_executions().await?;
+                Ok(tokio::time::timeout(Duration::from_secs(10), fleet.join())
+                    .await
+                    .ok()
+                    .flatten())
+            }
+            Crew::Processes(processes) => {
+                processes.into_inner().kill_all().await;
+                downstream.terminate_executions().await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Executions in progress now, as the simulator's `db_running`.
+    pub async fn running(
+        &self,
+        downstream: &crate::downstream::Downstream,
+    ) -> Result<u32, LabError> {
+        match self {
+            Crew::Tasks(_) => Ok(downstream.running()),
+            Crew::Processes(_) => downstream.running_statements().await,
+        }
+    }
+}
