@@ -193,12 +193,14 @@ impl Downstream {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// Marks what a killed consumer process was running as killed, now.
+    /// Marks what a killed consumer process was running (its newest execution, if it had not
+    /// ended) as killed, now.
     pub async fn mark_killed(&self, worker: i32) -> Result<(), LabError> {
         self.admin
             .execute(
                 "UPDATE executions SET killed_at = clock_timestamp()
-                 WHERE worker = $1 AND finished_at IS NULL AND failed_at IS NULL AND killed_at IS NULL",
+                 WHERE id = (SELECT max(id) FROM executions WHERE worker = $1)
+                   AND finished_at IS NULL AND failed_at IS NULL AND killed_at IS NULL",
                 &[&worker],
             )
             .await
@@ -211,7 +213,7 @@ impl Downstream {
     pub async fn executor(&self) -> Result<Executor, LabError> {
         let mut config = self.config.clone();
         config.application_name(format!("{}_ledger", self.app));
-        let ledger = connect(&config).await?;
+        let ledger = Arc::new(connect(&config).await?);
         Ok(Executor {
             ledger,
             pool: self.pool.clone(),
@@ -367,7 +369,7 @@ impl Reach {
 /// its connection leaves the pool, so no other execution ever queues behind it or has its
 /// own query cancelled in its place.
 pub struct Executor {
-    ledger: Client,
+    ledger: Arc<Client>,
     pool: Pool,
     in_progress: Arc<AtomicU32>,
     /// The consumer process this executor belongs to, in a fleet of processes.
@@ -387,6 +389,34 @@ impl InProgress {
 impl Drop for InProgress {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An execution's row while it runs. Dropped before the end is recorded (its lease was lost
+/// and the future cancelled, or the database failed it), the row is marked failed, so that
+/// only a row whose consumer was killed stays open: a crash takes only busy consumers.
+struct Open {
+    ledger: Option<Arc<Client>>,
+    id: i64,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let (Some(ledger), Ok(runtime)) =
+            (self.ledger.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let id = self.id;
+        runtime.spawn(async move {
+            let _ = ledger
+                .execute(
+                    "UPDATE executions SET failed_at = clock_timestamp()
+                     WHERE id = $1 AND finished_at IS NULL AND failed_at IS NULL",
+                    &[&id],
+                )
+                .await;
+        });
     }
 }
 
@@ -429,7 +459,7 @@ impl Executor {
         let mut ledger_config = config.clone();
         ledger_config.application_name(format!("{}_ledger", reach.app));
         Ok(Executor {
-            ledger: connect(&ledger_config).await?,
+            ledger: Arc::new(connect(&ledger_config).await?),
             pool: fleet_pool(&config, &reach.app, 1)?,
             in_progress: Arc::new(AtomicU32::new(0)),
             worker: Some(worker),
@@ -450,6 +480,10 @@ impl Executor {
             .await
             .map_err(LabError::postgres)?;
         let id: i64 = row.get(0);
+        let mut open = Open {
+            ledger: Some(self.ledger.clone()),
+            id,
+        };
         let _counted = InProgress::start(&self.in_progress);
         let connection = self
             .pool
@@ -476,6 +510,7 @@ impl Executor {
             worked.map_err(LabError::postgres)?;
         }
         let column = if poisoned { "failed_at" } else { "finished_at" };
+        open.ledger = None;
         self.ledger
             .execute(
                 &format!("UPDATE executions SET {column} = clock_timestamp() WHERE id = $1"),

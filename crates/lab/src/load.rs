@@ -270,24 +270,38 @@ async fn send_poison(client: &Client, queue_url: &str, first: u64, count: u64) -
 
 /// A crash: SIGKILLs up to `workers` consumer processes that are running an execution (the
 /// first by number, as the simulator takes the first busy workers), marks what they ran as
-/// killed, and answers which.
+/// killed, and answers which (to start again, even if marking one failed).
 async fn crash(
     downstream: &Downstream,
     processes: Option<&tokio::sync::Mutex<Processes>>,
     workers: u32,
-) -> Result<Vec<i32>, LabError> {
+) -> (Vec<i32>, Result<(), LabError>) {
     let Some(processes) = processes else {
-        return Err(LabError::Setup("a crash needs consumer processes".into()));
+        return (
+            Vec::new(),
+            Err(LabError::Setup("a crash needs consumer processes".into())),
+        );
     };
-    let busy = downstream.busy_workers().await?;
+    let busy = match downstream.busy_workers().await {
+        Ok(busy) => busy,
+        Err(e) => return (Vec::new(), Err(e)),
+    };
     let mut killed = Vec::new();
+    let mut marked = Ok(());
     let mut processes = processes.lock().await;
-    for worker in busy.into_iter().take(workers as usize) {
+    // A consumer still down from an earlier crash has nothing running: not taken.
+    let alive: Vec<i32> = busy
+        .into_iter()
+        .filter(|w| processes.is_running(*w))
+        .collect();
+    for worker in alive.into_iter().take(workers as usize) {
         processes.kill(worker).await;
-        downstream.mark_killed(worker).await?;
         killed.push(worker);
+        if let Err(e) = downstream.mark_killed(worker).await {
+            marked = Err(e);
+        }
     }
-    Ok(killed)
+    (killed, marked)
 }
 
 /// Plays the scenario's triggers: a blip makes work `factor` times slower from its start to
@@ -334,11 +348,13 @@ pub async fn triggers(
         }
     }
     loop {
-        // Earliest first; a crash adds its restart.
-        changes.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let Some((at, change)) = changes.pop() else {
+        // Earliest first, and at one time in the order declared (a stable sort); a crash
+        // adds its restart.
+        changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if changes.is_empty() {
             return;
-        };
+        }
+        let (at, change) = changes.remove(0);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(start + Duration::from_secs_f64(at.max(0.0))) => {}
@@ -357,18 +373,23 @@ pub async fn triggers(
             Change::Crash {
                 workers,
                 restart_after,
-            } => match crash(downstream, processes, workers).await {
-                Ok(killed) => {
-                    let back = at + restart_after.as_secs_f64();
-                    changes.push((back, Change::Restart(killed)));
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            },
+            } => {
+                let (killed, done) = crash(downstream, processes, workers).await;
+                let back = at + restart_after.as_secs_f64();
+                changes.push((back, Change::Restart(killed)));
+                done
+            }
             Change::Restart(workers) => match processes {
                 Some(processes) => {
                     let mut processes = processes.lock().await;
-                    workers.into_iter().try_for_each(|w| processes.restart(w))
+                    // Each one tried, whatever another's start did.
+                    let mut started = Ok(());
+                    for worker in workers {
+                        if let Err(e) = processes.restart(worker).await {
+                            started = Err(e);
+                        }
+                    }
+                    started
                 }
                 None => Ok(()),
             },

@@ -138,15 +138,16 @@ pub fn tally(
 }
 
 /// What crashes did, from the executions they killed: for each, how long until its message
-/// ran again (ms; none if it did not within the run), and the work lost (ms run before the
-/// kill, all together).
-pub fn crashes(executions: &[ExecutionRow]) -> (Vec<u64>, u64) {
+/// ran again (ms; none if it did not within the run), the work lost (ms run before the kill,
+/// all together), and how many executions they killed.
+pub fn crashes(executions: &[ExecutionRow]) -> (Vec<u64>, u64, u64) {
     let mut recoveries = Vec::new();
-    let mut lost_s = 0.0;
+    let (mut lost_s, mut killed_executions) = (0.0, 0);
     for e in executions {
         let Some(killed) = e.killed_s else {
             continue;
         };
+        killed_executions += 1;
         lost_s += (killed - e.started_s).max(0.0);
         let again = executions
             .iter()
@@ -157,7 +158,11 @@ pub fn crashes(executions: &[ExecutionRow]) -> (Vec<u64>, u64) {
             recoveries.push(((again - killed) * 1000.0).round() as u64);
         }
     }
-    (recoveries, (lost_s * 1000.0).round() as u64)
+    (
+        recoveries,
+        (lost_s * 1000.0).round() as u64,
+        killed_executions,
+    )
 }
 
 /// Each tenant's dwell times (send to first execution, in ms), the steady arrivals' under

@@ -12,6 +12,7 @@ use leasehold_sim::Scenario;
 use leasehold_worker::CancellationToken;
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 
 use crate::consumers::{launch, Site, WorkDraw};
@@ -35,10 +36,18 @@ pub struct ConsumerSpec {
     pub incarnation: u32,
 }
 
-/// The consumer process's body (`leasehold lab-consumer SPEC`): one consumer of the
-/// scenario's kind on the queue, until its stdin closes.
-pub async fn run_consumer(spec: &str) -> Result<(), LabError> {
-    let spec: ConsumerSpec = serde_json::from_str(spec)
+/// The consumer process's body (`leasehold lab-consumer`, its spec the first line of its
+/// stdin, written by the lab): one consumer of the scenario's kind on the queue, until the
+/// lab's end of stdin closes.
+pub async fn run_consumer() -> Result<(), LabError> {
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut line).map(|_| line)
+    })
+    .await
+    .map_err(|e| LabError::Setup(format!("lab-consumer: {e}")))?
+    .map_err(|e| LabError::Setup(format!("lab-consumer: cannot read its spec: {e}")))?;
+    let spec: ConsumerSpec = serde_json::from_str(&line)
         .map_err(|e| LabError::Setup(format!("lab-consumer: not a consumer's spec: {e}")))?;
     let client = crate::run::sqs_client(&spec.endpoint);
     let executor = Executor::for_process(&spec.reach, spec.worker).await?;
@@ -71,12 +80,14 @@ pub struct Processes {
     log: std::fs::File,
     children: Vec<Option<Child>>,
     incarnations: Vec<u32>,
+    /// Consumers that ended on their own (a failure: see `consumers.log`).
+    exited: u64,
 }
 
 impl Processes {
     /// Starts `n` consumers from `exe` (this binary), their stderr to `consumers.log` in
     /// `out`.
-    pub fn start(
+    pub async fn start(
         exe: &Path,
         spec: ConsumerSpec,
         n: u32,
@@ -91,14 +102,17 @@ impl Processes {
             log,
             children: (0..n).map(|_| None).collect(),
             incarnations: vec![0; n as usize],
+            exited: 0,
         };
         for worker in 0..n as i32 {
-            processes.spawn(worker)?;
+            processes.spawn(worker).await?;
         }
         Ok(processes)
     }
 
-    fn spawn(&mut self, worker: i32) -> Result<(), LabError> {
+    /// Starts consumer `worker`, its spec written to its stdin (not its command line, where
+    /// any user could read the database's URL), and the pipe kept open.
+    async fn spawn(&mut self, worker: i32) -> Result<(), LabError> {
         let index = usize::try_from(worker).unwrap_or(usize::MAX);
         let (Some(slot), Some(incarnation)) = (
             self.children.get_mut(index),
@@ -117,8 +131,8 @@ impl Processes {
             .log
             .try_clone()
             .map_err(|e| LabError::Output(e.to_string()))?;
-        let child = Command::new(&self.exe)
-            .args(["lab-consumer", &spec])
+        let mut child = Command::new(&self.exe)
+            .arg("lab-consumer")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(log)
@@ -126,8 +140,13 @@ impl Processes {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| LabError::Setup(format!("cannot start a consumer process: {e}")))?;
+        let written = match child.stdin.as_mut() {
+            Some(stdin) => stdin.write_all(format!("{spec}\n").as_bytes()).await,
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        };
         *slot = Some(child);
-        Ok(())
+        written
+            .map_err(|e| LabError::Setup(format!("cannot give a consumer process its spec: {e}")))
     }
 
     /// SIGKILLs consumer `worker`'s process group, as an out-of-memory kill would, and
@@ -146,8 +165,31 @@ impl Processes {
     }
 
     /// Starts consumer `worker` again (a new incarnation, its own draws).
-    pub fn restart(&mut self, worker: i32) -> Result<(), LabError> {
-        self.spawn(worker)
+    pub async fn restart(&mut self, worker: i32) -> Result<(), LabError> {
+        self.spawn(worker).await
+    }
+
+    /// Whether consumer `worker` runs (started, not killed, not ended).
+    pub fn is_running(&mut self, worker: i32) -> bool {
+        self.reap();
+        usize::try_from(worker)
+            .ok()
+            .and_then(|i| self.children.get(i))
+            .is_some_and(Option::is_some)
+    }
+
+    /// Reaps the consumers that ended on their own, counting them; answers the count so far.
+    pub fn reap(&mut self) -> u64 {
+        for slot in &mut self.children {
+            if slot
+                .as_mut()
+                .is_some_and(|child| matches!(child.try_wait(), Ok(Some(_))))
+            {
+                *slot = None;
+                self.exited += 1;
+            }
+        }
+        self.exited
     }
 
     /// Kills every consumer: the run is over.
@@ -186,7 +228,7 @@ impl Crew {
             incarnation: 0,
         };
         let n = crate::consumers::Fleet::size(target.scenario);
-        let processes = Processes::start(exe, spec, n, out)?;
+        let processes = Processes::start(exe, spec, n, out).await?;
         Ok(Crew::Processes(Box::new(tokio::sync::Mutex::new(
             processes,
         ))))
@@ -200,12 +242,21 @@ impl Crew {
         }
     }
 
-    /// What went wrong in the lab's own machinery so far (the tasks' count; a process's
-    /// failures are in its log, `consumers.log`).
-    pub fn failures(&self) -> crate::report::Counts {
+    /// What went wrong in the lab's own machinery so far: the tasks' count, or the consumer
+    /// processes that ended on their own (what each failed on is in `consumers.log`).
+    pub async fn failures(&self) -> crate::report::Counts {
         match self {
             Crew::Tasks(fleet) => fleet.failures.snapshot(),
-            Crew::Processes(_) => crate::report::Counts::default(),
+            Crew::Processes(processes) => {
+                let exited = processes.lock().await.reap();
+                crate::report::Counts {
+                    execution_failures: exited,
+                    first_execution_error: (exited > 0).then(|| {
+                        format!("{exited} consumer processes ended on their own: see consumers.log")
+                    }),
+                    ..Default::default()
+                }
+            }
         }
     }
 

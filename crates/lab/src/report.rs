@@ -42,6 +42,9 @@ pub struct LabReport {
     /// Each disagreement, in a sentence that names the measure or the model parameter.
     pub disagreements: Vec<String>,
     pub redrive: Option<crate::redrive::RedriveComparison>,
+    /// A crash's executions, from the downstream table: how many it killed, and how many of
+    /// their messages ran again within the run.
+    pub crashes: Option<CrashCounts>,
     pub worker_stats: Option<WorkerStats>,
     /// Arrivals: sends that failed, and the worst delay of a send behind its schedule.
     pub sending: crate::load::Sending,
@@ -53,6 +56,13 @@ pub struct LabReport {
     pub measured_rows: Vec<Row>,
     #[serde(skip)]
     pub predicted_rows: Vec<Row>,
+}
+
+/// What crashes killed, counted from the downstream table.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct CrashCounts {
+    pub killed_executions: u64,
+    pub messages_ran_again: u64,
 }
 
 /// One measure, measured and predicted.
@@ -391,6 +401,7 @@ pub fn compare(
         comparison,
         model_check,
         redrive: None,
+        crashes: None,
         worker_stats: stats,
         sending: counts.sending,
         delete_failures: counts.delete_failures,

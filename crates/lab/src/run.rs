@@ -245,7 +245,7 @@ async fn run_on(
     let (sampled, ()) = tokio::join!(sampling, triggers);
     stop.cancel();
     // Taken before the run's end cuts executions short, which is no failure of theirs.
-    let failures = crew.failures();
+    let failures = crew.failures().await;
     let mut sending = producer.await.unwrap_or_default();
     for tenant in tenants {
         let theirs = tenant.await.unwrap_or_default();
@@ -281,8 +281,18 @@ async fn run_on(
         (tally.times_to_dlq_ms, tally.poison_work_ms) =
             crate::poison::measure(&arrived_in_dlq, &executions);
     }
+    let mut crashes = None;
     if crate::processes::needed(scenario) {
-        (tally.crash_recoveries_ms, tally.lost_work_ms) = measure::crashes(&executions);
+        let killed_executions;
+        (
+            tally.crash_recoveries_ms,
+            tally.lost_work_ms,
+            killed_executions,
+        ) = measure::crashes(&executions);
+        crashes = Some(report::CrashCounts {
+            killed_executions,
+            messages_ran_again: tally.crash_recoveries_ms.len() as u64,
+        });
     }
     let arrivals = report::write_arrivals(&sending, &options.out)?;
     let mut report = report::compare(
@@ -300,6 +310,7 @@ async fn run_on(
             stats,
         },
     )?;
+    report.crashes = crashes;
     if spec.redrive == "both" {
         let phase = RedrivePhase {
             scenario,

@@ -70,6 +70,14 @@ impl LabSpec {
                 t.kind
             )));
         }
+        let consumers = &scenario.consumers;
+        if crate::processes::needed(scenario)
+            && (consumers.idempotency || consumers.retry_budget > 0.0)
+        {
+            return Err(LabError::Setup(
+                "a crash's recovery is measured at the message's next execution, which idempotency or a retry budget may put off: a crash runs without them".into(),
+            ));
+        }
         if crate::processes::needed(scenario)
             && scenario.database.capacity < crate::consumers::Fleet::size(scenario)
         {

@@ -209,14 +209,9 @@ fn print_report(report: &LabReport, out: &std::path::Path) {
     println!("outputs in {}", out.display());
 }
 
-/// `leasehold lab-consumer SPEC` (hidden): one consumer of a lab run as a process of its own,
-/// started by `leasehold lab` for a scenario whose crashes kill consumers.
-#[derive(clap::Args)]
-pub struct LabConsumerArgs {
-    /// The consumer's spec, as the lab writes it (JSON).
-    spec: String,
-}
-
-pub async fn lab_consumer(args: LabConsumerArgs) -> anyhow::Result<()> {
-    Ok(leasehold_lab::run_consumer(&args.spec).await?)
+/// `leasehold lab-consumer` (hidden): one consumer of a lab run as a process of its own,
+/// started by `leasehold lab` for a scenario whose crashes kill consumers; its spec comes on
+/// stdin.
+pub async fn lab_consumer() -> anyhow::Result<()> {
+    Ok(leasehold_lab::run_consumer().await?)
 }

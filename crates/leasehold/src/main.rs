@@ -74,7 +74,7 @@ enum Command {
     Guard,
     /// One consumer of a `lab` run, as a process of its own (started by `lab`).
     #[command(name = "lab-consumer", hide = true)]
-    LabConsumer(lab::LabConsumerArgs),
+    LabConsumer,
 }
 
 #[derive(clap::Args)]
@@ -137,7 +137,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Lab(args) => lab::lab(args).await,
         Command::Backup(args) => backup(args).await,
         Command::Guard => guard::run(),
-        Command::LabConsumer(args) => lab::lab_consumer(args).await,
+        Command::LabConsumer => lab::lab_consumer().await,
     }
 }
 

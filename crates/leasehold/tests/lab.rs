@@ -295,18 +295,24 @@ fn a_crashed_consumers_messages_wait_out_their_lease_live_as_predicted() {
         "a consumer process outlived its run"
     );
     for (s, lease_s) in [(&long_lease, 4.0), (&runtime, 2.0)] {
+        // Three busy consumers killed, from the table, and every message they held ran again.
+        assert_eq!(s["crashes"]["killed_executions"], 3, "{s:#}");
+        assert_eq!(s["crashes"]["messages_ran_again"], 3, "{s:#}");
         for side in ["measured", "predicted"] {
-            // Back once the lease a killed worker held runs out: never later, and at the
-            // latest (the message received just before the crash) nearly a whole lease.
+            // Back once the lease a killed worker held runs out: not at the kill, never
+            // after a lease, and (one of the three just received) most of a lease later.
             let recovery = f(&s[side]["crash_recovery_s"]);
-            assert!(recovery > 0.0 && recovery < lease_s + 0.5, "{side}: {s:#}");
+            let expected = lease_s * 0.5..lease_s + 1.0;
+            assert!(expected.contains(&recovery), "{side}: {s:#}");
             assert!(f(&s[side]["lost_work_s"]) > 0.0, "{side}: {s:#}");
         }
+        let agrees = &comparison(s, "crash_recovery_s")["agree"];
+        assert_eq!(agrees, true, "{s:#}");
     }
-    // The heartbeat's lease is short, so no transcode outlives it and nothing runs twice
-    // but the killed work.
+    // The heartbeat's lease is short, so no transcode outlives it: the killed work runs
+    // again, and little else twice (a heartbeat late on a busy machine may add one).
     assert!(
-        f(&runtime["measured"]["duplicate_executions"]) <= 3.0,
+        f(&runtime["measured"]["duplicate_executions"]) <= 5.0,
         "{runtime:#}"
     );
 }
