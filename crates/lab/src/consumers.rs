@@ -221,18 +221,26 @@ pub async fn start(target: &Target<'_>) -> Result<Fleet, LabError> {
         queue_url: target.queue_url,
         idempotency_url: target.downstream.url(),
         stop: target.stop,
+        // A fleet of tasks ends with the run, at once.
+        drain: target.stop,
+        grace: Duration::ZERO,
     };
     launch(&site, executors, WorkDraw::new(target.scenario)).await
 }
 
 /// What consumers need to run: the scenario, the queue, where the idempotency store lives
-/// (the downstream's schema), and the token that stops them.
+/// (the downstream's schema), and the tokens that stop them.
 pub(crate) struct Site<'a> {
     pub scenario: &'a Scenario,
     pub client: &'a Client,
     pub queue_url: &'a str,
     pub idempotency_url: &'a str,
+    /// Stops at once: executions under way are dropped.
     pub stop: &'a CancellationToken,
+    /// Stops taking messages: those under way finish (the runtime: within `grace`, then
+    /// it gives them back).
+    pub drain: &'a CancellationToken,
+    pub grace: Duration,
 }
 
 /// Starts consumers on `executors`: a naive consumer on each, or one runtime as wide as
@@ -246,15 +254,17 @@ pub(crate) async fn launch(
     let mut tasks = JoinSet::new();
     if !uses_runtime(site.scenario) {
         for executor in executors {
-            tasks.spawn(naive(
-                site.client.clone(),
-                site.queue_url.to_string(),
+            let naive = Naive {
+                client: site.client.clone(),
+                queue_url: site.queue_url.to_string(),
                 executor,
-                draw.clone(),
-                site.stop.clone(),
-                failures.clone(),
-                OnFailure::of(site.scenario),
-            ));
+                draw: draw.clone(),
+                stop: site.stop.clone(),
+                drain: site.drain.clone(),
+                failures: failures.clone(),
+                failure: OnFailure::of(site.scenario),
+            };
+            tasks.spawn(naive.run());
         }
         return Ok(Fleet {
             tasks,
@@ -276,69 +286,114 @@ pub(crate) async fn launch(
     })
 }
 
-/// A naive consumer: one message at a time, the queue's lease as it is, delete at the end.
-/// A failed execution is left for its lease to run out, as the seed's workers do.
-async fn naive(
+/// A naive consumer: one message at a time, the queue's lease as it is, delete at the end;
+/// a failed execution is left for its lease to run out, or put back as
+/// `consumers.on_failure` says. Stopped, it drops its execution (the query is cancelled);
+/// draining, it finishes the message it has and takes no other.
+struct Naive {
     client: Client,
     queue_url: String,
     executor: Executor,
     draw: WorkDraw,
     stop: CancellationToken,
+    drain: CancellationToken,
     failures: Arc<Failures>,
     failure: OnFailure,
-) {
-    while !stop.is_cancelled() {
-        let received = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = client.receive_message().queue_url(&queue_url).max_number_of_messages(1)
-                .wait_time_seconds(1).message_attribute_names("All")
-                .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-                .send() => r,
-        };
-        let Ok(received) = received else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        for m in received.messages.unwrap_or_default() {
-            let (Some(id), Some(handle)) = (&m.message_id, m.receipt_handle) else {
+}
+
+impl Naive {
+    async fn run(self) {
+        while !self.stop.is_cancelled() && !self.drain.is_cancelled() {
+            let Some(received) = self.receive().await else {
+                break;
+            };
+            let Ok(received) = received else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             };
-            let key = crate::load::key_of(m.message_attributes.as_ref(), id);
-            let work_s = draw.draw(&key);
-            // Stopped, the execution's future is dropped: its query is cancelled.
-            let done = tokio::select! {
-                _ = stop.cancelled() => return,
-                r = executor.execute(&key, work_s) => r,
-            };
-            if let Err(e) = &done {
-                failures.execution(e);
-                let receives = m
-                    .attributes
-                    .as_ref()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(1);
-                if let Some(visibility) = failure.put_back_s(receives) {
-                    let _ = client
-                        .change_message_visibility()
-                        .queue_url(&queue_url)
-                        .receipt_handle(handle)
-                        .visibility_timeout(visibility)
-                        .send()
-                        .await;
-                }
-            } else {
-                let deleted = client
-                    .delete_message()
-                    .queue_url(&queue_url)
-                    .receipt_handle(handle)
-                    .send()
-                    .await;
-                if deleted.is_err() {
-                    failures.deletes.fetch_add(1, Ordering::Relaxed);
+            for m in received.messages.unwrap_or_default() {
+                if !self.work(m).await {
+                    return;
                 }
             }
         }
+    }
+
+    /// One receive; none once stopped. A receive under way when the drain begins is waited
+    /// for (the server may already have leased it a message, which an abandoned answer would
+    /// hide for a whole lease) and what it got is given straight back.
+    async fn receive(
+        &self,
+    ) -> Option<Result<aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput, ()>> {
+        let receive = (self.client.receive_message())
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(1)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send();
+        tokio::pin!(receive);
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => return None,
+            r = &mut receive => return Some(r.map_err(|_| ())),
+            _ = self.drain.cancelled() => {}
+        }
+        let late = tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => return None,
+            r = &mut receive => r,
+        };
+        for m in late.ok().and_then(|out| out.messages).unwrap_or_default() {
+            if let Some(handle) = m.receipt_handle {
+                self.put_back(handle, 0).await;
+            }
+        }
+        None
+    }
+
+    /// Works one message and deletes it (or puts it back as `on_failure` says); false once
+    /// stopped.
+    async fn work(&self, m: aws_sdk_sqs::types::Message) -> bool {
+        let (Some(id), Some(handle)) = (&m.message_id, m.receipt_handle) else {
+            return true;
+        };
+        let key = crate::load::key_of(m.message_attributes.as_ref(), id);
+        let work_s = self.draw.draw(&key);
+        // Stopped, the execution's future is dropped: its query is cancelled.
+        let done = tokio::select! {
+            _ = self.stop.cancelled() => return false,
+            r = self.executor.execute(&key, work_s) => r,
+        };
+        if let Err(e) = &done {
+            self.failures.execution(e);
+            let receives = (m.attributes.as_ref())
+                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1);
+            if let Some(visibility) = self.failure.put_back_s(receives) {
+                self.put_back(handle, visibility).await;
+            }
+            return true;
+        }
+        let deleted = (self.client.delete_message())
+            .queue_url(&self.queue_url)
+            .receipt_handle(handle)
+            .send()
+            .await;
+        if deleted.is_err() {
+            self.failures.deletes.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    async fn put_back(&self, handle: String, visibility: i32) {
+        let _ = (self.client.change_message_visibility())
+            .queue_url(&self.queue_url)
+            .receipt_handle(handle)
+            .visibility_timeout(visibility)
+            .send()
+            .await;
     }
 }
 
@@ -357,8 +412,8 @@ async fn runtime(
         .concurrency(pool.lock().map_or(1, |p| p.len()))
         .lease(lease)
         .wait_time(1)
-        .shutdown(site.stop.clone())
-        .grace(Duration::ZERO);
+        .shutdown(site.drain.clone())
+        .grace(site.grace);
     match OnFailure::of(scenario) {
         OnFailure::Release => builder = builder.fail_fast(true),
         OnFailure::Backoff(backoff) => builder = builder.backoff(backoff),

@@ -234,6 +234,19 @@ enum Change {
     },
     /// These consumer processes start again.
     Restart(Vec<i32>),
+    /// A deploy stops this consumer process: it drains (SIGTERM), and is killed if it has
+    /// not ended by the scenario's `graceful_shutdown_s`; `restart_after` once it is down,
+    /// it starts again.
+    DeployStop {
+        worker: i32,
+        restart_after: Duration,
+    },
+    /// Waits for a draining consumer's end, looking again every `DRAIN_LOOK_S` until `until`.
+    Draining {
+        worker: i32,
+        until: f64,
+        restart_after: Duration,
+    },
 }
 
 /// The unit of work of the `n`th poison message: the downstream fails every execution of a
@@ -267,6 +280,9 @@ async fn send_poison(client: &Client, queue_url: &str, first: u64, count: u64) -
     }
     failed
 }
+
+/// How often a draining consumer is looked at, in seconds.
+const DRAIN_LOOK_S: f64 = 0.05;
 
 /// A crash: SIGKILLs up to `workers` consumer processes that are running an execution (the
 /// first by number, as the simulator takes the first busy workers), marks what they ran as
@@ -308,7 +324,8 @@ async fn crash(
 /// its end (a slow query on the database; the factor multiplies the load model's); a lock
 /// holds the table every execution writes, as a migration would, from its start to its end;
 /// a poison trigger sends `count` messages whose every execution fails; a crash kills busy
-/// consumer processes and starts them again after its delay.
+/// consumer processes and starts them again after its delay; a deploy stops each consumer
+/// in turn (drained within the grace, else killed) and starts it again.
 pub async fn triggers(
     scenario: Scenario,
     (downstream, processes): (&Downstream, Option<&tokio::sync::Mutex<Processes>>),
@@ -343,6 +360,20 @@ pub async fn triggers(
                         restart_after,
                     },
                 ));
+            }
+            "deploy" => {
+                // One consumer every interval_s, as the simulator's rolling restart.
+                let restart_after = Duration::from_secs_f64(t.restart_after_s.max(0.0));
+                for worker in 0..crate::consumers::Fleet::size(&scenario) as i32 {
+                    let at = t.start_s + t.interval_s * f64::from(worker);
+                    changes.push((
+                        at,
+                        Change::DeployStop {
+                            worker,
+                            restart_after,
+                        },
+                    ));
+                }
             }
             _ => {}
         }
@@ -379,6 +410,53 @@ pub async fn triggers(
                 changes.push((back, Change::Restart(killed)));
                 done
             }
+            Change::DeployStop {
+                worker,
+                restart_after,
+            } => {
+                if let Some(processes) = processes {
+                    let mut processes = processes.lock().await;
+                    if processes.is_running(worker) {
+                        processes.terminate(worker);
+                        let until = at + scenario.consumers.graceful_shutdown_s.max(0.0);
+                        let draining = Change::Draining {
+                            worker,
+                            until,
+                            restart_after,
+                        };
+                        changes.push((at + DRAIN_LOOK_S, draining));
+                    }
+                }
+                Ok(())
+            }
+            Change::Draining {
+                worker,
+                until,
+                restart_after,
+            } => match processes {
+                Some(processes) => {
+                    let mut processes = processes.lock().await;
+                    let mut done = Ok(());
+                    if processes.is_running(worker) && at < until {
+                        let again = Change::Draining {
+                            worker,
+                            until,
+                            restart_after,
+                        };
+                        changes.push((at + DRAIN_LOOK_S, again));
+                    } else {
+                        if processes.is_running(worker) {
+                            // The grace is over: killed, as the simulator's drain ends.
+                            processes.kill(worker).await;
+                            done = downstream.mark_killed(worker).await;
+                        }
+                        let back = at + restart_after.as_secs_f64();
+                        changes.push((back, Change::Restart(vec![worker])));
+                    }
+                    done
+                }
+                None => Ok(()),
+            },
             Change::Restart(workers) => match processes {
                 Some(processes) => {
                     let mut processes = processes.lock().await;

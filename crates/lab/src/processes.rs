@@ -1,8 +1,9 @@
-//! A fleet of consumer processes, for the scenarios whose triggers kill consumers (a crash):
-//! each consumer is the lab's binary run as `leasehold lab-consumer SPEC`, in a process group
-//! of its own, with a connection of its own to the downstream. A crash SIGKILLs the groups of
-//! the busy ones and starts them again after the trigger's delay; the run's end kills them
-//! all. A consumer whose lab dies sees its stdin close and exits, so none outlives it.
+//! A fleet of consumer processes, for the scenarios whose triggers stop consumers (a crash, a
+//! deploy): each consumer is the lab's binary run as `leasehold lab-consumer` (its spec on
+//! stdin), in a process group of its own, with a connection of its own to the downstream. A
+//! crash SIGKILLs the groups of the busy ones, a deploy SIGTERMs each in turn (it drains),
+//! and both start them again after the trigger's delay; the run's end kills them all. A
+//! consumer whose lab dies sees its stdin close and exits, so none outlives it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,14 +15,16 @@ use rustix::process::{kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
 
 use crate::consumers::{launch, Site, WorkDraw};
 use crate::downstream::{Executor, Reach};
 use crate::LabError;
 
-/// Whether the scenario's consumers run as processes: a crash kills some of them.
+/// Whether the scenario's consumers run as processes: a crash kills some of them, a deploy
+/// stops and starts them all.
 pub fn needed(scenario: &Scenario) -> bool {
-    scenario.triggers.iter().any(|t| t.kind == "crash")
+    (scenario.triggers.iter()).any(|t| matches!(t.kind.as_str(), "crash" | "deploy"))
 }
 
 /// What one consumer process runs: its queue, the downstream, the scenario, and which
@@ -38,7 +41,9 @@ pub struct ConsumerSpec {
 
 /// The consumer process's body (`leasehold lab-consumer`, its spec the first line of its
 /// stdin, written by the lab): one consumer of the scenario's kind on the queue, until the
-/// lab's end of stdin closes.
+/// lab's end of stdin closes (stopped at once) or a SIGTERM (drained: the message under way
+/// finishes, the runtime's within the scenario's `graceful_shutdown_s`). The caller ends the
+/// process on return: the thread reading stdin may still wait.
 pub async fn run_consumer() -> Result<(), LabError> {
     let line = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
@@ -51,7 +56,9 @@ pub async fn run_consumer() -> Result<(), LabError> {
         .map_err(|e| LabError::Setup(format!("lab-consumer: not a consumer's spec: {e}")))?;
     let client = crate::run::sqs_client(&spec.endpoint);
     let executor = Executor::for_process(&spec.reach, spec.worker).await?;
-    let stop = CancellationToken::new();
+    let (stop, drain) = (CancellationToken::new(), CancellationToken::new());
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|e| LabError::Setup(format!("lab-consumer: cannot take SIGTERM: {e}")))?;
     let idempotency_url = spec.reach.url();
     let site = Site {
         scenario: &spec.scenario,
@@ -59,17 +66,34 @@ pub async fn run_consumer() -> Result<(), LabError> {
         queue_url: &spec.queue_url,
         idempotency_url: &idempotency_url,
         stop: &stop,
+        drain: &drain,
+        grace: Duration::from_secs_f64(
+            spec.scenario
+                .consumers
+                .graceful_shutdown_s
+                .clamp(0.0, 600.0),
+        ),
     };
     let draw = WorkDraw::for_process(&spec.scenario, spec.worker, spec.incarnation);
     let fleet = launch(&site, vec![executor], draw).await?;
     // The lab holds the other end of stdin: when it closes, the lab is done or gone.
-    let _ = tokio::task::spawn_blocking(|| {
+    let orphaned = CancellationToken::new();
+    let reader = orphaned.clone();
+    tokio::task::spawn_blocking(move || {
         let mut buffer = [0u8; 64];
         while let Ok(1..) = std::io::Read::read(&mut std::io::stdin(), &mut buffer) {}
-    })
-    .await;
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(2), fleet.join()).await;
+        reader.cancel();
+    });
+    // SIGTERM (a deploy) drains: the message under way finishes, no other is taken.
+    tokio::select! {
+        _ = orphaned.cancelled() => stop.cancel(),
+        _ = terminate.recv() => {}
+    }
+    drain.cancel();
+    tokio::select! {
+        _ = fleet.join() => {}
+        _ = orphaned.cancelled() => stop.cancel(),
+    }
     Ok(())
 }
 
@@ -82,6 +106,8 @@ pub struct Processes {
     incarnations: Vec<u32>,
     /// Consumers that ended on their own (a failure: see `consumers.log`).
     exited: u64,
+    /// Consumers told to drain (SIGTERM): their end is no failure.
+    draining: std::collections::HashSet<i32>,
 }
 
 impl Processes {
@@ -103,6 +129,7 @@ impl Processes {
             children: (0..n).map(|_| None).collect(),
             incarnations: vec![0; n as usize],
             exited: 0,
+            draining: Default::default(),
         };
         for worker in 0..n as i32 {
             processes.spawn(worker).await?;
@@ -158,6 +185,7 @@ impl Processes {
         let Some(mut child) = slot.and_then(Option::take) else {
             return;
         };
+        self.draining.remove(&worker);
         if let Some(pid) = child.id().and_then(|id| Pid::from_raw(id as i32)) {
             let _ = kill_process_group(pid, Signal::KILL);
         }
@@ -178,18 +206,36 @@ impl Processes {
             .is_some_and(Option::is_some)
     }
 
-    /// Reaps the consumers that ended on their own, counting them; answers the count so far.
+    /// Reaps the consumers that ended, counting those that ended on their own rather than
+    /// drained; answers that count so far.
     pub fn reap(&mut self) -> u64 {
-        for slot in &mut self.children {
+        for (worker, slot) in (0..).zip(&mut self.children) {
             if slot
                 .as_mut()
                 .is_some_and(|child| matches!(child.try_wait(), Ok(Some(_))))
             {
                 *slot = None;
-                self.exited += 1;
+                if !self.draining.remove(&worker) {
+                    self.exited += 1;
+                }
             }
         }
         self.exited
+    }
+
+    /// Tells consumer `worker` to drain (SIGTERM to its group), as a deploy's stop does.
+    pub fn terminate(&mut self, worker: i32) {
+        let child = usize::try_from(worker)
+            .ok()
+            .and_then(|i| self.children.get(i))
+            .and_then(Option::as_ref);
+        if let Some(pid) = child
+            .and_then(Child::id)
+            .and_then(|id| Pid::from_raw(id as i32))
+        {
+            self.draining.insert(worker);
+            let _ = kill_process_group(pid, Signal::TERM);
+        }
     }
 
     /// Kills every consumer: the run is over.
@@ -200,8 +246,8 @@ impl Processes {
     }
 }
 
-/// A run's consumers: tasks of the lab's own process, or, where a crash kills some,
-/// processes of their own.
+/// A run's consumers: tasks of the lab's own process, or, where a crash or a deploy stops
+/// them, processes of their own.
 pub enum Crew {
     Tasks(crate::consumers::Fleet),
     Processes(Box<tokio::sync::Mutex<Processes>>),

@@ -42,9 +42,9 @@ pub struct LabReport {
     /// Each disagreement, in a sentence that names the measure or the model parameter.
     pub disagreements: Vec<String>,
     pub redrive: Option<crate::redrive::RedriveComparison>,
-    /// A crash's executions, from the downstream table: how many it killed, and how many of
-    /// their messages ran again within the run.
-    pub crashes: Option<CrashCounts>,
+    /// What crashes and deploys' grace ends killed, from the downstream table: how many
+    /// executions, and how many of their messages ran again within the run.
+    pub kills: Option<Kills>,
     pub worker_stats: Option<WorkerStats>,
     /// Arrivals: sends that failed, and the worst delay of a send behind its schedule.
     pub sending: crate::load::Sending,
@@ -58,9 +58,9 @@ pub struct LabReport {
     pub predicted_rows: Vec<Row>,
 }
 
-/// What crashes killed, counted from the downstream table.
+/// What crashes and deploys killed, counted from the downstream table.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct CrashCounts {
+pub struct Kills {
     pub killed_executions: u64,
     pub messages_ran_again: u64,
 }
@@ -139,32 +139,34 @@ fn measures(scenario: &Scenario, s: &Summary) -> Vec<(&'static str, f64, f64)> {
         ));
     }
     // A poison trigger's time to the DLQ and the workers' time it took; a crash's time until
-    // the killed messages ran again and the work it lost. A time never reached counts as the
-    // run's length; margins: a quarter of the lease, and a second.
+    // the killed messages ran again; the work a crash or a deploy's grace cut short. A time
+    // never reached counts as the run's length; margins: a quarter of the lease, a second.
     let lease_s = f64::from(scenario.queue.visibility_timeout_s);
-    let by_trigger = [
-        (
-            "poison",
-            (
-                "time_to_dlq_s (the run's length if none arrived)",
-                s.time_to_dlq_s,
-            ),
-            ("poison_worker_s", s.poison_worker_s),
-        ),
-        (
-            "crash",
-            (
-                "crash_recovery_s (the run's length if never)",
-                s.crash_recovery_s,
-            ),
-            ("lost_work_s", s.lost_work_s),
-        ),
-    ];
-    for (kind, (time, reached), (work, spent)) in by_trigger {
-        if scenario.triggers.iter().any(|t| t.kind == kind) {
-            list.push((time, reached.unwrap_or(scenario.duration_s), 0.25 * lease_s));
-            list.push((work, spent.unwrap_or(0.0), 1.0));
-        }
+    let has = |kinds: &[&str]| {
+        scenario
+            .triggers
+            .iter()
+            .any(|t| kinds.contains(&t.kind.as_str()))
+    };
+    if has(&["poison"]) {
+        let time = "time_to_dlq_s (the run's length if none arrived)";
+        list.push((
+            time,
+            s.time_to_dlq_s.unwrap_or(scenario.duration_s),
+            0.25 * lease_s,
+        ));
+        list.push(("poison_worker_s", s.poison_worker_s.unwrap_or(0.0), 1.0));
+    }
+    if has(&["crash"]) {
+        let time = "crash_recovery_s (the run's length if never)";
+        list.push((
+            time,
+            s.crash_recovery_s.unwrap_or(scenario.duration_s),
+            0.25 * lease_s,
+        ));
+    }
+    if has(&["crash", "deploy"]) {
+        list.push(("lost_work_s", s.lost_work_s.unwrap_or(0.0), 1.0));
     }
     if scenario.queue.max_receive_count > 0 {
         list.push(("dlq_messages", s.dlq_messages as f64, 3.0));
@@ -401,7 +403,7 @@ pub fn compare(
         comparison,
         model_check,
         redrive: None,
-        crashes: None,
+        kills: None,
         worker_stats: stats,
         sending: counts.sending,
         delete_failures: counts.delete_failures,

@@ -27,8 +27,8 @@ pub struct LabOptions {
     pub endpoint: String,
     pub postgres_url: String,
     pub out: PathBuf,
-    /// The lab's own binary, which runs a consumer as `lab-consumer SPEC` where a crash
-    /// needs consumers to be processes of their own.
+    /// The lab's own binary, which runs a consumer as `lab-consumer` where a crash or a
+    /// deploy needs consumers to be processes of their own.
     pub exe: PathBuf,
     /// Cancel to end the run early: it stops, cleans up, and returns `Interrupted`.
     pub interrupt: CancellationToken,
@@ -281,7 +281,7 @@ async fn run_on(
         (tally.times_to_dlq_ms, tally.poison_work_ms) =
             crate::poison::measure(&arrived_in_dlq, &executions);
     }
-    let mut crashes = None;
+    let mut kills = None;
     if crate::processes::needed(scenario) {
         let killed_executions;
         (
@@ -289,7 +289,7 @@ async fn run_on(
             tally.lost_work_ms,
             killed_executions,
         ) = measure::crashes(&executions);
-        crashes = Some(report::CrashCounts {
+        kills = Some(report::Kills {
             killed_executions,
             messages_ran_again: tally.crash_recoveries_ms.len() as u64,
         });
@@ -310,7 +310,7 @@ async fn run_on(
             stats,
         },
     )?;
-    report.crashes = crashes;
+    report.kills = kills;
     if spec.redrive == "both" {
         let phase = RedrivePhase {
             scenario,

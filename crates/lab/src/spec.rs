@@ -60,20 +60,29 @@ impl LabSpec {
                 "[lab] redrive needs a dead-letter queue: set queue.max_receive_count".into(),
             ));
         }
-        if let Some(t) = scenario
-            .triggers
-            .iter()
-            .find(|t| !matches!(t.kind.as_str(), "blip" | "lock" | "poison" | "crash"))
-        {
+        if let Some(t) = scenario.triggers.iter().find(|t| {
+            !matches!(
+                t.kind.as_str(),
+                "blip" | "lock" | "poison" | "crash" | "deploy"
+            )
+        }) {
             return Err(LabError::Setup(format!(
-                "the lab injects blips (a slow query on the database), table locks, poison messages, crashes and bursts of arrivals; a {:?} trigger runs only in the simulator",
+                "the lab injects blips (a slow query on the database), table locks, poison messages, crashes, deploys and bursts of arrivals; a {:?} trigger runs only in the simulator",
                 t.kind
             )));
         }
-        let consumers = &scenario.consumers;
-        if crate::processes::needed(scenario)
-            && (consumers.idempotency || consumers.retry_budget > 0.0)
+        let deploys = scenario.triggers.iter().any(|t| t.kind == "deploy");
+        if deploys
+            && crate::consumers::uses_runtime(scenario)
+            && scenario.consumers.heartbeat_stops_on_shutdown
         {
+            return Err(LabError::Setup(
+                "the runtime heartbeats to the end of its drain: heartbeat_stops_on_shutdown (the bug) runs only in the simulator".into(),
+            ));
+        }
+        let consumers = &scenario.consumers;
+        let crashes = scenario.triggers.iter().any(|t| t.kind == "crash");
+        if crashes && (consumers.idempotency || consumers.retry_budget > 0.0) {
             return Err(LabError::Setup(
                 "a crash's recovery is measured at the message's next execution, which idempotency or a retry budget may put off: a crash runs without them".into(),
             ));
@@ -82,7 +91,7 @@ impl LabSpec {
             && scenario.database.capacity < crate::consumers::Fleet::size(scenario)
         {
             return Err(LabError::Setup(
-                "a crash runs the consumers as processes, each with a connection of its own to the downstream: database.capacity must be at least the fleet".into(),
+                "a crash or a deploy runs the consumers as processes, each with a connection of its own to the downstream: database.capacity must be at least the fleet".into(),
             ));
         }
         let poison = scenario.triggers.iter().any(|t| t.kind == "poison");
@@ -169,12 +178,19 @@ mod tests {
     }
 
     #[test]
-    fn a_crash_needs_a_connection_for_each_consumer_and_deploys_run_only_in_the_simulator() {
+    fn a_crash_or_a_deploy_needs_a_connection_for_each_consumer() {
         let crash = POISONED.replace("\"poison\"", "\"crash\"");
         assert_eq!(refusal(&crash), "");
         let tight = format!("{crash}\n[database]\ncapacity = 3\n[scaling]\nworkers = 4\n");
         assert!(refusal(&tight).contains("database.capacity must be at least the fleet"));
         let deploy = POISONED.replace("\"poison\"", "\"deploy\"");
-        assert!(refusal(&deploy).contains("a \"deploy\" trigger runs only in the simulator"));
+        assert_eq!(refusal(&deploy), "");
+        let buggy = deploy.replace(
+            "heartbeat = true",
+            "heartbeat = true\nheartbeat_stops_on_shutdown = true",
+        );
+        assert!(refusal(&buggy).contains("runs only in the simulator"));
+        let lambda = crash.replace("[consumers]", "[scaling]\nkind = \"lambda\"\n[consumers]");
+        assert!(refusal(&lambda).contains("scaling.kind must be fixed"));
     }
 }

@@ -213,5 +213,7 @@ fn print_report(report: &LabReport, out: &std::path::Path) {
 /// started by `leasehold lab` for a scenario whose crashes kill consumers; its spec comes on
 /// stdin.
 pub async fn lab_consumer() -> anyhow::Result<()> {
-    Ok(leasehold_lab::run_consumer().await?)
+    leasehold_lab::run_consumer().await?;
+    // Not a return through the runtime, which would wait for the thread still reading stdin.
+    std::process::exit(0)
 }

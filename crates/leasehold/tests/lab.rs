@@ -2,7 +2,8 @@
 //! happen (measured from the downstream table), the runtime stop it, the DLQ mirage fill the
 //! dead-letter queue with finished work, a fair queue keep a flooding tenant's wait its own,
 //! poison messages reach the DLQ after their leases or backoffs, a crashed consumer's
-//! messages wait out their lease, and the report set each beside the simulator. The runs take the machine for a minute or
+//! messages wait out their lease, a deploy's drain keep or cut its work by its grace, and the
+//! report set each beside the simulator. The runs take the machine for a minute or
 //! two each, so they take turns.
 
 mod common;
@@ -296,8 +297,8 @@ fn a_crashed_consumers_messages_wait_out_their_lease_live_as_predicted() {
     );
     for (s, lease_s) in [(&long_lease, 4.0), (&runtime, 2.0)] {
         // Three busy consumers killed, from the table, and every message they held ran again.
-        assert_eq!(s["crashes"]["killed_executions"], 3, "{s:#}");
-        assert_eq!(s["crashes"]["messages_ran_again"], 3, "{s:#}");
+        assert_eq!(s["kills"]["killed_executions"], 3, "{s:#}");
+        assert_eq!(s["kills"]["messages_ran_again"], 3, "{s:#}");
         for side in ["measured", "predicted"] {
             // Back once the lease a killed worker held runs out: not at the kill, never
             // after a lease, and (one of the three just received) most of a lease later.
@@ -317,11 +318,47 @@ fn a_crashed_consumers_messages_wait_out_their_lease_live_as_predicted() {
     );
 }
 
+/// Seed 000's deploy live against the runtime: a rolling restart of consumer processes whose
+/// grace outlasts the lease loses nothing and runs nothing twice (the heartbeats carry each
+/// drain past the lease); one whose grace is shorter than the work cuts drains short, and
+/// what they held runs again. From the downstream table, and predicted alike.
+#[test]
+fn a_deploy_drains_within_its_grace_and_cuts_what_outlasts_it_live_as_predicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = lab("lab-deploy-runtime-long-grace", &dir.path().join("long"));
+    let short = lab("lab-deploy-runtime-short-grace", &dir.path().join("short"));
+    assert_eq!(
+        consumer_processes(),
+        0,
+        "a consumer process outlived its run"
+    );
+    for side in ["measured", "predicted"] {
+        assert_eq!(long[side]["duplicate_executions"], 0, "{side}: {long:#}");
+        assert_eq!(f(&long[side]["lost_work_s"]), 0.0, "{side}: {long:#}");
+        assert!(
+            f(&short[side]["duplicate_executions"]) >= 1.0,
+            "{side}: {short:#}"
+        );
+        assert!(f(&short[side]["lost_work_s"]) > 0.0, "{side}: {short:#}");
+    }
+    assert_eq!(long["kills"]["killed_executions"], 0, "{long:#}");
+    let cut = &short["kills"];
+    assert!(f(&cut["killed_executions"]) >= 1.0, "{short:#}");
+    assert_eq!(
+        cut["messages_ran_again"], cut["killed_executions"],
+        "{short:#}"
+    );
+}
+
 #[test]
 fn a_scenario_the_lab_cannot_run_is_one_line_and_exit_2_before_anything_starts() {
     let out = tempfile::tempdir().unwrap();
     let deploy = format!(
         "{}/../../scenarios/deploy-grace-longer-than-lease.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let lambda = format!(
+        "{}/../../scenarios/lambda-concurrency-runaway.toml",
         env!("CARGO_MANIFEST_DIR")
     );
     let naive = format!(
@@ -332,7 +369,12 @@ fn a_scenario_the_lab_cannot_run_is_one_line_and_exit_2_before_anything_starts()
         (
             deploy.as_str(),
             common::POSTGRES_URL,
-            "runs only in the simulator",
+            "heartbeat_stops_on_shutdown (the bug) runs only in the simulator",
+        ),
+        (
+            lambda.as_str(),
+            common::POSTGRES_URL,
+            "the lab runs a fixed fleet",
         ),
         (
             "no-such-scenario.toml",

@@ -351,8 +351,15 @@ impl<'a> Simulation<'a> {
             Ev::DeployStop(worker, trigger) => self.deploy_stop(worker, trigger),
             Ev::GraceEnd(exec) => {
                 if let Some(e) = self.execs.get(&exec) {
-                    let worker = e.worker;
+                    let (worker, handle) = (e.worker, e.handle.clone());
                     self.kill(exec);
+                    // The runtime gives back what its grace could not finish; a consumer
+                    // whose heartbeat stopped at shutdown, or a naive one, leaves it to its
+                    // lease.
+                    let c = &self.sc.consumers;
+                    if c.heartbeat && !c.heartbeat_stops_on_shutdown {
+                        let _ = self.engine.change_visibility(QUEUE, &handle, 0);
+                    }
                     self.workers[worker] = WorkerState::Down;
                     let up = self.now + ms(self.deploy_restart_s());
                     self.at(up, Ev::WorkerUp(worker));
