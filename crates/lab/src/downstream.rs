@@ -193,6 +193,24 @@ impl Downstream {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    /// Marks the newest execution of a consumer a deploy stopped as cut (`killed_at`) if it
+    /// did not finish: killed at the grace's end, or given back by the runtime then (its row
+    /// marked failed when it was cut, or, if the process ended first, not at all). A poison
+    /// message's failure is its own end, not a cut.
+    pub async fn mark_cut(&self, worker: i32) -> Result<(), LabError> {
+        self.admin
+            .execute(
+                "UPDATE executions SET killed_at = coalesce(failed_at, clock_timestamp())
+                 WHERE id = (SELECT max(id) FROM executions WHERE worker = $1)
+                   AND finished_at IS NULL AND killed_at IS NULL
+                   AND NOT (message_id LIKE 'poison-%' AND failed_at IS NOT NULL)",
+                &[&worker],
+            )
+            .await
+            .map_err(LabError::postgres)?;
+        Ok(())
+    }
+
     /// Marks what a killed consumer process was running (its newest execution, if it had not
     /// ended) as killed, now.
     pub async fn mark_killed(&self, worker: i32) -> Result<(), LabError> {

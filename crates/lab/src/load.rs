@@ -284,6 +284,18 @@ async fn send_poison(client: &Client, queue_url: &str, first: u64, count: u64) -
 /// How often a draining consumer is looked at, in seconds.
 const DRAIN_LOOK_S: f64 = 0.05;
 
+/// How long a deploy lets a consumer drain before it is killed: the scenario's grace; for
+/// the runtime, which keeps that grace itself and then gives back what it could not finish,
+/// a second more, so that its give-back is not cut short (an orchestrator's grace is set past
+/// the application's own).
+fn drain_limit_s(scenario: &Scenario) -> f64 {
+    let grace = scenario.consumers.graceful_shutdown_s.max(0.0);
+    match crate::consumers::uses_runtime(scenario) {
+        true => grace + 1.0,
+        false => grace,
+    }
+}
+
 /// A crash: SIGKILLs up to `workers` consumer processes that are running an execution (the
 /// first by number, as the simulator takes the first busy workers), marks what they ran as
 /// killed, and answers which (to start again, even if marking one failed).
@@ -305,10 +317,11 @@ async fn crash(
     let mut killed = Vec::new();
     let mut marked = Ok(());
     let mut processes = processes.lock().await;
-    // A consumer still down from an earlier crash has nothing running: not taken.
+    // A consumer still down from an earlier crash has nothing running, and a draining one
+    // is the deploy's (the simulator's crash takes busy workers only): not taken.
     let alive: Vec<i32> = busy
         .into_iter()
-        .filter(|w| processes.is_running(*w))
+        .filter(|w| processes.is_running(*w) && !processes.is_draining(*w))
         .collect();
     for worker in alive.into_iter().take(workers as usize) {
         processes.kill(worker).await;
@@ -416,9 +429,10 @@ pub async fn triggers(
             } => {
                 if let Some(processes) = processes {
                     let mut processes = processes.lock().await;
-                    if processes.is_running(worker) {
+                    // One down or already draining is left alone, as the simulator does.
+                    if processes.is_running(worker) && !processes.is_draining(worker) {
                         processes.terminate(worker);
-                        let until = at + scenario.consumers.graceful_shutdown_s.max(0.0);
+                        let until = at + drain_limit_s(&scenario);
                         let draining = Change::Draining {
                             worker,
                             until,
@@ -448,8 +462,10 @@ pub async fn triggers(
                         if processes.is_running(worker) {
                             // The grace is over: killed, as the simulator's drain ends.
                             processes.kill(worker).await;
-                            done = downstream.mark_killed(worker).await;
                         }
+                        // What the drain did not finish (cut by the runtime's grace and
+                        // given back, or killed) is work lost.
+                        done = downstream.mark_cut(worker).await;
                         let back = at + restart_after.as_secs_f64();
                         changes.push((back, Change::Restart(vec![worker])));
                     }

@@ -149,13 +149,15 @@ pub fn crashes(executions: &[ExecutionRow]) -> (Vec<u64>, u64, u64) {
         };
         killed_executions += 1;
         lost_s += (killed - e.started_s).max(0.0);
+        // Its message's next run: any later start (a cut the runtime gave back may run again
+        // before the lab marks it, when the mark is the time it saw the process end).
         let again = executions
             .iter()
-            .filter(|x| x.message_id == e.message_id && x.started_s > killed)
+            .filter(|x| x.message_id == e.message_id && x.started_s > e.started_s)
             .map(|x| x.started_s)
             .reduce(f64::min);
         if let Some(again) = again {
-            recoveries.push(((again - killed) * 1000.0).round() as u64);
+            recoveries.push(((again - killed).max(0.0) * 1000.0).round() as u64);
         }
     }
     (
@@ -261,6 +263,31 @@ mod tests {
             failed_s: None,
             killed_s: None,
         }
+    }
+
+    fn killed(id: &str, start: f64, killed: f64) -> ExecutionRow {
+        ExecutionRow {
+            finished_s: None,
+            killed_s: Some(killed),
+            ..exec(id, start, 0.0)
+        }
+    }
+
+    #[test]
+    fn a_crash_counts_its_kills_their_lost_work_and_when_each_message_ran_again() {
+        let executions = [
+            killed("m1", 1.0, 2.0),
+            killed("m2", 1.5, 2.0),
+            // Given back and run again before the cut was marked: back at once.
+            exec("m1", 1.95, 3.0),
+            killed("m3", 1.75, 2.0),
+            exec("m2", 5.0, 6.0),
+            exec("m4", 0.5, 1.0),
+        ];
+        let (recoveries, lost_ms, kills) = crashes(&executions);
+        assert_eq!(recoveries, vec![0, 3_000], "m3 never ran again");
+        assert_eq!(lost_ms, 1_750);
+        assert_eq!(kills, 3);
     }
 
     #[test]

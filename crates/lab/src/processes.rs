@@ -147,6 +147,10 @@ impl Processes {
         ) else {
             return Ok(());
         };
+        if slot.is_some() {
+            // Running already (started again twice over): never replaced, which would kill it.
+            return Ok(());
+        }
         let spec = ConsumerSpec {
             worker,
             incarnation: *incarnation,
@@ -210,17 +214,23 @@ impl Processes {
     /// drained; answers that count so far.
     pub fn reap(&mut self) -> u64 {
         for (worker, slot) in (0..).zip(&mut self.children) {
-            if slot
+            let ended = slot
                 .as_mut()
-                .is_some_and(|child| matches!(child.try_wait(), Ok(Some(_))))
-            {
+                .and_then(|child| child.try_wait().ok().flatten());
+            if let Some(status) = ended {
                 *slot = None;
-                if !self.draining.remove(&worker) {
+                // A drained consumer ends cleanly; any other end is a failure.
+                if !(self.draining.remove(&worker) && status.success()) {
                     self.exited += 1;
                 }
             }
         }
         self.exited
+    }
+
+    /// Whether consumer `worker` was told to drain and has not ended yet.
+    pub fn is_draining(&mut self, worker: i32) -> bool {
+        self.is_running(worker) && self.draining.contains(&worker)
     }
 
     /// Tells consumer `worker` to drain (SIGTERM to its group), as a deploy's stop does.
