@@ -5,6 +5,7 @@
 //! and both start them again after the trigger's delay; the run's end kills them all. A
 //! consumer whose lab dies sees its stdin close and exits, so none outlives it.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -45,6 +46,9 @@ pub struct ConsumerSpec {
 /// finishes, the runtime's within the scenario's `graceful_shutdown_s`). The caller ends the
 /// process on return: the thread reading stdin may still wait.
 pub async fn run_consumer() -> Result<(), LabError> {
+    // First, so that a deploy's SIGTERM while it starts drains it rather than killing it.
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|e| LabError::Setup(format!("lab-consumer: cannot take SIGTERM: {e}")))?;
     let line = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut line).map(|_| line)
@@ -57,8 +61,6 @@ pub async fn run_consumer() -> Result<(), LabError> {
     let client = crate::run::sqs_client(&spec.endpoint);
     let executor = Executor::for_process(&spec.reach, spec.worker).await?;
     let (stop, drain) = (CancellationToken::new(), CancellationToken::new());
-    let mut terminate = signal(SignalKind::terminate())
-        .map_err(|e| LabError::Setup(format!("lab-consumer: cannot take SIGTERM: {e}")))?;
     let idempotency_url = spec.reach.url();
     let site = Site {
         scenario: &spec.scenario,
@@ -95,6 +97,11 @@ pub async fn run_consumer() -> Result<(), LabError> {
         _ = orphaned.cancelled() => stop.cancel(),
     }
     Ok(())
+}
+
+/// SIGTERM's number, as an exit status reports it.
+fn sigterm_number() -> i32 {
+    Signal::TERM.as_raw()
 }
 
 /// The running consumer processes of a run.
@@ -219,8 +226,10 @@ impl Processes {
                 .and_then(|child| child.try_wait().ok().flatten());
             if let Some(status) = ended {
                 *slot = None;
-                // A drained consumer ends cleanly; any other end is a failure.
-                if !(self.draining.remove(&worker) && status.success()) {
+                // A drained consumer ends cleanly (or, told before it could take the
+                // signal, by it); any other end is a failure.
+                let drained = status.success() || status.signal() == Some(sigterm_number());
+                if !(self.draining.remove(&worker) && drained) {
                     self.exited += 1;
                 }
             }
