@@ -483,4 +483,34 @@ impl Scenario {
             })
             .reduce(f64::max)
     }
+
+    /// A `lambda` fleet's most consumers at once: `max_concurrency`, and the consumers'
+    /// `concurrency_ceiling` where one is set (an SQS event source's maximum concurrency caps
+    /// the function's instances, not only the executions among them).
+    pub fn lambda_limit(&self) -> u32 {
+        let ceiling = self.consumers.concurrency_ceiling;
+        let limit = self.scaling.max_concurrency.max(1);
+        if ceiling > 0 {
+            limit.min(ceiling)
+        } else {
+            limit
+        }
+    }
+
+    /// How a `lambda` fleet of `active` consumers changes at a scaling interval while
+    /// `visible` messages wait: toward one consumer per visible message (at least one, at most
+    /// `lambda_limit`), growing by at most `ramp_per_minute`'s share of the interval.
+    /// Positive: start that many; negative: stop that many idle ones (a busy one finishes).
+    /// The simulator's and the lab's controllers both follow it.
+    pub fn lambda_change(&self, visible: u64, active: usize) -> i64 {
+        let s = &self.scaling;
+        let target = visible.clamp(1, u64::from(self.lambda_limit())) as i64;
+        let active = active as i64;
+        if target > active {
+            let step = ((f64::from(s.ramp_per_minute) * s.interval_s / 60.0).ceil() as i64).max(1);
+            (target - active).min(step)
+        } else {
+            target - active
+        }
+    }
 }

@@ -511,27 +511,20 @@ impl<'a> Simulation<'a> {
     }
 
     fn scale(&mut self) {
-        let s = &self.sc.scaling;
-        let visible = self.engine.counts(QUEUE).map(|c| c.visible).unwrap_or(0) as u32;
-        let active: Vec<usize> = (0..self.workers.len())
-            .filter(|w| self.workers[*w] != WorkerState::Gone)
-            .collect();
-        let target = visible.clamp(1, s.max_concurrency.max(1)) as usize;
-        if target > active.len() {
-            let step = ((s.ramp_per_minute as f64 * s.interval_s / 60.0).ceil() as usize).max(1);
-            for _ in 0..(target - active.len()).min(step) {
-                self.workers.push(WorkerState::Idle);
-                self.idle.insert(self.workers.len() - 1);
-            }
-        } else {
-            let mut surplus = active.len() - target;
-            while surplus > 0 {
-                let Some(w) = self.idle.pop_last() else { break };
-                self.workers[w] = WorkerState::Gone;
-                surplus -= 1;
-            }
+        let visible = self.engine.counts(QUEUE).map_or(0, |c| c.visible as u64);
+        let active = (self.workers.iter())
+            .filter(|w| **w != WorkerState::Gone)
+            .count();
+        let change = self.sc.lambda_change(visible, active);
+        for _ in 0..change.max(0) {
+            self.workers.push(WorkerState::Idle);
+            self.idle.insert(self.workers.len() - 1);
         }
-        let next = self.now + ms(s.interval_s);
+        for _ in 0..(-change).max(0) {
+            let Some(w) = self.idle.pop_last() else { break };
+            self.workers[w] = WorkerState::Gone;
+        }
+        let next = self.now + ms(self.sc.scaling.interval_s);
         self.at(next, Ev::Scale);
     }
 

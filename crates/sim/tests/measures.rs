@@ -188,3 +188,55 @@ fn lambdas_function_timeout_ends_every_execution_that_outlives_it() {
         "no execution outlives the timeout"
     );
 }
+
+/// The scenario of the ceiling tests: work longer than the lease, so that leases run out
+/// while the consumers are held at a ceiling of three.
+const HELD: &str = r#"
+    name = "held"
+    duration_s = 120
+    step_s = 1
+    [queue]
+    visibility_timeout_s = 2
+    [arrivals]
+    rate_per_s = 2
+    [work]
+    kind = "fixed"
+    mean_s = 3
+    [database]
+    capacity = 1000
+    load_slope = 0
+    contention = 0
+    [consumers]
+    concurrency_ceiling = 3
+"#;
+
+/// Runs a scenario on a thread of its own, failing if it does not end within a minute.
+fn run_within_a_minute(sc: Scenario) -> leasehold_sim::Summary {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run(&sc, &mut |_| {}).map(|o| o.summary));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the run ends")
+        .unwrap()
+}
+
+/// Idle consumers held back by the ceiling while a lease has run out unseen: the dispatcher
+/// waits for a completion, where it once woke itself at the same instant forever.
+#[test]
+fn leases_that_run_out_while_idle_consumers_wait_at_the_ceiling_do_not_stall_the_run() {
+    let text = format!("{HELD}\n[scaling]\nkind = \"fixed\"\nworkers = 10\n");
+    let summary = run_within_a_minute(Scenario::from_toml(&text).unwrap());
+    assert!(summary.peak_db_running <= 3, "{summary:#?}");
+    assert!(summary.duplicate_executions > 10, "{summary:#?}");
+}
+
+/// A ceiling on a Lambda fleet is the event source's maximum concurrency: the fleet never
+/// grows past it however deep the queue, and executions stay within it.
+#[test]
+fn a_ceiling_caps_a_lambda_fleet_however_deep_the_queue() {
+    let scaling = "[scaling]\nkind = \"lambda\"\nworkers = 1\nmax_concurrency = 40\nramp_per_minute = 600\ninterval_s = 1\n";
+    let summary = run_within_a_minute(Scenario::from_toml(&format!("{HELD}\n{scaling}")).unwrap());
+    assert_eq!(summary.peak_workers, 3, "{summary:#?}");
+    assert!(summary.peak_db_running <= 3, "{summary:#?}");
+}

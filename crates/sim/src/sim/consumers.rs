@@ -78,8 +78,14 @@ impl Simulation<'_> {
     /// Hands visible messages to idle workers, within the ceiling and the rate limit.
     pub(super) fn dispatch(&mut self) -> Result<(), SimError> {
         let c = &self.sc.consumers;
+        // Held back by the ceiling or the rate limit rather than an empty queue: a completion
+        // (the ceiling) or the token's timer (the rate limit) dispatches again, and a lease's
+        // end must not, or a lease that ended unseen (due, not yet taken) wakes this at once,
+        // forever.
+        let mut held = false;
         while let Some(&w) = self.idle.first() {
             if c.concurrency_ceiling > 0 && self.running() >= c.concurrency_ceiling {
+                held = true;
                 break;
             }
             if c.rate_limit_per_s > 0.0 {
@@ -90,6 +96,7 @@ impl Simulation<'_> {
                 if self.tokens < 1.0 {
                     let wait = ms((1.0 - self.tokens) / c.rate_limit_per_s).max(1);
                     self.wake_at(self.now + wait);
+                    held = true;
                     break;
                 }
             }
@@ -135,9 +142,9 @@ impl Simulation<'_> {
             }
             self.start(w, msg, d.receipt_handle, d.receive_count);
         }
-        if !self.idle.is_empty() {
+        if !self.idle.is_empty() && !held {
             if let Some(due) = self.engine.next_due(QUEUE) {
-                self.wake_at(due);
+                self.wake_at(due.max(self.now + 1));
             }
         }
         Ok(())
