@@ -159,9 +159,10 @@ impl Failures {
         }
     }
 
-    /// Counts a failed execution, unless it is a poison message's (which fails by design).
+    /// Counts a failed execution, unless it is a poison message's (which fails by design) or
+    /// one a Lambda function's timeout ended (a measure).
     fn execution(&self, error: &LabError) {
-        if matches!(error, LabError::Poison) {
+        if matches!(error, LabError::Poison | LabError::TimedOut) {
             return;
         }
         if self.executions.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -182,11 +183,15 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// The most consumers at once: a lambda fleet's limit, or the fleet within the ceiling
+    /// (more would only wait on it, as the simulator's do).
     pub fn size(scenario: &Scenario) -> u32 {
-        let c = &scenario.consumers;
+        let ceiling = scenario.consumers.concurrency_ceiling;
         let workers = scenario.scaling.workers;
-        if uses_runtime(scenario) && c.concurrency_ceiling > 0 {
-            workers.min(c.concurrency_ceiling)
+        if crate::processes::is_lambda(scenario) {
+            scenario.lambda_limit()
+        } else if ceiling > 0 {
+            workers.min(ceiling)
         } else {
             workers
         }
@@ -367,6 +372,10 @@ impl Naive {
         };
         if let Err(e) = &done {
             self.failures.execution(e);
+            if matches!(e, LabError::TimedOut) {
+                // Lambda deletes nothing of an invocation it ended: the lease runs out.
+                return true;
+            }
             let receives = (m.attributes.as_ref())
                 .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
                 .and_then(|n| n.parse().ok())

@@ -29,6 +29,8 @@ pub struct ExecutionRow {
     pub failed_s: Option<f64>,
     /// When a crash killed the consumer process running it (a fleet of processes only).
     pub killed_s: Option<f64>,
+    /// Ended by a Lambda function's timeout (a `lambda` fleet only).
+    pub timed_out: bool,
 }
 
 /// The SQLSTATE the downstream's `execute` raises for a poison message.
@@ -59,9 +61,13 @@ CREATE TABLE executions (id bigserial PRIMARY KEY, message_id text NOT NULL,
                          unloaded_s float8 NOT NULL,
                          started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
                          finished_at timestamptz, failed_at timestamptz,
-                         worker int, killed_at timestamptz);
+                         worker int, killed_at timestamptz,
+                         timed_out boolean NOT NULL DEFAULT false);
 CREATE INDEX executions_by_message ON executions (message_id);
 CREATE TABLE records (key text PRIMARY KEY, executions int NOT NULL);
+-- The database's capacity for a fleet of processes, each with a connection of its own:
+-- `database.capacity` rows, one locked by each execution for as long as it runs.
+CREATE TABLE slots (id int PRIMARY KEY);
 CREATE FUNCTION work(unloaded float8) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
   done float8 := 0; factor float8; slice float8;
@@ -87,6 +93,29 @@ BEGIN
   IF work_key LIKE 'poison-%' THEN
     RAISE EXCEPTION USING ERRCODE = 'LHPSN', MESSAGE = 'a poison message failed';
   END IF;
+END $$;
+-- Takes a free slot, or waits for one in line: the line is an advisory lock (granted in
+-- the order asked), and only its head looks for a free slot (SKIP LOCKED), every 5 ms, so
+-- executions get slots in the order they came, as from a pool. The slot is held until the
+-- statement's transaction ends, however it ends; the line's lock is the session's, let go
+-- once a slot is taken, and with the connection (which a cancelled execution's executor
+-- closes, as a killed consumer's dies).
+CREATE FUNCTION take_slot() RETURNS void LANGUAGE plpgsql AS $$
+DECLARE taken int;
+BEGIN
+  PERFORM pg_advisory_lock(hashtext(current_schema()));
+  LOOP
+    SELECT id INTO taken FROM slots ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    EXIT WHEN FOUND;
+    PERFORM pg_sleep(0.005);
+  END LOOP;
+  PERFORM pg_advisory_unlock(hashtext(current_schema()));
+END $$;
+CREATE FUNCTION execute_gated(work_key text, unloaded float8)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM take_slot();
+  PERFORM execute(work_key, unloaded);
 END $$;
 "#;
 
@@ -129,6 +158,13 @@ impl Downstream {
             )
             .await
             .map_err(LabError::postgres)?;
+        admin
+            .execute(
+                "INSERT INTO slots SELECT generate_series(0, $1 - 1)",
+                &[&(db.capacity.max(1) as i32)],
+            )
+            .await
+            .map_err(LabError::postgres)?;
         let mut config = base.clone();
         config.options(format!("-c search_path={schema}"));
         let pool = fleet_pool(&config, &app, db.capacity.max(1) as usize)?;
@@ -144,6 +180,29 @@ impl Downstream {
             pool,
             in_progress: Arc::new(AtomicU32::new(0)),
         })
+    }
+
+    /// Refuses, before anything starts, a fleet that needs more connections than the
+    /// database has left (`max_connections`, less the reserved and those open now).
+    pub async fn check_room(&self, needed: u32) -> Result<(), LabError> {
+        let row = self
+            .admin
+            .query_one(
+                "SELECT current_setting('max_connections')::int
+                      - current_setting('superuser_reserved_connections')::int
+                      - (SELECT count(*) FROM pg_stat_activity
+                         WHERE backend_type = 'client backend')::int",
+                &[],
+            )
+            .await
+            .map_err(LabError::postgres)?;
+        let left: i32 = row.get(0);
+        if i64::from(needed) > i64::from(left) {
+            return Err(LabError::Setup(format!(
+                "the fleet needs {needed} connections to the downstream database and it has {left} left (max_connections): run fewer consumers"
+            )));
+        }
+        Ok(())
     }
 
     /// A URL to this run's schema (for the idempotency store).
@@ -232,12 +291,11 @@ impl Downstream {
         let mut config = self.config.clone();
         config.application_name(format!("{}_ledger", self.app));
         let ledger = Arc::new(connect(&config).await?);
-        Ok(Executor {
+        Ok(Executor::for_task(
             ledger,
-            pool: self.pool.clone(),
-            in_progress: self.in_progress.clone(),
-            worker: None,
-        })
+            self.pool.clone(),
+            self.in_progress.clone(),
+        ))
     }
 
     /// The slow-query trigger: every execution's work takes `factor` times as long.
@@ -294,7 +352,8 @@ impl Downstream {
         let rows = self
             .admin
             .query(
-                "SELECT message_id, unloaded_s, started_at, finished_at, failed_at, killed_at
+                "SELECT message_id, unloaded_s, started_at, finished_at, failed_at, killed_at,
+                        timed_out
                  FROM executions ORDER BY started_at, id",
                 &[],
             )
@@ -311,6 +370,7 @@ impl Downstream {
                 finished_s: r.get::<_, Option<std::time::SystemTime>>(3).map(since),
                 failed_s: r.get::<_, Option<std::time::SystemTime>>(4).map(since),
                 killed_s: r.get::<_, Option<std::time::SystemTime>>(5).map(since),
+                timed_out: r.get(6),
             })
             .collect())
     }
@@ -382,163 +442,8 @@ impl Reach {
     }
 }
 
-/// One consumer's way to the downstream. Its execution is stopped by dropping the future
-/// of `execute` (a lost lease, the run's end): the query is cancelled on the database and
-/// its connection leaves the pool, so no other execution ever queues behind it or has its
-/// own query cancelled in its place.
-pub struct Executor {
-    ledger: Arc<Client>,
-    pool: Pool,
-    in_progress: Arc<AtomicU32>,
-    /// The consumer process this executor belongs to, in a fleet of processes.
-    worker: Option<i32>,
-}
+mod executor;
+#[cfg(test)]
+mod tests;
 
-/// Counts an execution in progress for as long as it lives, however it ends.
-struct InProgress(Arc<AtomicU32>);
-
-impl InProgress {
-    fn start(count: &Arc<AtomicU32>) -> InProgress {
-        count.fetch_add(1, Ordering::Relaxed);
-        InProgress(count.clone())
-    }
-}
-
-impl Drop for InProgress {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// An execution's row while it runs. Dropped before the end is recorded (its lease was lost
-/// and the future cancelled, or the database failed it), the row is marked failed, so that
-/// only a row whose consumer was killed stays open: a crash takes only busy consumers.
-struct Open {
-    ledger: Option<Arc<Client>>,
-    id: i64,
-}
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        let (Some(ledger), Ok(runtime)) =
-            (self.ledger.take(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let id = self.id;
-        runtime.spawn(async move {
-            let _ = ledger
-                .execute(
-                    "UPDATE executions SET failed_at = clock_timestamp()
-                     WHERE id = $1 AND finished_at IS NULL AND failed_at IS NULL",
-                    &[&id],
-                )
-                .await;
-        });
-    }
-}
-
-/// A pooled connection whose statement is on its way. Dropped before `finished`, the
-/// statement is cancelled and the connection taken out of the pool (closed), never handed
-/// to the next execution with an abandoned query still running on it.
-struct Checkout {
-    connection: Option<deadpool_postgres::Object>,
-    token: tokio_postgres::CancelToken,
-}
-
-impl Checkout {
-    fn finished(mut self) -> deadpool_postgres::Object {
-        self.connection.take().expect("held until finished")
-    }
-}
-
-impl Drop for Checkout {
-    fn drop(&mut self) {
-        if let Some(connection) = self.connection.take() {
-            drop(deadpool_postgres::Object::take(connection));
-            let token = self.token.clone();
-            tokio::spawn(async move {
-                let _ = token.cancel_query(NoTls).await;
-            });
-        }
-    }
-}
-
-impl Executor {
-    /// A consumer process's way to the downstream: its own ledger, and a connection of its
-    /// own to work through. The database ends a statement whose client is gone
-    /// (`client_connection_check_interval`), so a killed process's work stops with it.
-    pub async fn for_process(reach: &Reach, worker: i32) -> Result<Executor, LabError> {
-        let mut config = parse_url(&reach.postgres_url)?;
-        config.options(format!(
-            "-c search_path={} -c client_connection_check_interval=100",
-            reach.schema
-        ));
-        let mut ledger_config = config.clone();
-        ledger_config.application_name(format!("{}_ledger", reach.app));
-        Ok(Executor {
-            ledger: Arc::new(connect(&ledger_config).await?),
-            pool: fleet_pool(&config, &reach.app, 1)?,
-            in_progress: Arc::new(AtomicU32::new(0)),
-            worker: Some(worker),
-        })
-    }
-
-    /// One execution of a message: a row in `executions` first (on the ledger, committed at
-    /// once, so an execution cut short is still counted), then a connection from the pool
-    /// (waiting, when the fleet holds them all), and the work in one statement that upserts
-    /// the message's record row; then the execution is marked finished.
-    pub async fn execute(&self, message_id: &str, unloaded_s: f64) -> Result<(), LabError> {
-        let row = self
-            .ledger
-            .query_one(
-                "INSERT INTO executions (message_id, unloaded_s, worker) VALUES ($1, $2, $3) RETURNING id",
-                &[&message_id, &unloaded_s, &self.worker],
-            )
-            .await
-            .map_err(LabError::postgres)?;
-        let id: i64 = row.get(0);
-        let mut open = Open {
-            ledger: Some(self.ledger.clone()),
-            id,
-        };
-        let _counted = InProgress::start(&self.in_progress);
-        let connection = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| LabError::Postgres(format!("no connection from the pool: {e}")))?;
-        let checkout = Checkout {
-            token: connection.cancel_token(),
-            connection: Some(connection),
-        };
-        let worked = checkout
-            .connection
-            .as_ref()
-            .expect("held until finished")
-            .execute("SELECT execute($1, $2)", &[&message_id, &unloaded_s])
-            .await;
-        drop(checkout.finished());
-        let poisoned = worked
-            .as_ref()
-            .err()
-            .and_then(|e| e.code())
-            .is_some_and(|code| code.code() == POISON_STATE);
-        if !poisoned {
-            worked.map_err(LabError::postgres)?;
-        }
-        let column = if poisoned { "failed_at" } else { "finished_at" };
-        open.ledger = None;
-        self.ledger
-            .execute(
-                &format!("UPDATE executions SET {column} = clock_timestamp() WHERE id = $1"),
-                &[&id],
-            )
-            .await
-            .map_err(LabError::postgres)?;
-        match poisoned {
-            true => Err(LabError::Poison),
-            false => Ok(()),
-        }
-    }
-}
+pub use executor::Executor;

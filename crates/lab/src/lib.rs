@@ -17,6 +17,7 @@ mod processes;
 mod redrive;
 mod report;
 mod run;
+mod scaler;
 mod spec;
 
 pub use report::{Comparison, LabReport, ModelCheck};
@@ -47,6 +48,9 @@ pub enum LabError {
     /// failure of the lab.
     #[error("a poison message failed, as the scenario's trigger has it")]
     Poison,
+    /// An execution ran past a Lambda function's timeout and was ended: a measure too.
+    #[error("the execution ran past the function's timeout and was ended")]
+    TimedOut,
 }
 
 impl LabError {

@@ -26,6 +26,8 @@ pub struct Sample {
     pub dlq_messages: u64,
     /// Consumer transactions active on the database.
     pub db_running: u32,
+    /// Consumers up (a lambda fleet's size changes).
+    pub workers: u32,
 }
 
 /// Reads a queue's lease report from the server's admin routes.
@@ -57,7 +59,12 @@ fn count(doc: &Value, path: &[&str]) -> u64 {
 }
 
 /// The source queue's report (and the DLQ's, if any) as one sample.
-pub fn sample(t_s: f64, source: &Value, dlq: Option<&Value>, db_running: u32) -> Sample {
+pub fn sample(
+    t_s: f64,
+    (source, dlq): (&Value, Option<&Value>),
+    db_running: u32,
+    workers: u32,
+) -> Sample {
     Sample {
         t_s,
         sent: count(source, &["sent"]),
@@ -70,6 +77,7 @@ pub fn sample(t_s: f64, source: &Value, dlq: Option<&Value>, db_running: u32) ->
             count(d, &["messages", "visible"]) + count(d, &["messages", "not_visible"])
         }),
         db_running,
+        workers,
     }
 }
 
@@ -81,7 +89,6 @@ pub struct Extras {
     pub lost_leases: u64,
     pub dlq_messages: u64,
     pub dlq_messages_already_succeeded: u64,
-    pub workers: u32,
 }
 
 /// The measured run as the simulator's tally: one row per step from the samples and the
@@ -121,14 +128,9 @@ pub fn tally(
     tally.dlq_messages = extras.dlq_messages;
     tally.dlq_messages_already_succeeded = extras.dlq_messages_already_succeeded;
     tally.peak_db_running = samples.iter().map(|s| s.db_running).max().unwrap_or(0);
-    tally.peak_workers = extras.workers;
-    tally.rows = rows(
-        scenario,
-        samples,
-        executions,
-        &duplicate_starts,
-        extras.workers,
-    );
+    tally.peak_workers = samples.iter().map(|s| s.workers).max().unwrap_or(0);
+    tally.function_timeouts = executions.iter().filter(|e| e.timed_out).count() as u64;
+    tally.rows = rows(scenario, samples, executions, &duplicate_starts);
     // Executions whose latency is known are the finished ones: the mean is over those.
     let finished = executions.iter().filter(|e| e.finished_s.is_some()).count() as f64;
     if finished > 0.0 {
@@ -199,7 +201,6 @@ fn rows(
     samples: &[Sample],
     executions: &[ExecutionRow],
     duplicate_starts: &[f64],
-    workers: u32,
 ) -> Vec<Row> {
     let step = scenario.step_s;
     let window = scenario.amplification_window_s;
@@ -241,7 +242,7 @@ fn rows(
                 } else {
                     latencies.iter().sum::<f64>() / latencies.len() as f64
                 },
-                workers,
+                workers: s.workers,
                 dlq_messages: s.dlq_messages,
             };
             previous = s.clone();
@@ -262,6 +263,7 @@ mod tests {
             finished_s: Some(end),
             failed_s: None,
             killed_s: None,
+            timed_out: false,
         }
     }
 
@@ -269,6 +271,7 @@ mod tests {
         ExecutionRow {
             finished_s: None,
             killed_s: Some(killed),
+            timed_out: false,
             ..exec(id, start, 0.0)
         }
     }

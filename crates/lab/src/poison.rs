@@ -114,6 +114,7 @@ mod tests {
             finished_s: None,
             failed_s,
             killed_s: None,
+            timed_out: false,
         }
     }
 

@@ -1,9 +1,11 @@
 //! A fleet of consumer processes, for the scenarios whose triggers stop consumers (a crash, a
-//! deploy): each consumer is the lab's binary run as `leasehold lab-consumer` (its spec on
-//! stdin), in a process group of its own, with a connection of its own to the downstream. A
-//! crash SIGKILLs the groups of the busy ones, a deploy SIGTERMs each in turn (it drains),
-//! and both start them again after the trigger's delay; the run's end kills them all. A
-//! consumer whose lab dies sees its stdin close and exits, so none outlives it.
+//! deploy) and for a `lambda` fleet: each consumer is the lab's binary run as `leasehold
+//! lab-consumer` (its spec on stdin), in a process group of its own, with a connection of its
+//! own to the downstream (whose capacity is its slots). A crash SIGKILLs the groups of the
+//! busy ones, a deploy SIGTERMs each in turn (it drains), and both start them again after
+//! the trigger's delay; a lambda fleet's controller starts and stops them (`scale`); the
+//! run's end kills them all. A consumer whose lab dies sees its stdin close and exits, so
+//! none outlives it.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -23,9 +25,15 @@ use crate::downstream::{Executor, Reach};
 use crate::LabError;
 
 /// Whether the scenario's consumers run as processes: a crash kills some of them, a deploy
-/// stops and starts them all.
+/// stops and starts them all, a lambda fleet's controller starts and stops them.
 pub fn needed(scenario: &Scenario) -> bool {
-    (scenario.triggers.iter()).any(|t| matches!(t.kind.as_str(), "crash" | "deploy"))
+    is_lambda(scenario)
+        || (scenario.triggers.iter()).any(|t| matches!(t.kind.as_str(), "crash" | "deploy"))
+}
+
+/// Whether the fleet is a `lambda` one: its size follows the queue's visible count.
+pub fn is_lambda(scenario: &Scenario) -> bool {
+    scenario.scaling.kind == "lambda"
 }
 
 /// What one consumer process runs: its queue, the downstream, the scenario, and which
@@ -59,7 +67,11 @@ pub async fn run_consumer() -> Result<(), LabError> {
     let spec: ConsumerSpec = serde_json::from_str(&line)
         .map_err(|e| LabError::Setup(format!("lab-consumer: not a consumer's spec: {e}")))?;
     let client = crate::run::sqs_client(&spec.endpoint);
-    let executor = Executor::for_process(&spec.reach, spec.worker).await?;
+    // A Lambda function's timeout ends an execution that outlives it.
+    let limit = is_lambda(&spec.scenario).then(|| {
+        Duration::from_secs_f64(spec.scenario.scaling.function_timeout_s.clamp(0.001, 900.0))
+    });
+    let executor = Executor::for_process(&spec.reach, spec.worker, limit).await?;
     let (stop, drain) = (CancellationToken::new(), CancellationToken::new());
     let idempotency_url = spec.reach.url();
     let site = Site {
@@ -118,12 +130,12 @@ pub struct Processes {
 }
 
 impl Processes {
-    /// Starts `n` consumers from `exe` (this binary), their stderr to `consumers.log` in
-    /// `out`.
+    /// Room for `slots` consumers from `exe` (this binary), the first `started` of them
+    /// started, their stderr to `consumers.log` in `out`.
     pub async fn start(
         exe: &Path,
         spec: ConsumerSpec,
-        n: u32,
+        (slots, started): (u32, u32),
         out: &Path,
     ) -> Result<Processes, LabError> {
         std::fs::create_dir_all(out).map_err(|e| LabError::Output(e.to_string()))?;
@@ -133,12 +145,12 @@ impl Processes {
             exe: exe.to_path_buf(),
             spec,
             log,
-            children: (0..n).map(|_| None).collect(),
-            incarnations: vec![0; n as usize],
+            children: (0..slots).map(|_| None).collect(),
+            incarnations: vec![0; slots as usize],
             exited: 0,
             draining: Default::default(),
         };
-        for worker in 0..n as i32 {
+        for worker in 0..started.min(slots) as i32 {
             processes.spawn(worker).await?;
         }
         Ok(processes)
@@ -257,6 +269,52 @@ impl Processes {
         }
     }
 
+    /// Consumers running now, draining ones too (as the simulator's workers that are not
+    /// gone or down).
+    pub fn up(&mut self) -> u32 {
+        self.reap();
+        self.children.iter().filter(|c| c.is_some()).count() as u32
+    }
+
+    /// Consumers running and not told to stop: a lambda fleet's size.
+    pub fn active(&mut self) -> usize {
+        self.reap();
+        (0..self.children.len() as i32)
+            .filter(|w| self.children[*w as usize].is_some() && !self.draining.contains(w))
+            .count()
+    }
+
+    /// A lambda fleet's controller's decision carried out (`Scenario::lambda_change`):
+    /// positive, start that many consumers in free slots (lowest first); negative, tell that
+    /// many idle ones to stop (highest first; `busy` are the consumers whose newest execution
+    /// runs, and they are left to finish). Answers how many started or were told to stop.
+    pub async fn scale(&mut self, change: i64, busy: &[i32]) -> Result<u32, LabError> {
+        self.reap();
+        let mut done = 0;
+        if change > 0 {
+            let free: Vec<i32> = (0..self.children.len() as i32)
+                .filter(|w| self.children[*w as usize].is_none())
+                .take(change as usize)
+                .collect();
+            for worker in free {
+                self.spawn(worker).await?;
+                done += 1;
+            }
+            return Ok(done);
+        }
+        let idle: Vec<i32> = (0..self.children.len() as i32)
+            .rev()
+            .filter(|w| self.children[*w as usize].is_some())
+            .filter(|w| !self.draining.contains(w) && !busy.contains(w))
+            .take(change.unsigned_abs() as usize)
+            .collect();
+        for worker in idle {
+            self.terminate(worker);
+            done += 1;
+        }
+        Ok(done)
+    }
+
     /// Kills every consumer: the run is over.
     pub async fn kill_all(&mut self) {
         for worker in 0..self.children.len() as i32 {
@@ -292,8 +350,13 @@ impl Crew {
             worker: 0,
             incarnation: 0,
         };
-        let n = crate::consumers::Fleet::size(target.scenario);
-        let processes = Processes::start(exe, spec, n, out).await?;
+        let slots = crate::consumers::Fleet::size(target.scenario);
+        // A lambda fleet starts as the simulator's does after its first scaling: one.
+        let started = match is_lambda(target.scenario) {
+            true => 1,
+            false => slots,
+        };
+        let processes = Processes::start(exe, spec, (slots, started), out).await?;
         Ok(Crew::Processes(Box::new(tokio::sync::Mutex::new(
             processes,
         ))))
@@ -344,6 +407,14 @@ impl Crew {
                 downstream.terminate_executions().await?;
                 Ok(None)
             }
+        }
+    }
+
+    /// Consumers up now (as the simulator's `workers`): a fleet of tasks is all up.
+    pub async fn up(&self, scenario: &Scenario) -> u32 {
+        match self {
+            Crew::Tasks(_) => crate::consumers::Fleet::size(scenario),
+            Crew::Processes(processes) => processes.lock().await.up(),
         }
     }
 

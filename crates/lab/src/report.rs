@@ -168,6 +168,11 @@ fn measures(scenario: &Scenario, s: &Summary) -> Vec<(&'static str, f64, f64)> {
     if has(&["crash", "deploy"]) {
         list.push(("lost_work_s", s.lost_work_s.unwrap_or(0.0), 1.0));
     }
+    if scenario.scaling.kind == "lambda" {
+        // The fleet the controller grew, and the executions the function's timeout ended.
+        list.push(("peak_workers", f64::from(s.peak_workers), 2.0));
+        list.push(("function_timeouts", s.function_timeouts as f64, 3.0));
+    }
     if scenario.queue.max_receive_count > 0 {
         list.push(("dlq_messages", s.dlq_messages as f64, 3.0));
         list.push((

@@ -85,17 +85,22 @@ async fn create_queue(
         .ok_or_else(|| LabError::Server(format!("creating {name}: no QueueUrl")))
 }
 
-async fn queue_arn(client: &Client, url: &str) -> Result<String, LabError> {
+/// One attribute of a queue, as the server answers `GetQueueAttributes`.
+pub(crate) async fn queue_attribute(
+    client: &Client,
+    url: &str,
+    name: QueueAttributeName,
+) -> Result<String, LabError> {
     let out = client
         .get_queue_attributes()
         .queue_url(url)
-        .attribute_names(QueueAttributeName::QueueArn)
+        .attribute_names(name.clone())
         .send()
         .await
-        .map_err(|e| LabError::sqs("reading a queue's ARN", e))?;
+        .map_err(|e| LabError::sqs(&format!("reading a queue's {}", name.as_str()), e))?;
     out.attributes
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-        .ok_or_else(|| LabError::Server("no QueueArn".into()))
+        .and_then(|a| a.get(&name).cloned())
+        .ok_or_else(|| LabError::Server(format!("no {}", name.as_str())))
 }
 
 /// The source queue with the scenario's lease, and its dead-letter queue if it has one.
@@ -109,7 +114,7 @@ async fn create_queues(client: &Client, scenario: &Scenario) -> Result<Queues, L
     if scenario.queue.max_receive_count > 0 {
         let dlq_name = format!("{name}-dlq");
         let dlq_url = create_queue(client, &dlq_name, Vec::new()).await?;
-        let arn = queue_arn(client, &dlq_url).await?;
+        let arn = queue_attribute(client, &dlq_url, QueueAttributeName::QueueArn).await?;
         attributes.push((
             QueueAttributeName::RedrivePolicy,
             serde_json::json!({
@@ -148,7 +153,13 @@ async fn sample_steps(
             None => None,
         };
         let running = crew.running(downstream).await?;
-        samples.push(measure::sample(t, &source, dlq.as_ref(), running));
+        let workers = crew.up(scenario).await;
+        samples.push(measure::sample(
+            t,
+            (&source, dlq.as_ref()),
+            running,
+            workers,
+        ));
         progress(f64::from(k) / f64::from(steps));
     }
     Ok(samples)
@@ -164,11 +175,27 @@ pub async fn run(
     let spec = LabSpec::of(scenario)?;
     let client = sqs_client(&options.endpoint);
     let downstream = Downstream::create(&options.postgres_url, scenario).await?;
-    let result = run_on(scenario, &spec, options, &client, &downstream, progress).await;
+    let result = match downstream.check_room(connections_needed(scenario)).await {
+        Ok(()) => run_on(scenario, &spec, options, &client, &downstream, progress).await,
+        Err(e) => Err(e),
+    };
     let dropped = downstream.drop_schema().await;
     let report = result?;
     dropped?;
     Ok(report)
+}
+
+/// The connections a fleet holds to the downstream: a consumer process two (its ledger, its
+/// work) and its runtime's idempotency store one more; a task its ledger, and the tasks
+/// share the pool and one store.
+fn connections_needed(scenario: &Scenario) -> u32 {
+    let size = consumers::Fleet::size(scenario);
+    let store = u32::from(scenario.consumers.idempotency);
+    if crate::processes::needed(scenario) {
+        (2 + store) * size
+    } else {
+        size + scenario.database.capacity.min(size) + 4 * store
+    }
 }
 
 async fn run_on(
@@ -242,7 +269,30 @@ async fn run_on(
         start,
         stop.clone(),
     );
-    let (sampled, ()) = tokio::join!(sampling, triggers);
+    let controlling = async {
+        match crew.processes() {
+            Some(processes) if crate::processes::is_lambda(scenario) => {
+                let queue = (client, queues.url.as_str());
+                let controlled = crate::scaler::control(
+                    scenario,
+                    queue,
+                    downstream,
+                    processes,
+                    start,
+                    stop.clone(),
+                )
+                .await;
+                if controlled.is_err() {
+                    // The fleet cannot follow its rule: the run stops rather than go on
+                    // measuring a fleet the scenario does not describe.
+                    stop.cancel();
+                }
+                controlled
+            }
+            _ => Ok(()),
+        }
+    };
+    let (sampled, (), controlled) = tokio::join!(sampling, triggers, controlling);
     stop.cancel();
     // Taken before the run's end cuts executions short, which is no failure of theirs.
     let failures = crew.failures().await;
@@ -260,6 +310,7 @@ async fn run_on(
         None => Default::default(),
     };
     let samples = sampled?;
+    controlled?;
     let executions = downstream.executions(origin).await?;
     let dlq = match &queues.dlq {
         Some((_, url)) => Some(report::dead_letters(client, url, &executions).await?),
@@ -271,7 +322,6 @@ async fn run_on(
         lost_leases: stats.as_ref().map_or(0, |s| s.lost_leases),
         dlq_messages: dlq.map_or(0, |d| d.0),
         dlq_messages_already_succeeded: dlq.map_or(0, |d| d.1),
-        workers: consumers::Fleet::size(scenario),
     };
     let mut tally = measure::tally(scenario, &samples, &executions, &extras);
     if !scenario.tenants.is_empty() {
@@ -360,8 +410,9 @@ impl RedrivePhase<'_> {
             stop: &stop,
         })
         .await?;
-        let source_arn = queue_arn(client, &self.queues.url).await?;
-        redrive::blind(client, &queue_arn(client, dlq_url).await?, &source_arn).await?;
+        let arn = |url| queue_attribute(client, url, QueueAttributeName::QueueArn);
+        let source_arn = arn(&self.queues.url).await?;
+        redrive::blind(client, &arn(dlq_url).await?, &source_arn).await?;
         let (moved, skipped) = redrive::leasehold(
             client,
             &split.second_dlq_url,

@@ -87,13 +87,6 @@ impl LabSpec {
                 "a crash's recovery is measured at the message's next execution, which idempotency or a retry budget may put off: a crash runs without them".into(),
             ));
         }
-        if crate::processes::needed(scenario)
-            && scenario.database.capacity < crate::consumers::Fleet::size(scenario)
-        {
-            return Err(LabError::Setup(
-                "a crash or a deploy runs the consumers as processes, each with a connection of its own to the downstream: database.capacity must be at least the fleet".into(),
-            ));
-        }
         let poison = scenario.triggers.iter().any(|t| t.kind == "poison");
         if let Some(t) = (scenario.tenants.iter()).find(|t| crate::load::is_poison(&t.name)) {
             return Err(LabError::Setup(format!(
@@ -115,19 +108,15 @@ impl LabSpec {
                 "the runtime puts a failed message back: with a poison trigger, set consumers.on_failure to release or backoff".into(),
             ));
         }
-        if scenario.scaling.kind != "fixed" {
-            return Err(LabError::Setup(
-                "the lab runs a fixed fleet: scaling.kind must be fixed".into(),
-            ));
-        }
+        Self::check_fleet(scenario)?;
         if scenario.arrivals.kind != "steady" {
             return Err(LabError::Setup(
                 "the lab sends steady arrivals (with rate changes and bursts): arrivals.kind must be steady".into(),
             ));
         }
-        if scenario.duration_s > 600.0 || scenario.scaling.workers > 64 {
+        if scenario.duration_s > 600.0 || crate::consumers::Fleet::size(scenario) > 64 {
             return Err(LabError::Setup(
-                "a lab run is bounded: at most 600 s and 64 workers (scale the scenario's time down)".into(),
+                "a lab run is bounded: at most 600 s and 64 workers, a lambda fleet's max_concurrency too (scale the scenario down)".into(),
             ));
         }
         if scenario.consumers.idempotency && !scenario.consumers.heartbeat {
@@ -136,6 +125,38 @@ impl LabSpec {
             ));
         }
         Ok(spec)
+    }
+
+    /// What the lab's fleets can be: fixed, or `lambda` (naive consumers scaled by the
+    /// controller, nothing else stopping them; `Scenario::validate` refuses other kinds); a
+    /// rate limit is the runtime's, and in a fleet of processes each would have its own.
+    fn check_fleet(scenario: &Scenario) -> Result<(), LabError> {
+        let lambda = crate::processes::is_lambda(scenario);
+        let runtime = crate::consumers::uses_runtime(scenario);
+        if lambda && runtime {
+            return Err(LabError::Setup(
+                "a lambda fleet's consumers are function invocations, without the runtime: set consumers.heartbeat = false".into(),
+            ));
+        }
+        let stops =
+            (scenario.triggers.iter()).any(|t| matches!(t.kind.as_str(), "crash" | "deploy"));
+        if lambda && stops {
+            return Err(LabError::Setup(
+                "a lambda fleet is started and stopped by its controller: crash and deploy triggers run with a fixed fleet".into(),
+            ));
+        }
+        let rate_limit = scenario.consumers.rate_limit_per_s > 0.0;
+        if rate_limit && !runtime {
+            return Err(LabError::Setup(
+                "the rate limit is the runtime's: with consumers.rate_limit_per_s, set consumers.heartbeat".into(),
+            ));
+        }
+        if rate_limit && crate::processes::needed(scenario) {
+            return Err(LabError::Setup(
+                "a crash or a deploy runs each consumer as a process, each with a rate limit of its own: consumers.rate_limit_per_s runs with neither".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -178,11 +199,14 @@ mod tests {
     }
 
     #[test]
-    fn a_crash_or_a_deploy_needs_a_connection_for_each_consumer() {
+    fn crashes_deploys_and_lambda_fleets_run_on_processes_within_what_those_can_do() {
         let crash = POISONED.replace("\"poison\"", "\"crash\"");
         assert_eq!(refusal(&crash), "");
+        // The database's slots hold its capacity for processes, as the pool does for tasks.
         let tight = format!("{crash}\n[database]\ncapacity = 3\n[scaling]\nworkers = 4\n");
-        assert!(refusal(&tight).contains("database.capacity must be at least the fleet"));
+        assert_eq!(refusal(&tight), "");
+        let limited = crash.replace("[consumers]", "[consumers]\nrate_limit_per_s = 5");
+        assert!(refusal(&limited).contains("a rate limit of its own"));
         let deploy = POISONED.replace("\"poison\"", "\"deploy\"");
         assert_eq!(refusal(&deploy), "");
         let buggy = deploy.replace(
@@ -191,6 +215,18 @@ mod tests {
         );
         assert!(refusal(&buggy).contains("runs only in the simulator"));
         let lambda = crash.replace("[consumers]", "[scaling]\nkind = \"lambda\"\n[consumers]");
-        assert!(refusal(&lambda).contains("scaling.kind must be fixed"));
+        assert!(refusal(&lambda).contains("function invocations, without the runtime"));
+        let naive = lambda.replace("heartbeat = true", "heartbeat = false");
+        assert!(refusal(&naive).contains("started and stopped by its controller"));
+        let unbounded = naive.replace("\"crash\"", "\"blip\"");
+        assert!(
+            refusal(&unbounded).contains("64 workers"),
+            "max_concurrency 1000"
+        );
+        let alone = unbounded.replace(
+            "kind = \"lambda\"",
+            "kind = \"lambda\"\nmax_concurrency = 64",
+        );
+        assert_eq!(refusal(&alone), "");
     }
 }

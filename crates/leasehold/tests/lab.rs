@@ -350,6 +350,46 @@ fn a_deploy_drains_within_its_grace_and_cuts_what_outlasts_it_live_as_predicted(
     );
 }
 
+/// Seed 004's Lambda black hole live: a controller scales consumer processes on the queue's
+/// visible count. After a slow query the duplicates raise the count, the fleet grows to its
+/// limit of 30 against a database of 10 slots, and it never comes back, as predicted; with
+/// the event source's maximum concurrency at the database's capacity the fleet stays within
+/// ten and recovers, as predicted. From the downstream table; no consumer outlives a run.
+#[test]
+fn a_lambda_fleet_runs_away_on_its_duplicates_and_a_ceiling_holds_it_live_as_predicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let runaway = lab("lab-lambda-runaway", &dir.path().join("runaway"));
+    assert_eq!(
+        consumer_processes(),
+        0,
+        "a consumer process outlived its run"
+    );
+    let held = lab("lab-lambda-ceiling", &dir.path().join("held"));
+    assert_eq!(
+        consumer_processes(),
+        0,
+        "a consumer process outlived its run"
+    );
+    for side in ["measured", "predicted"] {
+        let (r, h) = (&runaway[side], &held[side]);
+        assert_eq!(f(&r["peak_workers"]), 30.0, "{side}: {runaway:#}");
+        assert_eq!(r["recovered"], false, "{side}: {runaway:#}");
+        assert!(f(&r["duplicate_executions"]) > 150.0, "{side}: {runaway:#}");
+        assert!(f(&h["peak_workers"]) <= 10.0, "{side}: {held:#}");
+        assert_eq!(h["recovered"], true, "{side}: {held:#}");
+        assert!(f(&h["duplicate_executions"]) < 60.0, "{side}: {held:#}");
+    }
+    for measure in ["peak_workers", "time_to_recover_s", "function_timeouts"] {
+        assert_eq!(comparison(&runaway, measure)["agree"], true, "{runaway:#}");
+        assert_eq!(comparison(&held, measure)["agree"], true, "{held:#}");
+    }
+    assert_eq!(
+        comparison(&held, "duplicate_executions")["agree"],
+        true,
+        "{held:#}"
+    );
+}
+
 #[test]
 fn a_scenario_the_lab_cannot_run_is_one_line_and_exit_2_before_anything_starts() {
     let out = tempfile::tempdir().unwrap();
@@ -374,7 +414,7 @@ fn a_scenario_the_lab_cannot_run_is_one_line_and_exit_2_before_anything_starts()
         (
             lambda.as_str(),
             common::POSTGRES_URL,
-            "the lab runs a fixed fleet",
+            "a lambda fleet's max_concurrency too",
         ),
         (
             "no-such-scenario.toml",
