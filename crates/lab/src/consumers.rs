@@ -1,7 +1,8 @@
 //! The consumer fleets: naive workers (receive one message, work, delete at the end; no
-//! heartbeat, no idempotency), or the runtime (`leasehold-worker`: heartbeat, lost-lease
-//! cancellation, the idempotency gate on the downstream's PostgreSQL, a ceiling on executions
-//! at once). Both work against the downstream for real; neither's word is used for measures.
+//! idempotency; no heartbeat, or, as seed 000's bug, a hand-rolled one that stops when a
+//! shutdown begins), or the runtime (`leasehold-worker`: heartbeat, lost-lease cancellation,
+//! the idempotency gate on the downstream's PostgreSQL, a ceiling on executions at once). Both
+//! work against the downstream for real; neither's word is used for measures.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,9 +21,30 @@ use tokio::task::JoinSet;
 use crate::downstream::{Downstream, Executor};
 use crate::LabError;
 
-/// What kind of fleet a scenario's `[consumers]` describe.
+/// What kind of fleet a scenario's `[consumers]` describe: the runtime heartbeats to the end
+/// of its drain, so a heartbeat that stops on shutdown is a naive consumer's own (the bug).
 pub fn uses_runtime(scenario: &Scenario) -> bool {
-    scenario.consumers.heartbeat
+    let c = &scenario.consumers;
+    c.heartbeat && !c.heartbeat_stops_on_shutdown
+}
+
+/// A naive consumer's own heartbeat, where the scenario has the bug: every lease/3, the
+/// lease again, until its shutdown begins.
+#[derive(Clone, Copy)]
+struct Heartbeat {
+    every: Duration,
+    lease_s: i32,
+}
+
+impl Heartbeat {
+    fn of(scenario: &Scenario) -> Option<Heartbeat> {
+        let c = &scenario.consumers;
+        let lease_s = scenario.queue.visibility_timeout_s;
+        (c.heartbeat && c.heartbeat_stops_on_shutdown).then(|| Heartbeat {
+            every: Duration::from_secs_f64(f64::from(lease_s) / 3.0).max(Duration::from_millis(10)),
+            lease_s: i32::try_from(lease_s).unwrap_or(i32::MAX),
+        })
+    }
 }
 
 /// Draws processing times as the simulator does, for every consumer of the fleet: afresh for
@@ -268,6 +290,7 @@ pub(crate) async fn launch(
                 drain: site.drain.clone(),
                 failures: failures.clone(),
                 failure: OnFailure::of(site.scenario),
+                heartbeat: Heartbeat::of(site.scenario),
             };
             tasks.spawn(naive.run());
         }
@@ -304,6 +327,7 @@ struct Naive {
     drain: CancellationToken,
     failures: Arc<Failures>,
     failure: OnFailure,
+    heartbeat: Option<Heartbeat>,
 }
 
 impl Naive {
@@ -369,6 +393,7 @@ impl Naive {
         let done = tokio::select! {
             _ = self.stop.cancelled() => return false,
             r = self.executor.execute(&key, work_s) => r,
+            never = self.keep_alive(&handle) => match never {},
         };
         if let Err(e) = &done {
             self.failures.execution(e);
@@ -394,6 +419,26 @@ impl Naive {
             self.failures.deletes.fetch_add(1, Ordering::Relaxed);
         }
         true
+    }
+
+    /// The bug's heartbeat, for as long as the execution runs: the lease renewed every
+    /// lease/3 until the drain begins, then nothing (never returns).
+    async fn keep_alive(&self, handle: &str) -> std::convert::Infallible {
+        let Some(beat) = self.heartbeat else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::select! {
+                _ = self.drain.cancelled() => return std::future::pending().await,
+                _ = tokio::time::sleep(beat.every) => {}
+            }
+            let _ = (self.client.change_message_visibility())
+                .queue_url(&self.queue_url)
+                .receipt_handle(handle)
+                .visibility_timeout(beat.lease_s)
+                .send()
+                .await;
+        }
     }
 
     async fn put_back(&self, handle: String, visibility: i32) {

@@ -398,6 +398,8 @@ pub fn compare(
         scaling: scaling_sentence(scenario, spec),
         consumers: if crate::consumers::uses_runtime(scenario) {
             "runtime"
+        } else if scenario.consumers.heartbeat {
+            "naive, with a heartbeat that stops at shutdown"
         } else {
             "naive"
         },

@@ -71,15 +71,6 @@ impl LabSpec {
                 t.kind
             )));
         }
-        let deploys = scenario.triggers.iter().any(|t| t.kind == "deploy");
-        if deploys
-            && crate::consumers::uses_runtime(scenario)
-            && scenario.consumers.heartbeat_stops_on_shutdown
-        {
-            return Err(LabError::Setup(
-                "the runtime heartbeats to the end of its drain: heartbeat_stops_on_shutdown (the bug) runs only in the simulator".into(),
-            ));
-        }
         let consumers = &scenario.consumers;
         let crashes = scenario.triggers.iter().any(|t| t.kind == "crash");
         if crashes && (consumers.idempotency || consumers.retry_budget > 0.0) {
@@ -119,9 +110,9 @@ impl LabSpec {
                 "a lab run is bounded: at most 600 s and 64 workers, a lambda fleet's max_concurrency too (scale the scenario down)".into(),
             ));
         }
-        if scenario.consumers.idempotency && !scenario.consumers.heartbeat {
+        if scenario.consumers.idempotency && !crate::consumers::uses_runtime(scenario) {
             return Err(LabError::Setup(
-                "the lab's idempotency gate is the runtime's, which always heartbeats: set consumers.heartbeat".into(),
+                "the lab's idempotency gate is the runtime's, which heartbeats to the end of its drain: set consumers.heartbeat, without heartbeat_stops_on_shutdown".into(),
             ));
         }
         Ok(spec)
@@ -213,7 +204,10 @@ mod tests {
             "heartbeat = true",
             "heartbeat = true\nheartbeat_stops_on_shutdown = true",
         );
-        assert!(refusal(&buggy).contains("runs only in the simulator"));
+        // Seed 000's bug runs live as a naive consumer's own heartbeat, without the gate.
+        assert_eq!(refusal(&buggy), "");
+        let gated = buggy.replace("[consumers]", "[consumers]\nidempotency = true");
+        assert!(refusal(&gated).contains("without heartbeat_stops_on_shutdown"));
         let lambda = crash.replace("[consumers]", "[scaling]\nkind = \"lambda\"\n[consumers]");
         assert!(refusal(&lambda).contains("function invocations, without the runtime"));
         let naive = lambda.replace("heartbeat = true", "heartbeat = false");

@@ -321,17 +321,34 @@ fn a_crashed_consumers_messages_wait_out_their_lease_live_as_predicted() {
 /// Seed 000's deploy live against the runtime: a rolling restart of consumer processes whose
 /// grace outlasts the lease loses nothing and runs nothing twice (the heartbeats carry each
 /// drain past the lease); one whose grace is shorter than the work cuts drains short, and
-/// what they held runs again. From the downstream table, and predicted alike.
+/// what they held runs again; and the seed's bug, a heartbeat torn down at shutdown, runs
+/// drained work twice with late deletes. From the downstream table, and predicted alike.
 #[test]
 fn a_deploy_drains_within_its_grace_and_cuts_what_outlasts_it_live_as_predicted() {
     let dir = tempfile::tempdir().unwrap();
     let long = lab("lab-deploy-runtime-long-grace", &dir.path().join("long"));
     let short = lab("lab-deploy-runtime-short-grace", &dir.path().join("short"));
+    let buggy = lab("lab-deploy-heartbeat-bug", &dir.path().join("bug"));
     assert_eq!(
         consumer_processes(),
         0,
         "a consumer process outlived its run"
     );
+    // Seed 000's bug: a heartbeat torn down at shutdown lets the drain's lease run out, so
+    // another consumer runs the message again and the drain's delete comes late.
+    assert_eq!(
+        buggy["consumers"],
+        "naive, with a heartbeat that stops at shutdown"
+    );
+    for side in ["measured", "predicted"] {
+        assert!(f(&buggy[side]["late_deletes"]) >= 1.0, "{side}: {buggy:#}");
+        assert!(
+            f(&buggy[side]["duplicate_executions"]) >= 1.0,
+            "{side}: {buggy:#}"
+        );
+    }
+    let agrees = &comparison(&buggy, "duplicate_executions")["agree"];
+    assert_eq!(agrees, true, "{buggy:#}");
     for side in ["measured", "predicted"] {
         assert_eq!(long[side]["duplicate_executions"], 0, "{side}: {long:#}");
         assert_eq!(f(&long[side]["lost_work_s"]), 0.0, "{side}: {long:#}");
@@ -409,7 +426,7 @@ fn a_scenario_the_lab_cannot_run_is_one_line_and_exit_2_before_anything_starts()
         (
             deploy.as_str(),
             common::POSTGRES_URL,
-            "heartbeat_stops_on_shutdown (the bug) runs only in the simulator",
+            "a lab run is bounded: at most 600 s",
         ),
         (
             lambda.as_str(),
