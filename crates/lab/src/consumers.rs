@@ -393,7 +393,12 @@ impl Naive {
         let done = tokio::select! {
             _ = self.stop.cancelled() => return false,
             r = self.executor.execute(&key, work_s) => r,
-            never = self.keep_alive(&handle) => match never {},
+            () = self.keep_alive(&handle) => {
+                // A renewal refused: the lease is lost (the message was deleted, or another
+                // consumer holds it). The work is dropped, its query cancelled, and nothing
+                // deleted, as the simulator's heartbeat consumer does.
+                return true;
+            }
         };
         if let Err(e) = &done {
             self.failures.execution(e);
@@ -422,22 +427,27 @@ impl Naive {
     }
 
     /// The bug's heartbeat, for as long as the execution runs: the lease renewed every
-    /// lease/3 until the drain begins, then nothing (never returns).
-    async fn keep_alive(&self, handle: &str) -> std::convert::Infallible {
+    /// lease/3 until the drain begins, then nothing. Returns only when a renewal is refused
+    /// (the lease is lost); without a heartbeat, never.
+    async fn keep_alive(&self, handle: &str) {
         let Some(beat) = self.heartbeat else {
             return std::future::pending().await;
         };
         loop {
             tokio::select! {
+                biased;
                 _ = self.drain.cancelled() => return std::future::pending().await,
                 _ = tokio::time::sleep(beat.every) => {}
             }
-            let _ = (self.client.change_message_visibility())
+            let renewed = (self.client.change_message_visibility())
                 .queue_url(&self.queue_url)
                 .receipt_handle(handle)
                 .visibility_timeout(beat.lease_s)
                 .send()
                 .await;
+            if renewed.is_err() {
+                return;
+            }
         }
     }
 

@@ -124,7 +124,7 @@ impl LabSpec {
     fn check_fleet(scenario: &Scenario) -> Result<(), LabError> {
         let lambda = crate::processes::is_lambda(scenario);
         let runtime = crate::consumers::uses_runtime(scenario);
-        if lambda && runtime {
+        if lambda && scenario.consumers.heartbeat {
             return Err(LabError::Setup(
                 "a lambda fleet's consumers are function invocations, without the runtime: set consumers.heartbeat = false".into(),
             ));
@@ -139,7 +139,7 @@ impl LabSpec {
         let rate_limit = scenario.consumers.rate_limit_per_s > 0.0;
         if rate_limit && !runtime {
             return Err(LabError::Setup(
-                "the rate limit is the runtime's: with consumers.rate_limit_per_s, set consumers.heartbeat".into(),
+                "the rate limit is the runtime's: with consumers.rate_limit_per_s, set consumers.heartbeat (without heartbeat_stops_on_shutdown)".into(),
             ));
         }
         if rate_limit && crate::processes::needed(scenario) {
@@ -210,6 +210,11 @@ mod tests {
         assert!(refusal(&gated).contains("without heartbeat_stops_on_shutdown"));
         let lambda = crash.replace("[consumers]", "[scaling]\nkind = \"lambda\"\n[consumers]");
         assert!(refusal(&lambda).contains("function invocations, without the runtime"));
+        let beating = lambda.replace(
+            "heartbeat = true",
+            "heartbeat = true\nheartbeat_stops_on_shutdown = true",
+        );
+        assert!(refusal(&beating).contains("function invocations, without the runtime"));
         let naive = lambda.replace("heartbeat = true", "heartbeat = false");
         assert!(refusal(&naive).contains("started and stopped by its controller"));
         let unbounded = naive.replace("\"crash\"", "\"blip\"");
