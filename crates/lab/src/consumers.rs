@@ -439,25 +439,25 @@ impl Naive {
                 _ = self.drain.cancelled() => return std::future::pending().await,
                 _ = tokio::time::sleep(beat.every) => {}
             }
-            let renewed = (self.client.change_message_visibility())
-                .queue_url(&self.queue_url)
-                .receipt_handle(handle)
-                .visibility_timeout(beat.lease_s)
-                .send()
-                .await;
-            if renewed.is_err() {
+            if !self.set_visibility(handle, beat.lease_s).await {
                 return;
             }
         }
     }
 
     async fn put_back(&self, handle: String, visibility: i32) {
-        let _ = (self.client.change_message_visibility())
+        self.set_visibility(&handle, visibility).await;
+    }
+
+    /// The message's visibility timeout set to `seconds` from now; whether the server took it.
+    async fn set_visibility(&self, handle: &str, seconds: i32) -> bool {
+        (self.client.change_message_visibility())
             .queue_url(&self.queue_url)
             .receipt_handle(handle)
-            .visibility_timeout(visibility)
+            .visibility_timeout(seconds)
             .send()
-            .await;
+            .await
+            .is_ok()
     }
 }
 
