@@ -134,7 +134,7 @@ async fn sample_steps(
     (scenario, options): (&Scenario, &LabOptions),
     queues: &Queues,
     (downstream, crew): (&Downstream, &Crew),
-    start: Instant,
+    (start, stop): (Instant, &CancellationToken),
     progress: &mut dyn FnMut(f64),
 ) -> Result<Vec<Sample>, LabError> {
     let http = reqwest::Client::new();
@@ -145,6 +145,9 @@ async fn sample_steps(
         tokio::select! {
             _ = tokio::time::sleep_until(start + Duration::from_secs_f64(t)) => {}
             _ = options.interrupt.cancelled() => return Err(LabError::Interrupted),
+            // Something else ended the run (the lambda controller failed): its error is
+            // the run's, and the samples so far are all there is.
+            _ = stop.cancelled() => break,
         }
         let endpoint = options.endpoint.as_str();
         let source = measure::lease_report(&http, endpoint, &queues.name).await?;
@@ -255,7 +258,7 @@ async fn run_on(
             (scenario, options),
             &queues,
             (downstream, &crew),
-            start,
+            (start, &stop),
             progress,
         )
         .await;

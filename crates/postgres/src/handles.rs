@@ -3,7 +3,9 @@
 //! do once its lease is over is the rulebook's (`leasehold_engine::rules`): this file locks
 //! the rows, asks the rules, and stores what they decided.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use futures_util::future::join;
 
 use leasehold_backend::BackendError;
 use leasehold_engine::rules::{self, ChangeKind, Handling, MessageLease};
@@ -11,6 +13,7 @@ use leasehold_engine::{DeleteSeen, EngineError, Receipt, RECENT_DELETES_MS};
 
 use crate::messages::Opened;
 use crate::notify::notify;
+use crate::recent_deletes::{removed, slot};
 use crate::tx::Tx;
 use crate::{cached, to_i64, to_u64, unavailable, Core};
 
@@ -39,15 +42,6 @@ impl Found {
 
 /// A handle that opened, and what its delete found of the message.
 pub(crate) type Seen = (Receipt, Found);
-
-/// The slot of `leasehold_recent_deletes` a message's delete is remembered in (V10): 65,536
-/// of them, shared by every queue (about 5 MB, in cache): a busy queue's last few seconds
-/// of deletes, as the engine remembers a queue's last 16,384.
-fn slot(receipt: &Receipt) -> i32 {
-    const SLOTS: u64 = 1 << 16;
-    let mixed = receipt.key.seq ^ receipt.queue_id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    i32::try_from(mixed % SLOTS).unwrap_or_default()
-}
 
 /// A receipt to delete by, and how its queue treats a handle whose lease is over.
 pub(crate) struct ToDelete {
@@ -119,37 +113,15 @@ macro_rules! delete_sql {
                         m.released,
                         leasehold_lease_live(m.receive_count, h.receive_no,
                                      m.visible_ms, $5) AS live,
-                        h.live_only, h.n, h.receive_no, h.slot
-                 FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::boolean[],
-                     $6::integer[])
-                      WITH ORDINALITY AS h(queue_id, seq, receive_no, live_only, slot, n)
+                        h.live_only, h.n
+                 FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::boolean[])
+                      WITH ORDINALITY AS h(queue_id, seq, receive_no, live_only, n)
                  JOIN locked m ON m.queue_id = h.queue_id AND m.seq = h.seq),
              gone AS (
                  DELETE FROM leasehold_messages m USING target
                  WHERE m.queue_id = target.queue_id AND m.seq = target.seq
                    AND (NOT target.live_only OR target.live)
-                 -- What `remembered` needs, so that it reads `gone` alone: a join of
-                 -- two CTEs (estimated at a row each) is planned as a nested loop,
-                 -- quadratic in the group's deletes.
-                 RETURNING m.queue_id, m.seq, target.slot, target.receive_no),
-             -- Remembered for a retry that reaches any server (V10), the newest
-             -- delete keeping its slot; a slot another transaction holds is passed
-             -- over rather than waited for (that delete's retry counts as a repeat).
-             free AS MATERIALIZED (
-                 SELECT slot FROM leasehold_recent_deletes WHERE slot = ANY($6::integer[])
-                 FOR UPDATE SKIP LOCKED),
-             remembered AS (
-                 INSERT INTO leasehold_recent_deletes AS r
-                     (slot, queue_id, seq, receive_no, deleted_ms)
-                 SELECT DISTINCT ON (g.slot) g.slot, g.queue_id, g.seq, g.receive_no, $5
-                 FROM gone g
-                 WHERE g.slot IN (SELECT slot FROM free)
-                    OR NOT EXISTS (SELECT 1 FROM leasehold_recent_deletes x
-                           WHERE x.slot = g.slot)
-                 ORDER BY g.slot
-                 ON CONFLICT (slot) DO UPDATE
-                 SET queue_id = excluded.queue_id, seq = excluded.seq,
-                     receive_no = excluded.receive_no, deleted_ms = excluded.deleted_ms),
+                 RETURNING m.queue_id, m.seq),
              -- Run whether or not read: a data-modifying WITH always is.
              marked AS (
                  UPDATE leasehold_messages m SET late_deleted = true FROM target
@@ -197,6 +169,7 @@ impl Core {
             .delete_receipts(&tx, opened.now, &receipts, true)
             .await?;
         // Waiting for its rows, a delete of its own finds none busy (`delete_once`).
+        let removed = removed(&receipts, &found);
         let (results, seen, _) = answer_deletes(opened_handles, found);
         let fifo = opened.settings.fifo;
         let unblocked = if fifo {
@@ -205,7 +178,8 @@ impl Core {
             0
         };
         notify(&tx, self.server_id, queue, unblocked).await?;
-        tx.commit().await?;
+        let (committed, ()) = join(tx.commit(), self.remember_deletes(opened.now, &removed)).await;
+        committed?;
         self.waiters.wake_some(queue, unblocked);
         self.measure_deletes(queue, opened.now, &seen);
         Ok(results)
@@ -272,6 +246,15 @@ impl Core {
                 found[i] = answer;
             }
         }
+        // A receipt naming a message again that an earlier one here removed: a retry (the
+        // ring learns of this call's deletes only as it commits).
+        let key = |r: &Receipt| (r.queue_id, r.key.seq, r.receive_no);
+        let removed_here: HashSet<_> = removed(receipts, &found).iter().map(key).collect();
+        for (asked, found) in receipts.iter().zip(&mut found) {
+            if let Found::Gone { retried } = found {
+                *retried |= removed_here.contains(&key(&asked.receipt));
+            }
+        }
         self.find_retries(tx, now, receipts, &mut found).await?;
         Ok(found)
     }
@@ -287,7 +270,7 @@ impl Core {
         found: &mut [Found],
     ) -> Result<()> {
         let gone: Vec<usize> = (0..found.len())
-            .filter(|&i| matches!(found[i], Found::Gone { .. }))
+            .filter(|&i| matches!(found[i], Found::Gone { retried: false }))
             .collect();
         if gone.is_empty() {
             return Ok(());
@@ -348,7 +331,6 @@ impl Core {
             .iter()
             .map(|r| !r.handling.late_delete_removes())
             .collect();
-        let slots: Vec<i32> = receipts.iter().map(|r| slot(&r.receipt)).collect();
         let rows = tx
             .query(
                 &cached(
@@ -360,14 +342,7 @@ impl Core {
                     },
                 )
                 .await?,
-                &[
-                    &queue_ids,
-                    &seqs,
-                    &receive_nos,
-                    &live_only,
-                    &to_i64(now),
-                    &slots,
-                ],
+                &[&queue_ids, &seqs, &receive_nos, &live_only, &to_i64(now)],
             )
             .await
             .map_err(|e| unavailable(&e))?;

@@ -24,6 +24,7 @@ mod messages;
 mod moves;
 mod notify;
 mod queues;
+mod recent_deletes;
 mod schema;
 mod sweep;
 mod tx;

@@ -14,7 +14,7 @@
 use std::ops::Deref;
 
 use deadpool_postgres::{ClientWrapper, Object};
-use futures_util::future::join;
+use futures_util::future::{join, join3};
 use futures_util::FutureExt;
 use leasehold_backend::BackendError;
 use tokio_postgres::types::ToSql;
@@ -75,6 +75,34 @@ impl Tx {
         began.map_err(|e| unavailable(&e))?;
         let rows = rows.map_err(|e| unavailable(&e))?;
         Ok((tx, rows))
+    }
+
+    /// Runs `sql` (prepared once per connection) in a transaction of its own on `client`,
+    /// its `BEGIN` and `COMMIT` sent with it: one round trip, at READ COMMITTED whatever the
+    /// database's default. Answers how many rows it changed; a statement that fails
+    /// changes nothing (the `COMMIT` of a failed transaction rolls it back).
+    pub(crate) async fn run_alone(
+        client: Object,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, BackendError> {
+        let mut tx = Tx {
+            client,
+            done: false,
+        };
+        let statement = (tx.client.prepare_cached(sql).await).map_err(|e| unavailable(&e))?;
+        // `join3` polls them in this order, so they are sent, and executed, in it.
+        let (began, changed, committed) = join3(
+            tx.client.batch_execute(BEGIN),
+            tx.client.execute(&statement, params),
+            tx.client.batch_execute("COMMIT"),
+        )
+        .await;
+        tx.done = true;
+        began.map_err(|e| unavailable(&e))?;
+        let changed = changed.map_err(|e| unavailable(&e))?;
+        committed.map_err(|e| unavailable(&e))?;
+        Ok(changed)
     }
 
     /// Commits. Whatever the answer the transaction is over (committed, or ended by the
@@ -193,6 +221,24 @@ mod tests {
         tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(rows_and_open_transaction(&pool).await, (1, false));
+    }
+
+    #[tokio::test]
+    async fn a_statement_run_alone_commits_and_leaves_no_transaction_open() {
+        let sql = "INSERT INTO t VALUES (1), (2)";
+        let pool = one_connection(sql).await;
+        let changed = Tx::run_alone(pool.get().await.unwrap(), sql, &[]).await;
+        assert_eq!(changed.unwrap(), 2);
+        assert_eq!(rows_and_open_transaction(&pool).await, (2, false));
+    }
+
+    #[tokio::test]
+    async fn a_statement_run_alone_that_fails_leaves_nothing_and_no_transaction_open() {
+        let sql = "INSERT INTO t SELECT 1 / (x - x) FROM (VALUES (1)) v(x)";
+        let pool = one_connection(sql).await;
+        let failed = Tx::run_alone(pool.get().await.unwrap(), sql, &[]).await;
+        assert!(failed.is_err());
+        assert_eq!(rows_and_open_transaction(&pool).await, (0, false));
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures_util::future::{try_join4, try_join_all};
+use futures_util::future::{join, try_join4, try_join_all};
 use leasehold_backend::{BackendError, Received};
 use leasehold_engine::{check_batch, Delivery, EngineError, Sent};
 
@@ -25,6 +25,7 @@ use crate::handles::{answer_deletes, ToDelete, DELETE_SKIPPING};
 use crate::messages::{Lease, NewRow, Opened, ReceiveTally, CLAIM_SQL, INSERT_SQL};
 use crate::notify::{notify_many, NOTIFY_SQL};
 use crate::queues::decode;
+use crate::recent_deletes::removed;
 use crate::tx::Tx;
 use crate::{cached, to_u64, Core};
 
@@ -156,6 +157,7 @@ impl Core {
         )
         .await?;
         drop(rows);
+        let removed = removed(&receipts, &found);
         answer_deletes_of(&mut group.deletes, opened_handles, found);
         answer_sends(&mut group.sends, checked, stored)?;
         let mut moved = Vec::new();
@@ -171,7 +173,10 @@ impl Core {
             }
             notify_many(&tx, self.server_id, &counted(&ready)).await?;
         }
-        tx.commit().await?;
+        // The deletes' memory for their retries, written while the group commits
+        // (`recent_deletes.rs`).
+        let (committed, ()) = join(tx.commit(), self.remember_deletes(queues.now, &removed)).await;
+        committed?;
         Ok((queues.now, moved))
     }
 
