@@ -33,7 +33,7 @@ async fn a_thirty_second_lease_runs_out_after_advance_without_waiting() {
         .messages
         .unwrap_or_default()
         .is_empty());
-    server.advance(Duration::from_secs(29));
+    server.advance(Duration::from_secs(29)).await;
     assert!(
         receive()
             .await
@@ -43,12 +43,47 @@ async fn a_thirty_second_lease_runs_out_after_advance_without_waiting() {
             .is_empty(),
         "still leased at 29 s"
     );
-    server.advance(Duration::from_secs(2));
+    server.advance(Duration::from_secs(2)).await;
     let again = receive().await.unwrap().messages.unwrap_or_default();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].body.as_deref(), Some("order 1"));
     assert!(started.elapsed() < Duration::from_secs(5));
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_jump_wakes_a_long_poll_already_waiting_for_the_lease_to_run_out() {
+    let server = TestServer::start().await;
+    let sqs = server.sqs();
+    let url = (sqs.create_queue().queue_name("q").send().await)
+        .unwrap()
+        .queue_url
+        .unwrap();
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body("m")
+        .send()
+        .await
+        .unwrap();
+    let leased = sqs.receive_message().queue_url(&url).visibility_timeout(30);
+    assert_eq!(leased.send().await.unwrap().messages.unwrap().len(), 1);
+    let waiting = tokio::spawn({
+        let (sqs, url) = (sqs.clone(), url.clone());
+        async move {
+            let started = Instant::now();
+            let long_poll = sqs.receive_message().queue_url(url).wait_time_seconds(20);
+            let answer = long_poll.send().await.unwrap();
+            (answer.messages.unwrap_or_default().len(), started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.advance(Duration::from_secs(31)).await;
+    let (got, waited) = waiting.await.unwrap();
+    assert_eq!(got, 1);
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by the jump, not its 20 s: {waited:?}"
+    );
 }
 
 #[tokio::test]
@@ -60,8 +95,6 @@ async fn a_dropped_server_no_longer_answers_on_its_port() {
         .to_string();
     assert!(tokio::net::TcpStream::connect(&address).await.is_ok());
     drop(server);
-    // The task is ended at once; its listener goes with it.
-    tokio::task::yield_now().await;
     let mut refused = false;
     for _ in 0..100 {
         if tokio::net::TcpStream::connect(&address).await.is_err() {
@@ -85,7 +118,7 @@ async fn two_servers_keep_their_queues_and_clocks_apart() {
         .unwrap();
     let on_b = b.sqs().list_queues().send().await.unwrap();
     assert!(on_b.queue_urls.unwrap_or_default().is_empty());
-    a.advance(Duration::from_secs(3600));
+    a.advance(Duration::from_secs(3600)).await;
     let url_b = (b.sqs().create_queue().queue_name("q").send().await)
         .unwrap()
         .queue_url

@@ -24,13 +24,19 @@ def test_a_visibility_timeout_of_thirty_seconds_runs_out_after_advance_in_millis
 
 
 @pytest.mark.parametrize("run", [1, 2])
-def test_each_test_starts_with_no_queues_and_may_reuse_a_name(leasehold, run):
-    sqs = leasehold.sqs()
-    assert sqs.list_queues().get("QueueUrls", []) == []
-    url = sqs.create_queue(QueueName="orders")["QueueUrl"]
-    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
-    assert counts["Attributes"]["ApproximateNumberOfMessages"] == "0"
-    sqs.send_message(QueueUrl=url, MessageBody=f"left by run {run}")
+def test_each_test_starts_with_no_queues_in_any_region_and_may_reuse_a_name(leasehold, run):
+    for region in ("us-east-1", "eu-west-1"):
+        sqs = leasehold.sqs(region_name=region)
+        assert sqs.list_queues().get("QueueUrls", []) == [], region
+        url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+        counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+        assert counts["Attributes"]["ApproximateNumberOfMessages"] == "0"
+        sqs.send_message(QueueUrl=url, MessageBody=f"left by run {run}")
+
+
+def test_a_refused_jump_says_why(leasehold):
+    with pytest.raises(ValueError, match="N >= 0"):
+        leasehold.advance(-1)
 
 
 def test_the_endpoint_serves_a_client_made_by_hand(leasehold):

@@ -29,6 +29,9 @@ REGION = "us-east-1"
 # AWS keeps a deleted queue's name for 60 seconds; Leasehold does too.
 DELETED_NAME_KEPT_S = 60
 START_TIMEOUT_S = 20
+START_ATTEMPTS = 3
+# The plugin's own requests go straight to the server, whatever proxy the environment names.
+_HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _binary():
@@ -36,7 +39,7 @@ def _binary():
     if given:
         if not (os.path.isfile(given) and os.access(given, os.X_OK)):
             raise pytest.UsageError(f"pytest-leasehold: LEASEHOLD_BIN={given} is not an executable file")
-        return given
+        return os.path.abspath(given)
     found = shutil.which("leasehold")
     if found is None:
         raise pytest.UsageError(
@@ -52,34 +55,50 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _server_environment():
+    """The caller's environment without Leasehold's own settings: every `serve` flag is also a
+    LEASEHOLD_* variable, and a developer's (credentials, TLS, a config file) must not
+    change the test server."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}
+
+
 class LeaseholdServer:
     """A `leasehold serve --in-memory --time-travel` process on a free loopback port."""
 
     def __init__(self, binary):
         self.log = tempfile.NamedTemporaryFile(prefix="leasehold-", suffix=".log", delete=False)
-        self.port = _free_port()
-        self.endpoint_url = f"http://127.0.0.1:{self.port}"
-        # A process group of its own, so that stopping it leaves nothing behind.
-        self.process = subprocess.Popen(
-            [binary, "serve", "--in-memory", "--time-travel", "--bind", f"127.0.0.1:{self.port}"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
-            start_new_session=True,
-        )
-        try:
-            self._wait_until_ready()
-        except BaseException:
-            self.stop()
-            raise
+        # The port is free when chosen; another process may take it before the server binds
+        # it, and the server then exits at once: another port, a few times.
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.port = _free_port()
+            self.endpoint_url = f"http://127.0.0.1:{self.port}"
+            try:
+                # A process group of its own, so that stopping it leaves nothing behind.
+                self.process = subprocess.Popen(
+                    [binary, "serve", "--in-memory", "--time-travel", "--bind", f"127.0.0.1:{self.port}"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=self.log,
+                    env=_server_environment(),
+                    start_new_session=True,
+                )
+                self._wait_until_ready()
+                return
+            except _ExitedEarly:
+                self.stop(keep_log=True)
+                if attempt == START_ATTEMPTS:
+                    raise RuntimeError(f"leasehold exited at start: {self._log_tail()}") from None
+            except BaseException:
+                self.stop()
+                raise
 
     def _wait_until_ready(self):
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"leasehold exited with {self.process.returncode}: {self._log_tail()}")
+                raise _ExitedEarly()
             try:
-                with urllib.request.urlopen(f"{self.endpoint_url}/health", timeout=1) as answer:
+                with _HTTP.open(f"{self.endpoint_url}/health", timeout=1) as answer:
                     if answer.status == 200:
                         return
             except (urllib.error.URLError, OSError):
@@ -110,35 +129,43 @@ class LeaseholdServer:
             headers={"content-type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return json.loads(answer.read())["now_ms"]
+        try:
+            with _HTTP.open(request, timeout=10) as answer:
+                return json.loads(answer.read())["now_ms"]
+        except urllib.error.HTTPError as refused:
+            message = json.loads(refused.read() or b"{}").get("message", refused.reason)
+            raise ValueError(f"leasehold refused to advance {seconds} s: {message}") from None
 
     def delete_all_queues(self):
-        """Deletes every queue, then moves the clock past the minute a deleted name is kept,
-        so the next test may create queues of the same names."""
-        sqs = self.sqs()
-        urls, token = [], None
-        while True:
-            page = sqs.list_queues(MaxResults=1000, **({"NextToken": token} if token else {}))
-            urls += page.get("QueueUrls", [])
-            token = page.get("NextToken")
-            if not token:
-                break
-        for url in urls:
-            sqs.delete_queue(QueueUrl=url)
-        if urls:
+        """Deletes every queue, in every region, then moves the clock past the minute a
+        deleted name is kept, so the next test may create queues of the same names."""
+        with _HTTP.open(f"{self.endpoint_url}/_leasehold/api/queues", timeout=10) as answer:
+            queues = json.loads(answer.read())["queues"]
+        clients = {}
+        for queue in queues:
+            region = queue["region"]
+            if region not in clients:
+                clients[region] = self.sqs(region_name=region)
+            clients[region].delete_queue(QueueUrl=queue["url"])
+        if queues:
             self.advance(DELETED_NAME_KEPT_S + 1)
 
-    def stop(self):
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+    def stop(self, keep_log=False):
+        process = getattr(self, "process", None)
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
             try:
-                self.process.wait(timeout=10)
+                process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self.log.close()
-        os.unlink(self.log.name)
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if not keep_log:
+            self.log.close()
+            os.unlink(self.log.name)
+
+
+class _ExitedEarly(Exception):
+    """The server process ended before it answered."""
 
 
 class Leasehold:
