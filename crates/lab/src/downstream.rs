@@ -271,9 +271,11 @@ impl Downstream {
     }
 
     /// Marks what a killed consumer process was running (its newest execution, if it had not
-    /// ended) as killed, now.
-    pub async fn mark_killed(&self, worker: i32) -> Result<(), LabError> {
-        self.admin
+    /// ended) as killed, now; answers whether it had one (it may have finished between the
+    /// look at the table and the kill).
+    pub async fn mark_killed(&self, worker: i32) -> Result<bool, LabError> {
+        let marked = self
+            .admin
             .execute(
                 "UPDATE executions SET killed_at = clock_timestamp()
                  WHERE id = (SELECT max(id) FROM executions WHERE worker = $1)
@@ -282,7 +284,7 @@ impl Downstream {
             )
             .await
             .map_err(LabError::postgres)?;
-        Ok(())
+        Ok(marked > 0)
     }
 
     /// One consumer's way to the database: its own connection to record its executions

@@ -298,7 +298,9 @@ fn drain_limit_s(scenario: &Scenario) -> f64 {
 
 /// A crash: SIGKILLs up to `workers` consumer processes that are running an execution (the
 /// first by number, as the simulator takes the first busy workers), marks what they ran as
-/// killed, and answers which (to start again, even if marking one failed).
+/// killed, and answers which (to start again, even if marking one failed). A consumer that
+/// finished its execution between the look at the table and the kill was idle when it
+/// died: the crash takes the next busy one, so `workers` executions die as the simulator's.
 async fn crash(
     downstream: &Downstream,
     processes: Option<&tokio::sync::Mutex<Processes>>,
@@ -310,27 +312,31 @@ async fn crash(
             Err(LabError::Setup("a crash needs consumer processes".into())),
         );
     };
-    let busy = match downstream.busy_workers().await {
-        Ok(busy) => busy,
-        Err(e) => return (Vec::new(), Err(e)),
-    };
     let mut killed = Vec::new();
-    let mut marked = Ok(());
+    let mut executions_killed = 0;
     let mut processes = processes.lock().await;
-    // A consumer still down from an earlier crash has nothing running, and a draining one
-    // is the deploy's (the simulator's crash takes busy workers only): not taken.
-    let alive: Vec<i32> = busy
-        .into_iter()
-        .filter(|w| processes.is_running(*w) && !processes.is_draining(*w))
-        .collect();
-    for worker in alive.into_iter().take(workers as usize) {
+    while executions_killed < workers {
+        let busy = match downstream.busy_workers().await {
+            Ok(busy) => busy,
+            Err(e) => return (killed, Err(e)),
+        };
+        // A consumer still down from an earlier crash has nothing running, and a draining
+        // one is the deploy's (the simulator's crash takes busy workers only): not taken.
+        let Some(worker) = busy
+            .into_iter()
+            .find(|w| processes.is_running(*w) && !processes.is_draining(*w))
+        else {
+            break;
+        };
         processes.kill(worker).await;
         killed.push(worker);
-        if let Err(e) = downstream.mark_killed(worker).await {
-            marked = Err(e);
+        match downstream.mark_killed(worker).await {
+            Ok(true) => executions_killed += 1,
+            Ok(false) => {}
+            Err(e) => return (killed, Err(e)),
         }
     }
-    (killed, marked)
+    (killed, Ok(()))
 }
 
 /// Plays the scenario's triggers: a blip makes work `factor` times slower from its start to
