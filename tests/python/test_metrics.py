@@ -1,13 +1,19 @@
-"""/metrics as Prometheus reads it: the body and its content type agree, in both formats,
-and Prometheus's own client library parses every family with its samples."""
+"""/metrics and /metrics/queues as Prometheus reads them: the body and its content type agree,
+in both formats, and Prometheus's own client library parses every family with its samples;
+/metrics is a fixed set of series whatever the number of queues, /metrics/queues a set per
+queue of those its prefix names."""
+import urllib.parse
 import urllib.request
+import uuid
+
+from conftest import Server
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 
-def scrape(server, accept=None):
-    request = urllib.request.Request(f"{server.endpoint}/metrics")
+def scrape(server, accept=None, path="/metrics/queues"):
+    request = urllib.request.Request(f"{server.endpoint}{path}")
     if accept:
         request.add_header("Accept", accept)
     with urllib.request.urlopen(request) as response:
@@ -59,3 +65,49 @@ def test_openmetrics_is_served_to_who_asks_for_it_and_parses(server):
     assert content_type.startswith("application/openmetrics-text; version=1.0.0")
     assert body.endswith("# EOF\n")
     check(families(parse_openmetrics(body)), queue)
+
+
+def samples(body):
+    """Every sample of a text-format body: (name, labels) -> value."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in parse_text(body) for s in f.samples}
+
+
+def test_metrics_adds_every_queue_up_in_the_same_series_however_many_queues():
+    server = Server()
+    try:
+        _, before = scrape(server, path="/metrics")
+        urls = [server.queue() for _ in range(30)]
+        for url in urls:
+            server.sqs.send_message(QueueUrl=url, MessageBody="m")
+            (m,) = server.sqs.receive_message(QueueUrl=url)["Messages"]
+            server.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        server.sqs.send_message(QueueUrl=urls[0], MessageBody="waiting")
+        _, after = scrape(server, path="/metrics")
+        first, then = samples(before), samples(after)
+        assert first.keys() == then.keys()
+        assert not [key for key in then if "queue" in dict(key[1])]
+        assert then[("leasehold_queues", ())] == 30
+        assert then[("sqs_number_of_messages_deleted_total", ())] == 30
+        assert then[("sqs_approximate_number_of_messages_visible", ())] == 1
+        assert then[("leasehold_lease_hold_seconds_count", ())] == 30
+        assert then[("leasehold_finished_messages_by_receive_count", (("receive_count", "1"),))] == 30
+        # The server's own gauges are there too, and only there.
+        assert ("leasehold_memory_resident_bytes", ()) in then
+        _, per_queue = scrape(server)
+        assert "leasehold_memory_resident_bytes" not in per_queue
+        deleted = {dict(k[1])["queue"]: v for k, v in samples(per_queue).items() if k[0] == "sqs_number_of_messages_deleted_total"}
+        assert deleted == {url.rsplit("/", 1)[1]: 1.0 for url in urls}
+    finally:
+        server.stop()
+
+
+def test_the_per_queue_endpoint_keeps_to_the_queues_its_prefix_names(server):
+    tag = uuid.uuid4().hex[:8]
+    for name in [f"orders-{tag}-a", f"orders-{tag}-b", f"other-{tag}"]:
+        server.sqs.create_queue(QueueName=name)
+    prefix = urllib.parse.quote(f"orders-{tag}")
+    _, body = scrape(server, path=f"/metrics/queues?prefix={prefix}")
+    visible = [s for f in parse_text(body) for s in f.samples if s.name == "sqs_approximate_number_of_messages_visible"]
+    assert sorted(s.labels["queue"] for s in visible) == [f"orders-{tag}-a", f"orders-{tag}-b"]
+    _, none = scrape(server, path=f"/metrics/queues?prefix=nothing-{tag}")
+    assert not [s for f in parse_text(none) for s in f.samples]

@@ -1,7 +1,7 @@
 """A real Prometheus (Debian's `prometheus`, which scripts/preflight installs) scrapes a real
 server, embedded or on PostgreSQL as the run's backend is, and is asked back over its HTTP
 API: the lease-hold histogram, late deletes, queue depth and the oldest message's age arrive
-with their labels."""
+with their labels from `/metrics/queues`, and the server's totals from `/metrics`."""
 import json
 import os
 import shutil
@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(
 
 
 class Prometheus:
-    """`prometheus` scraping `target` every second, in its own process group and directory."""
+    """`prometheus` scraping `target` every second, in its own process group and directory: its
+    totals (`/metrics`, job `leasehold`) and each queue's series (`/metrics/queues`, job
+    `leasehold-queues`), as docs/operations.md configures it."""
 
     def __init__(self, target):
         binary = shutil.which("prometheus")
@@ -36,6 +38,8 @@ class Prometheus:
             f.write(
                 "global:\n  scrape_interval: 1s\n"
                 "scrape_configs:\n  - job_name: leasehold\n"
+                f"    static_configs:\n      - targets: ['{target}']\n"
+                "  - job_name: leasehold-queues\n    metrics_path: /metrics/queues\n"
                 f"    static_configs:\n      - targets: ['{target}']\n"
             )
         self.process = subprocess.Popen(
@@ -104,6 +108,7 @@ def test_a_real_prometheus_scrapes_the_lease_series_with_their_labels():
         busy_name, slow_name = busy.rsplit("/", 1)[1], slow.rsplit("/", 1)[1]
 
         prometheus.wait_for('up{job="leasehold"}', lambda r: r and r[0][1] == 1.0)
+        prometheus.wait_for('up{job="leasehold-queues"}', lambda r: r and r[0][1] == 1.0)
         # The late delete came last: once a scrape shows it, it shows everything before it.
         prometheus.wait_for(
             f'leasehold_late_deletes_total{{queue="{slow_name}"}}', lambda r: r and r[0][1] == 1.0
@@ -111,7 +116,7 @@ def test_a_real_prometheus_scrapes_the_lease_series_with_their_labels():
         held = prometheus.query(f'leasehold_lease_hold_seconds_count{{queue="{busy_name}"}}')
         assert [v for _, v in held] == [5.0], held
         labels = held[0][0]
-        assert labels["job"] == "leasehold" and labels["instance"] == f"127.0.0.1:{server.port}"
+        assert labels["job"] == "leasehold-queues" and labels["instance"] == f"127.0.0.1:{server.port}"
         buckets = prometheus.query(f'leasehold_lease_hold_seconds_bucket{{queue="{busy_name}"}}')
         assert {b["le"] for b, _ in buckets} >= {"0.1", "+Inf"}
         assert [v for b, v in buckets if b["le"] == "+Inf"] == [5.0]
@@ -127,6 +132,12 @@ def test_a_real_prometheus_scrapes_the_lease_series_with_their_labels():
         # The server's clock was moved 5 s on after the message was sent.
         assert age[1] >= 5.0, age
         assert age[0]["queue"] == busy_name
+        # The totals: one series each, no queue label, every queue's figures added up.
+        prometheus.wait_for('leasehold_late_deletes_total{job="leasehold"}', lambda r: r and r[0][1] == 1.0)
+        (late_total,) = prometheus.query('leasehold_late_deletes_total{job="leasehold"}')
+        assert "queue" not in late_total[0], late_total
+        assert [v for _, v in prometheus.query('leasehold_queues{job="leasehold"}')] == [2.0]
+        assert [v for _, v in prometheus.query('leasehold_lease_hold_seconds_count{job="leasehold"}')] == [6.0]
     finally:
         if prometheus is not None:
             prometheus.stop()

@@ -156,8 +156,10 @@ pub trait Measurements: Send + Sync {
     async fn record_empty_receive(&self, queue: &str);
     /// How long consumers hold this queue's messages.
     async fn lease_report(&self, queue: &str) -> Result<LeaseReport>;
-    /// Every queue's lease report, for a metrics scrape.
-    async fn lease_reports(&self) -> Vec<(String, LeaseReport)>;
+    /// The lease report of every queue whose name (in any region and account) starts with
+    /// `name_prefix` ("" for all), for a metrics scrape or the dashboard; in no particular
+    /// order.
+    async fn lease_reports(&self, name_prefix: &str) -> Vec<(String, LeaseReport)>;
 }
 
 /// Time travel (`--time-travel`, for tests).

@@ -325,8 +325,9 @@ impl Measurements for Embedded {
         Ok(self.on_queue_detached(Access::Read, |e, sink| e.lease_report_striped(queue, sink))??)
     }
 
-    async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
-        let names = self.engine_shared().queue_names();
+    async fn lease_reports(&self, name_prefix: &str) -> Vec<(String, LeaseReport)> {
+        let mut names = self.engine_shared().queue_names();
+        names.retain(|key| leasehold_engine::name_of(key).starts_with(name_prefix));
         let mut reports = Vec::with_capacity(names.len());
         for chunk in names.chunks(REPORTS_PER_YIELD) {
             reports.extend(chunk.iter().filter_map(|name| {

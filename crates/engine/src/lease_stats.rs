@@ -208,11 +208,20 @@ impl Windowed {
 
     /// The last 15 minutes (to bucket precision).
     pub fn recent(&self, now: u64) -> Option<Summary> {
+        let mut live = self
+            .buckets
+            .iter()
+            .filter(|(start, _)| start + WINDOW_MS > now)
+            .map(|(_, h)| h);
+        // No histogram is built for none or one (a scrape asks every queue, most of them
+        // quiet: building one zeroes its counts).
+        let first = live.next()?;
+        let Some(second) = live.next() else {
+            return Summary::of(first);
+        };
         let mut merged = histogram();
-        for (start, h) in &self.buckets {
-            if start + WINDOW_MS > now {
-                merged.add(h).expect("same bounds");
-            }
+        for h in [first, second].into_iter().chain(live) {
+            merged.add(h).expect("same bounds");
         }
         Summary::of(&merged)
     }

@@ -26,10 +26,10 @@ mod tenants;
 
 pub use clock::{Clock, ManualClock, Millis};
 pub use engine::{
-    check_batch, check_queue_room, is_account_id, is_region, list_queue_keys, validate_queue_name,
-    Engine, EngineConfig, Fairness, LeaseReport, Locked, MoveTask, MoveTaskInfo, MoveTaskStatus,
-    Naming, QueueListing, QueuePage, ReceiveRequest, Sink, StripedReceive, MAX_LIST_RESULTS,
-    MAX_STRIPES, MOVE_BATCH_STORED, MOVE_TASK_QUEUE_GONE,
+    check_batch, check_queue_room, is_account_id, is_region, list_queue_keys, name_of,
+    validate_queue_name, Engine, EngineConfig, Fairness, LeaseReport, Locked, MoveTask,
+    MoveTaskInfo, MoveTaskStatus, Naming, QueueListing, QueuePage, ReceiveRequest, Sink,
+    StripedReceive, MAX_LIST_RESULTS, MAX_STRIPES, MOVE_BATCH_STORED, MOVE_TASK_QUEUE_GONE,
 };
 pub use engine::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use error::{EngineError, Result};

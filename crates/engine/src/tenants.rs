@@ -479,6 +479,11 @@ impl Tenants {
 
     /// The noisy tenants at `now`, most in flight first, and their messages together.
     pub fn report(&self, now: u64) -> FairnessReport {
+        // A queue that never saw a group id has no tenant to report (a scrape asks every
+        // queue, most of them ungrouped).
+        if !self.active() {
+            return FairnessReport::default();
+        }
         let mut table = self.lock();
         table.expire(now);
         self.publish(&table);

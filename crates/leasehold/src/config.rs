@@ -33,6 +33,8 @@ pub struct ConfigFile {
     pub public_url: Option<String>,
     /// `allowed-host = ["queue.internal", "leasehold"]`.
     pub allowed_host: Option<Vec<String>>,
+    pub otlp_endpoint: Option<String>,
+    pub trace_sample_ratio: Option<f64>,
     pub memory_limit: Option<String>,
     pub body_cache_mb: Option<u64>,
     pub disk_reserve_mb: Option<u64>,

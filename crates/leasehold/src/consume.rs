@@ -224,6 +224,15 @@ pub struct WorkArgs {
     /// fails; the lease is heartbeated meanwhile.
     #[arg(long, default_value = "299", requires = "http", value_parser = clap::value_parser!(u64).range(1..=43_200))]
     http_timeout: u64,
+    /// Export each run as an OpenTelemetry span (`process QUEUE`, in the message's trace when
+    /// its `traceparent` attribute names one) over OTLP/HTTP to this collector; the command
+    /// gets the span as TRACEPARENT.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// With --otlp-endpoint: the share, 0 to 1, of messages without a producer's trace whose
+    /// runs start one of their own.
+    #[arg(long, env = "LEASEHOLD_TRACE_SAMPLE_RATIO", default_value = "1", value_parser = crate::serve_cmd::parse_ratio)]
+    trace_sample_ratio: f64,
     /// The command to run per message: body on stdin, metadata in LEASEHOLD_* variables.
     #[arg(last = true, required_unless_present = "http")]
     command: Vec<String>,
@@ -283,6 +292,9 @@ async fn run_command(
         .stdin(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(traceparent) = leasehold_trace::current_traceparent() {
+        command.env("TRACEPARENT", traceparent);
+    }
     register_with_guardian(&mut command, commands.guardian.fd());
     let mut child = command.spawn()?;
     let Some(pid) = child.id() else {
@@ -350,6 +362,26 @@ pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
     if let Some(program) = args.command.first() {
         check_command(program)?;
     }
+    let traces = match &args.otlp_endpoint {
+        Some(endpoint) => Some(
+            leasehold_trace::GlobalTracing::install(
+                endpoint,
+                args.trace_sample_ratio,
+                "leasehold-work",
+            )
+            .map_err(|e| usage(format!("--otlp-endpoint: {e}")))?,
+        ),
+        None => None,
+    };
+    let worked = work_on(args).await;
+    if let Some(traces) = traces {
+        // Sends the last spans: it waits on the exporter, so off the async workers.
+        let _ = tokio::task::spawn_blocking(move || traces.stop()).await;
+    }
+    worked
+}
+
+async fn work_on(args: WorkArgs) -> anyhow::Result<()> {
     let client = sqs_client(&args.sqs, &args.queue_url).await?;
     queue_attributes(&client, &args.queue_url, &[QueueAttributeName::QueueArn]).await?;
     let store = match &args.idempotency {

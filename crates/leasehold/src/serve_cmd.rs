@@ -110,6 +110,16 @@ pub(crate) struct ServeArgs {
     /// (https://sqs.example.com); otherwise the scheme and Host of each request.
     #[arg(long, env = "LEASEHOLD_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Export each message's life as OpenTelemetry spans over OTLP/HTTP to this collector
+    /// (its base URL, http://HOST:4318, or its /v1/traces): the send, the wait in the queue,
+    /// each lease (held how long, run out or not) and the delete (late or not), in the
+    /// producer's trace where the message names one (traceparent, or AWSTraceHeader).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// With --otlp-endpoint: the share, 0 to 1, of messages whose producer sent no trace
+    /// that start one of their own (a producer's trace is sampled as the producer decided).
+    #[arg(long, env = "LEASEHOLD_TRACE_SAMPLE_RATIO", default_value = "1", value_parser = parse_ratio)]
+    trace_sample_ratio: f64,
     /// The memory to keep under (512MiB, 2GiB, bytes): near it, sends are refused with
     /// RequestThrottled while receives and deletes drain the backlog. Default: the cgroup's
     /// memory limit, else 60% of the machine's RAM.
@@ -168,6 +178,13 @@ fn parse_host_name(text: &str) -> Result<String, String> {
         false => Err(format!(
             "expected a host name such as queue.internal, not {text:?}"
         )),
+    }
+}
+
+pub(crate) fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!("{text} is not a number from 0 to 1")),
     }
 }
 
@@ -313,6 +330,21 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let clock = Arc::new(WallClock::default());
     let backend = build_backend(&args, &config, &clock).await?;
+    let (backend, traces) = match &args.otlp_endpoint {
+        Some(endpoint) => {
+            let started = leasehold_trace::Tracing::start(
+                backend,
+                clock.clone(),
+                endpoint,
+                args.trace_sample_ratio,
+            )
+            .map_err(|e| consume::usage(format!("--otlp-endpoint: {e}")))?;
+            tracing::info!(endpoint = %leasehold_trace::traces_url(endpoint)?, "messages traced");
+            let traced: Arc<dyn Backend> = started.backend.clone();
+            (traced, Some(started))
+        }
+        None => (backend, None),
+    };
     let state = AppState::new(config, clock, backend);
     if let Some(file) = &args.config_file {
         let declared = file.declared_queues(state.backend.naming());
@@ -341,9 +373,14 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "leasehold is serving SQS"
     );
     let listeners = leasehold_server::Listeners { tls, admin };
-    leasehold_server::serve_with(listener, state, listeners, shutdown_signal())
+    let served = leasehold_server::serve_with(listener, state, listeners, shutdown_signal())
         .await
-        .context("server failed")
+        .context("server failed");
+    if let Some(traces) = traces {
+        // Sends the last spans: it waits on the exporter, so off the async workers.
+        let _ = tokio::task::spawn_blocking(move || traces.stop()).await;
+    }
+    served
 }
 
 /// The backend `serve` runs on, as its flags choose: PostgreSQL, memory, or the embedded

@@ -367,11 +367,13 @@ impl Measurements for Postgres {
         self.cluster_report(queue).await
     }
 
-    async fn lease_reports(&self) -> Vec<(String, LeaseReport)> {
-        self.local_reports().await.unwrap_or_else(|error| {
-            tracing::warn!(%error, "the queues' measurements could not be read");
-            Vec::new()
-        })
+    async fn lease_reports(&self, name_prefix: &str) -> Vec<(String, LeaseReport)> {
+        self.local_reports(name_prefix)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "the queues' measurements could not be read");
+                Vec::new()
+            })
     }
 }
 

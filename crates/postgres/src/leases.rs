@@ -346,9 +346,12 @@ impl Core {
         ))
     }
 
-    /// This server's own measurements of every queue, with what each holds now: its
-    /// `/metrics`, which Prometheus sums across servers.
-    pub(crate) async fn local_reports(&self) -> Result<Vec<(String, LeaseReport)>> {
+    /// This server's own measurements of every queue whose name starts with `name_prefix`,
+    /// with what each holds now: its `/metrics`, which Prometheus sums across servers.
+    pub(crate) async fn local_reports(
+        &self,
+        name_prefix: &str,
+    ) -> Result<Vec<(String, LeaseReport)>> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -361,6 +364,9 @@ impl Core {
         let mut reports = Vec::with_capacity(rows.len());
         for row in rows {
             let key: String = row.get(0);
+            if !leasehold_engine::name_of(&key).starts_with(name_prefix) {
+                continue;
+            }
             let record = decode(row.get(1))?;
             let now = to_u64(row.get(2));
             let (held, _) = self.held(record.meta.id, &record.meta.settings).await?;

@@ -17,6 +17,7 @@ pub mod hosts;
 mod lease_doc;
 mod leases;
 pub mod listen;
+mod metrics;
 pub mod pressure;
 mod sqs;
 mod state;
@@ -90,14 +91,15 @@ pub fn admin_app(state: Arc<AppState>) -> Router {
     layered(router.with_state(state))
 }
 
-/// `/_leasehold/*` (the dashboard among them) and `/metrics`.
+/// `/_leasehold/*` (the dashboard among them), `/metrics` and `/metrics/queues`.
 fn admin_routes(state: &AppState) -> Router<Arc<AppState>> {
     let mut router = dashboard::routes()
         .route(
             "/_leasehold/queues/{name}/leases",
             get(leases::queue_leases),
         )
-        .route("/metrics", get(leases::metrics));
+        .route("/metrics", get(metrics::totals))
+        .route("/metrics/queues", get(metrics::queues));
     if state.config.time_travel {
         router = router.route("/_leasehold/clock/advance", post(admin::advance_clock));
     }

@@ -97,10 +97,9 @@ pub struct AppState {
     shutting_down: AtomicBool,
     /// Resident memory against the limit: near it, sends are refused.
     pub memory: MemoryBudget,
-    /// The last `/metrics` answer: when it was built, its content type, and the text
-    /// (`leases::metrics`).
-    pub(crate) last_scrape:
-        tokio::sync::Mutex<Option<(std::time::Instant, &'static str, axum::body::Bytes)>>,
+    /// The last `/metrics` or `/metrics/queues` answer (`metrics`), for scrapers that
+    /// waited for it.
+    pub(crate) last_scrape: tokio::sync::Mutex<Option<crate::metrics::LastScrape>>,
 }
 
 impl AppState {

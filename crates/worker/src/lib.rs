@@ -22,6 +22,7 @@ mod process;
 pub mod redrive;
 mod runtime;
 mod stats;
+mod trace;
 
 pub use backoff::Backoff;
 pub use builder::{default_stop_grace, SettingsError, WorkerBuilder};

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use futures_util::FutureExt;
+use opentelemetry::context::FutureExt as _;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -169,7 +170,11 @@ pub(crate) async fn process(
             None => return,
         }
     }
-    let succeeded = run_message(&inner, &deleter, keeper, message, &handle).await;
+    let traced = crate::trace::run_context(&inner.queue_url, &message);
+    let succeeded = run_message(&inner, &deleter, keeper, message, &handle)
+        .with_context(traced.clone())
+        .await;
+    crate::trace::finished(&traced, succeeded);
     if let Some(turn) = turn {
         turn.finish(succeeded);
     }

@@ -106,10 +106,10 @@ impl Engine {
         self.with_sink(|e, sink| e.lease_report_striped(name, sink))
     }
 
-    /// Every queue's name, for reports over all queues.
+    /// Every queue's name, for reports over all queues: in the table's own order, not by
+    /// name, so that a visit of each in turn walks the table's memory in order (with 50,000
+    /// queues, a scrape's visits in name order spent most of their time waiting for memory).
     pub fn queue_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.queues.keys().cloned().collect();
-        names.sort();
-        names
+        self.queues.keys().cloned().collect()
     }
 }

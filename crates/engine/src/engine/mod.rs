@@ -43,7 +43,7 @@ pub use locked::Locked;
 pub use messages::{check_batch, ReceiveRequest};
 pub use persist::{Change, EngineRecord, QueueRecord, Restoring, Snapshot};
 pub use queues::{check_queue_room, list_queue_keys, validate_queue_name, QueueListing};
-pub use regions::{is_account_id, is_region, Naming};
+pub use regions::{is_account_id, is_region, name_of, Naming};
 pub use spread::StripedReceive;
 
 /// Where a command's changes go, one stripe's at a time, before that stripe's lock goes.

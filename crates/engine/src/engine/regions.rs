@@ -26,7 +26,7 @@ pub fn is_account_id(account: &str) -> bool {
 }
 
 /// The queue name a key stands for, without its account and region.
-pub(super) fn name_of(key: &str) -> &str {
+pub fn name_of(key: &str) -> &str {
     let (_, rest) = split_account(key);
     rest.split_once(SEPARATOR).map_or(rest, |(_, name)| name)
 }

@@ -479,6 +479,8 @@ async fn the_admin_routes_want_the_admin_token_and_health_does_not() {
     let http = reqwest::Client::new();
     let metrics = format!("{}/metrics", server.base);
     assert_eq!(http.get(&metrics).send().await.unwrap().status(), 401);
+    let per_queue = format!("{}/metrics/queues?prefix=q", server.base);
+    assert_eq!(http.get(&per_queue).send().await.unwrap().status(), 401);
     let wrong = http
         .get(&metrics)
         .bearer_auth("guess")

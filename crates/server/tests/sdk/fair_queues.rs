@@ -2,7 +2,7 @@
 //! tenant; a noisy one (more than a tenth of the queue's messages in flight and at least 30,
 //! or more than a tenth of the recent processing time) waits while quiet tenants' messages go
 //! first, until its backlog is gone or it sent nothing for five minutes; among noisy tenants
-//! the one with the fewest in flight goes first. AWS's fair-queue metrics on `/metrics` and in
+//! the one with the fewest in flight goes first. AWS's fair-queue metrics on `/metrics/queues` and in
 //! the lease report.
 
 use std::collections::BTreeMap;
@@ -92,7 +92,9 @@ async fn fairness(s: &TestServer, queue: &str) -> Value {
 }
 
 async fn metrics(s: &TestServer) -> String {
-    let scraped = reqwest::get(format!("{}/metrics", s.base)).await.unwrap();
+    let scraped = reqwest::get(format!("{}/metrics/queues", s.base))
+        .await
+        .unwrap();
     scraped.text().await.unwrap()
 }
 
@@ -219,7 +221,7 @@ async fn a_tenant_with_more_than_a_tenth_of_the_processing_time_is_noisy() {
     assert_eq!((next[""], next["slow"]), (3, 1), "{next:?}");
 }
 
-/// A group id is any printable ASCII a sender chooses: as a label on `/metrics` its quotes and
+/// A group id is any printable ASCII a sender chooses: as a label on `/metrics/queues` its quotes and
 /// backslashes are escaped, so no sender can break the exposition or add labels of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_noisy_tenant_s_group_id_is_escaped_in_its_metrics_label() {
