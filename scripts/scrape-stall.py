@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-# /metrics with 100,000 queues and three scrapers: what it costs other clients.
+# /metrics/queues (a set of series per queue) with 100,000 queues and three scrapers: what it
+# costs other clients.
 #   python3 scripts/scrape-stall.py target/release/leasehold 19502
 # Starts the server in memory, creates 100,000 queues, then for 12 s runs three scrapers and
 # a probe (GetQueueUrl every 5 ms) and prints the probe's latency. The probe shares the
@@ -21,7 +22,7 @@ sizes = []
 def scraper():
     c = http.client.HTTPConnection("127.0.0.1", port)
     while time.time() < stop:
-        c.request("GET", "/metrics"); r = c.getresponse(); sizes.append(len(r.read()))
+        c.request("GET", "/metrics/queues"); r = c.getresponse(); sizes.append(len(r.read()))
 lat = []
 def probe():
     c = http.client.HTTPConnection("127.0.0.1", port)

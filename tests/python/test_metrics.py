@@ -97,6 +97,15 @@ def test_metrics_adds_every_queue_up_in_the_same_series_however_many_queues():
         assert "leasehold_memory_resident_bytes" not in per_queue
         deleted = {dict(k[1])["queue"]: v for k, v in samples(per_queue).items() if k[0] == "sqs_number_of_messages_deleted_total"}
         assert deleted == {url.rsplit("/", 1)[1]: 1.0 for url in urls}
+        # Deleted queues take their figures out of the gauges, not out of the counters,
+        # which never fall (Prometheus would take a fall for a restart).
+        for url in urls[20:]:
+            server.sqs.delete_queue(QueueUrl=url)
+        _, later = scrape(server, path="/metrics")
+        later = samples(later)
+        assert later[("leasehold_queues", ())] == 20
+        assert later[("sqs_number_of_messages_deleted_total", ())] == 30
+        assert later[("leasehold_lease_hold_seconds_count", ())] == 30
     finally:
         server.stop()
 

@@ -158,8 +158,8 @@ pub trait Measurements: Send + Sync {
     async fn lease_report(&self, queue: &str) -> Result<LeaseReport>;
     /// The lease report of every queue whose name (in any region and account) starts with
     /// `name_prefix` ("" for all), for a metrics scrape or the dashboard; in no particular
-    /// order.
-    async fn lease_reports(&self, name_prefix: &str) -> Vec<(String, LeaseReport)>;
+    /// order. An error, not a short list, when the backend cannot read them all.
+    async fn lease_reports(&self, name_prefix: &str) -> Result<Vec<(String, LeaseReport)>>;
 }
 
 /// Time travel (`--time-travel`, for tests).

@@ -325,7 +325,7 @@ impl Measurements for Embedded {
         Ok(self.on_queue_detached(Access::Read, |e, sink| e.lease_report_striped(queue, sink))??)
     }
 
-    async fn lease_reports(&self, name_prefix: &str) -> Vec<(String, LeaseReport)> {
+    async fn lease_reports(&self, name_prefix: &str) -> Result<Vec<(String, LeaseReport)>> {
         let mut names = self.engine_shared().queue_names();
         names.retain(|key| leasehold_engine::name_of(key).starts_with(name_prefix));
         let mut reports = Vec::with_capacity(names.len());
@@ -337,7 +337,7 @@ impl Measurements for Embedded {
             }));
             tokio::task::yield_now().await;
         }
-        reports
+        Ok(reports)
     }
 }
 

@@ -252,7 +252,7 @@ async fn redriver(backend: Arc<Embedded>, clock: ManualClock, until: Instant) {
             let _ = backend.start_move_task(task).await;
         }
         backend.tick().await;
-        assert!(!backend.lease_reports("").await.is_empty());
+        assert!(!backend.lease_reports("").await.unwrap().is_empty());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

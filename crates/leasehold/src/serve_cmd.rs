@@ -333,7 +333,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (backend, traces) = match &args.otlp_endpoint {
         Some(endpoint) => {
             let started = leasehold_trace::Tracing::start(
-                backend,
+                (backend, config.lease_mode),
                 clock.clone(),
                 endpoint,
                 args.trace_sample_ratio,

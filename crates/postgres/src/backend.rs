@@ -367,13 +367,8 @@ impl Measurements for Postgres {
         self.cluster_report(queue).await
     }
 
-    async fn lease_reports(&self, name_prefix: &str) -> Vec<(String, LeaseReport)> {
-        self.local_reports(name_prefix)
-            .await
-            .unwrap_or_else(|error| {
-                tracing::warn!(%error, "the queues' measurements could not be read");
-                Vec::new()
-            })
+    async fn lease_reports(&self, name_prefix: &str) -> Result<Vec<(String, LeaseReport)>> {
+        self.local_reports(name_prefix).await
     }
 }
 

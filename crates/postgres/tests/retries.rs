@@ -64,8 +64,8 @@ async fn postgres_a_retried_delete_on_another_server_is_a_retry_and_an_old_handl
             .unwrap_or_default()
     };
     let (of_a, of_b) = (
-        own(a.lease_reports("").await),
-        own(b.lease_reports("").await),
+        own(a.lease_reports("").await.unwrap()),
+        own(b.lease_reports("").await.unwrap()),
     );
     assert_eq!(of_a.deleted + of_b.deleted, 1);
     assert_eq!(of_a.repeat_deletes + of_b.repeat_deletes, 1);

@@ -117,7 +117,10 @@ fn failed(status: StatusCode, message: String) -> Response {
 
 /// `GET /_leasehold/api/queues`: every queue, with what the table shows.
 async fn queues(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let reports = state.backend.lease_reports("").await;
+    let reports = match state.backend.lease_reports("").await {
+        Ok(reports) => reports,
+        Err(e) => return failed(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
     let mut rows = Vec::with_capacity(reports.len());
     let mut dead_letter_targets = BTreeMap::new();
     for (key, report) in &reports {

@@ -97,9 +97,9 @@ pub struct AppState {
     shutting_down: AtomicBool,
     /// Resident memory against the limit: near it, sends are refused.
     pub memory: MemoryBudget,
-    /// The last `/metrics` or `/metrics/queues` answer (`metrics`), for scrapers that
-    /// waited for it.
-    pub(crate) last_scrape: tokio::sync::Mutex<Option<crate::metrics::LastScrape>>,
+    /// What metrics scrapes keep (`metrics`): the last answer, for scrapers that waited for
+    /// it, and what the queues counted, so the totals never fall.
+    pub(crate) scrapes: tokio::sync::Mutex<crate::metrics::Scrapes>,
 }
 
 impl AppState {
@@ -133,7 +133,7 @@ impl AppState {
             clock,
             backend,
             shutting_down: AtomicBool::new(false),
-            last_scrape: tokio::sync::Mutex::new(None),
+            scrapes: tokio::sync::Mutex::default(),
         }
     }
 

@@ -66,6 +66,16 @@ impl Book {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether message `id` is traced.
+    pub fn contains(&self, id: &str) -> bool {
+        self.lock().messages.contains_key(id)
+    }
+
+    /// Forgets a receipt handle no longer kept.
+    pub fn forget_handle(&self, handle: &str) {
+        self.lock().handles.remove(handle);
+    }
+
     /// Takes message `id` out, if it is traced.
     pub fn take(&self, id: &str) -> Option<Message> {
         let mut inner = self.lock();
@@ -80,7 +90,8 @@ impl Book {
         Some((id, message))
     }
 
-    /// Puts message `id` (back) in; answers the messages let go to stay within capacity.
+    /// Puts message `id` (back) in; answers the messages let go to stay within capacity (their
+    /// spans are the caller's to end, outside the lock).
     pub fn put(&self, id: String, message: Message) -> Vec<Message> {
         let mut inner = self.lock();
         let inner = &mut *inner;
@@ -90,8 +101,11 @@ impl Book {
             inner.handles.insert(handle.clone(), id.clone());
         }
         inner.order.push_back((id.clone(), generation));
-        inner.messages.insert(id, (generation, message));
-        let mut let_go = Vec::new();
+        // One put in meanwhile (a race of two commands on one message) is let go.
+        let mut let_go: Vec<Message> = (inner.messages.insert(id, (generation, message)))
+            .map(|(_, displaced)| displaced)
+            .into_iter()
+            .collect();
         while inner.messages.len() > self.capacity {
             let Some((oldest, generation)) = inner.order.pop_front() else {
                 break;

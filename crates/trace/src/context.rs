@@ -1,6 +1,7 @@
 //! Where a message's trace comes from: the producer's W3C `traceparent` message attribute
-//! (what OpenTelemetry's botocore, JavaScript and Go instrumentations inject), or AWS
-//! X-Ray's `AWSTraceHeader` system attribute.
+//! (what OpenTelemetry's JavaScript SQS instrumentation and Python's boto3sqs one inject, and
+//! what any producer can with OpenTelemetry's propagator), or AWS X-Ray's `AWSTraceHeader`
+//! system attribute.
 
 use std::collections::HashMap;
 
@@ -37,7 +38,10 @@ pub fn producer(attributes: &MessageAttributes, system: &MessageAttributes) -> O
 fn xray(header: &str) -> Option<SpanContext> {
     let (mut root, mut parent, mut sampled) = (None, None, false);
     for part in header.split(';') {
-        match part.trim().split_once('=')? {
+        let Some(pair) = part.trim().split_once('=') else {
+            continue;
+        };
+        match pair {
             ("Root", value) => root = Some(value),
             ("Parent", value) => parent = Some(value),
             ("Sampled", value) => sampled = value == "1",
@@ -93,7 +97,7 @@ mod tests {
     fn an_xray_header_names_the_producer_s_span() {
         let system = text(
             "AWSTraceHeader",
-            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1;",
         );
         let found = producer(&MessageAttributes::new(), &system).unwrap();
         let span = found.span().span_context().clone();
@@ -122,6 +126,11 @@ mod tests {
                 true,
             ),
             ("AWSTraceHeader", "garbage", true),
+            (
+                "AWSTraceHeader",
+                "Root=1-5759e988-bd862e3fe1be46a9942727;Parent=53995c3f42cd8ad8",
+                true,
+            ),
         ] {
             let (attributes, system_attributes) = match system {
                 true => (MessageAttributes::new(), text(name, value)),

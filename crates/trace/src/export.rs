@@ -12,6 +12,9 @@ use opentelemetry_sdk::Resource;
 
 use crate::TraceError;
 
+/// How long one export may take: within the 5 s the SDK gives the last one at shutdown.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(4);
+
 /// An OTLP/HTTP client on the server's tokio runtime: the SDK's export thread waits for each
 /// request's task, which runs where reqwest's I/O can.
 #[derive(Debug)]
@@ -69,7 +72,7 @@ pub fn provider(
         .map_err(|_| TraceError::Endpoint("tracing starts inside the server's runtime".into()))?;
     let client = RuntimeClient {
         client: reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
+            .timeout(EXPORT_TIMEOUT)
             .no_proxy()
             .build()
             .map_err(|e| TraceError::Exporter(e.to_string()))?,
@@ -80,6 +83,7 @@ pub fn provider(
         .with_http_client(client)
         .with_protocol(Protocol::HttpBinary)
         .with_endpoint(traces_url(endpoint)?)
+        .with_timeout(EXPORT_TIMEOUT)
         .build()
         .map_err(|e| TraceError::Exporter(e.to_string()))?;
     let batches = BatchConfigBuilder::default()

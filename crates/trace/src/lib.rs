@@ -18,7 +18,7 @@ mod traced;
 use std::sync::Arc;
 
 use leasehold_backend::Backend;
-use leasehold_engine::Clock;
+use leasehold_engine::{Clock, LeaseMode};
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -45,18 +45,19 @@ pub struct Tracing {
 }
 
 impl Tracing {
-    /// Traces `backend`'s messages on `clock`, exporting to `endpoint` (a collector's base
-    /// URL or its `/v1/traces`); new traces (a message whose producer sent no trace context)
-    /// are sampled at `sample_ratio`. Call inside the server's tokio runtime.
+    /// Traces `backend`'s messages (served in `lease_mode`) on `clock`, exporting to
+    /// `endpoint` (a collector's base URL or its `/v1/traces`); new traces (a message whose
+    /// producer sent no trace context) are sampled at `sample_ratio`. Call inside the
+    /// server's tokio runtime.
     pub fn start(
-        backend: Arc<dyn Backend>,
+        (backend, lease_mode): (Arc<dyn Backend>, LeaseMode),
         clock: Arc<dyn Clock>,
         endpoint: &str,
         sample_ratio: f64,
     ) -> Result<Tracing, TraceError> {
         let provider = export::provider(endpoint, sample_ratio, "leasehold")?;
         let spans = spans::Spans::new(provider.tracer("leasehold"));
-        let backend = Arc::new(Traced::new(backend, clock, spans));
+        let backend = Arc::new(Traced::new(backend, clock, spans, lease_mode));
         Ok(Tracing { backend, provider })
     }
 

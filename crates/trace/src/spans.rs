@@ -50,13 +50,23 @@ fn queue_name(key: &str) -> &str {
     leasehold_engine::name_of(key)
 }
 
-fn common(queue: &str, message_id: &str, operation: &'static str) -> Vec<KeyValue> {
-    vec![
+/// The messaging conventions' attributes; `operation`: the type (`send`, `receive`,
+/// `settle`) and the SQS action, for the spans of one.
+fn common(
+    queue: &str,
+    message_id: &str,
+    operation: Option<(&'static str, &'static str)>,
+) -> Vec<KeyValue> {
+    let mut attributes = vec![
         KeyValue::new("messaging.system", "aws_sqs"),
         KeyValue::new("messaging.destination.name", queue_name(queue).to_string()),
         KeyValue::new("messaging.message.id", message_id.to_string()),
-        KeyValue::new("messaging.operation.type", operation),
-    ]
+    ];
+    if let Some((kind, action)) = operation {
+        attributes.push(KeyValue::new("messaging.operation.type", kind));
+        attributes.push(KeyValue::new("messaging.operation.name", action));
+    }
+    attributes
 }
 
 impl Spans {
@@ -94,7 +104,7 @@ impl Spans {
             format!("send {}", queue_name(queue)),
             SpanKind::Server,
             now_ms,
-            common(queue, message_id, "send"),
+            common(queue, message_id, Some(("send", "SendMessage"))),
             producer,
         );
         let context = span.span_context().clone();
@@ -116,7 +126,7 @@ impl Spans {
             format!("wait {}", queue_name(queue)),
             SpanKind::Internal,
             sent_ms,
-            common(queue, message_id, "receive"),
+            common(queue, message_id, None),
             parent,
         );
         span.end_with_timestamp(at(now_ms.max(sent_ms)));
@@ -130,7 +140,7 @@ impl Spans {
         (now_ms, deadline_ms): (u64, u64),
         parent: &Context,
     ) -> Lease {
-        let mut attributes = common(queue, message_id, "receive");
+        let mut attributes = common(queue, message_id, Some(("receive", "ReceiveMessage")));
         attributes.push(KeyValue::new("leasehold.lease.number", i64::from(number)));
         attributes.push(KeyValue::new(
             "leasehold.lease.visibility_timeout_s",
@@ -199,17 +209,19 @@ impl Spans {
     }
 
     /// A delete that the backend took: `late` when the lease of the handle it named had run
-    /// out (work another consumer may have done too).
+    /// out (work another consumer may have done too), `removed` unless it did nothing (a
+    /// late delete in the strict lease mode).
     pub fn delete(
         &self,
         (queue, message_id): (&str, &str),
         lease_number: Option<u32>,
-        late: bool,
+        (late, removed): (bool, bool),
         now_ms: u64,
         parent: &Context,
     ) {
-        let mut attributes = common(queue, message_id, "settle");
+        let mut attributes = common(queue, message_id, Some(("settle", "DeleteMessage")));
         attributes.push(KeyValue::new("leasehold.delete.late", late));
+        attributes.push(KeyValue::new("leasehold.delete.removed", removed));
         if let Some(number) = lease_number {
             attributes.push(KeyValue::new(
                 "leasehold.delete.lease_number",

@@ -2,16 +2,13 @@
 //! (`spans`), from the commands that go through it and their answers. It changes no command
 //! and no answer, and a message it does not trace costs it one look at its attributes.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use leasehold_backend::{
-    Backend, Measurements, Messages, MoveTaskStart, Page, Pairs, Permission, QueueAdmin,
-    QueueListing, Received, Result, TimeTravel,
-};
+use leasehold_backend::{Backend, Messages, Received, Result};
 use leasehold_engine::{
-    Clock, Delivery, EngineError, LeaseReport, MoveTaskInfo, Naming, NewMessage, Peeked, QueuePage,
-    ReceiveRequest, Sent,
+    Clock, Delivery, EngineError, LeaseMode, NewMessage, Peeked, ReceiveRequest, Sent,
 };
 use opentelemetry::Context;
 use tokio::sync::Notify;
@@ -20,8 +17,19 @@ use crate::book::{Book, Message};
 use crate::context::producer;
 use crate::spans::{LeaseEnd, Spans};
 
+mod forward;
+
 /// How many messages are traced at once, at most; past it the longest-traced is let go.
 pub const TRACED_MESSAGES: usize = 100_000;
+
+/// How many of a message's receipt handles are known: a delete or a visibility change by an
+/// older one is not traced.
+const HANDLES_KEPT: usize = 4;
+
+/// How long a queue's visibility timeout is taken as known (ms of the server's clock); a
+/// change through this server forgets it at once, one through another server of a cluster
+/// is seen after this.
+const VISIBILITY_KEPT_MS: u64 = 10_000;
 
 /// A backend whose messages' lives are traced.
 pub struct Traced {
@@ -29,26 +37,33 @@ pub struct Traced {
     clock: Arc<dyn Clock>,
     spans: Spans,
     book: Book,
+    /// Whether a late delete removes the message (`--lease-mode aws`) or does nothing.
+    late_delete_removes: bool,
+    /// Each queue's visibility timeout (s) and when it was read: the lease a receive that
+    /// names none takes.
+    visibility: Mutex<HashMap<String, (u32, u64)>>,
 }
 
 impl Traced {
-    pub(crate) fn new(inner: Arc<dyn Backend>, clock: Arc<dyn Clock>, spans: Spans) -> Traced {
+    pub(crate) fn new(
+        inner: Arc<dyn Backend>,
+        clock: Arc<dyn Clock>,
+        spans: Spans,
+        lease_mode: LeaseMode,
+    ) -> Traced {
         Traced {
             inner,
             clock,
             spans,
             book: Book::new(TRACED_MESSAGES),
+            late_delete_removes: lease_mode == LeaseMode::Aws,
+            visibility: Mutex::default(),
         }
     }
 
     /// Ends every open lease (the server stops): their spans say so, and are exported.
     pub fn stop(&self) {
-        let now = self.clock.now_ms();
-        for message in self.book.drain() {
-            if let Some(lease) = message.lease {
-                Spans::end_lease(lease, now, LeaseEnd::Untraced);
-            }
-        }
+        self.let_go(self.book.drain());
     }
 
     fn let_go(&self, messages: Vec<Message>) {
@@ -60,11 +75,21 @@ impl Traced {
         }
     }
 
+    fn put(&self, id: String, message: Message) {
+        let let_go = self.book.put(id, message);
+        self.let_go(let_go);
+    }
+
     fn sent(&self, queue: &str, sent: &Sent, parent: &Context) {
         let now = self.clock.now_ms();
         let Some(parent) = self.spans.send(queue, &sent.message_id, now, parent) else {
             return;
         };
+        // A FIFO queue's duplicate within its deduplication window answers the first send's
+        // id: that message's life goes on as it was.
+        if self.book.contains(&sent.message_id) {
+            return;
+        }
         let message = Message {
             queue: queue.to_string(),
             parent,
@@ -73,36 +98,45 @@ impl Traced {
             lease: None,
             handles: Vec::new(),
         };
-        let let_go = self.book.put(sent.message_id.clone(), message);
-        self.let_go(let_go);
+        self.put(sent.message_id.clone(), message);
+    }
+
+    /// Whether a delivery's message is traced, or may be (its producer named a trace).
+    fn may_trace(&self, delivery: &Delivery) -> bool {
+        let none = Default::default();
+        let attributes = delivery.attributes.as_deref().unwrap_or(&none);
+        let system = delivery.system_attributes.as_deref().unwrap_or(&none);
+        self.book.contains(&delivery.message_id) || producer(attributes, system).is_some()
     }
 
     /// The lease each delivery begins, after the one before it, if any, ran out.
     async fn received(&self, queue: &str, visibility_s: Option<u32>, deliveries: &[Delivery]) {
-        let mut queue_visibility_s = None;
         for delivery in deliveries {
+            if !self.may_trace(delivery) {
+                continue;
+            }
+            // Read before the message is taken out of the book, so that a command by one
+            // of its handles meanwhile finds it.
+            let visibility_s = match visibility_s {
+                Some(seconds) => seconds,
+                None => self.visibility_timeout_s(queue).await,
+            };
             let Some(mut message) = self.traced(queue, delivery) else {
                 continue;
             };
-            // A FIFO receive retried with its attempt id hands the same lease out again.
-            let same = message.lease.as_ref();
-            if same.is_some_and(|lease| lease.handle == delivery.receipt_handle) {
-                let let_go = self.book.put(delivery.message_id.clone(), message);
-                self.let_go(let_go);
-                continue;
-            }
-            let visibility_s = match visibility_s.or(queue_visibility_s) {
-                Some(seconds) => seconds,
-                None => {
-                    let seconds = self.visibility_timeout_s(queue).await;
-                    queue_visibility_s = Some(seconds);
-                    seconds
-                }
-            };
             let now = self.clock.now_ms();
-            if let Some(lease) = message.lease.take() {
-                Spans::end_lease(lease, now, LeaseEnd::RanOut);
+            match message.lease.take() {
+                // A FIFO receive retried with its attempt id hands the same lease out again.
+                Some(lease) if lease.handle == delivery.receipt_handle => {
+                    message.lease = Some(lease);
+                    self.put(delivery.message_id.clone(), message);
+                    continue;
+                }
+                Some(lease) => Spans::end_lease(lease, now, LeaseEnd::RanOut),
+                None => {}
             }
+            // A dead-lettered message keeps its id: its life goes on in the other queue.
+            message.queue = queue.to_string();
             let id = delivery.message_id.as_str();
             if !message.received {
                 self.spans
@@ -119,8 +153,11 @@ impl Traced {
             );
             message.lease = Some(lease);
             message.handles.push(handle);
-            let let_go = self.book.put(delivery.message_id.clone(), message);
-            self.let_go(let_go);
+            if message.handles.len() > HANDLES_KEPT {
+                let oldest = message.handles.remove(0);
+                self.book.forget_handle(&oldest);
+            }
+            self.put(delivery.message_id.clone(), message);
         }
     }
 
@@ -145,38 +182,64 @@ impl Traced {
         })
     }
 
+    /// The queue's visibility timeout, as last read (within `VISIBILITY_KEPT_MS`).
     async fn visibility_timeout_s(&self, queue: &str) -> u32 {
+        let now = self.clock.now_ms();
+        let known = self.known_visibility().get(queue).copied();
+        if let Some((seconds, _)) = known.filter(|(_, read)| now < read + VISIBILITY_KEPT_MS) {
+            return seconds;
+        }
         let asked = vec!["VisibilityTimeout".to_string()];
         let pairs = self.inner.get_attributes(queue, asked).await;
         let value = pairs.ok().and_then(|pairs| pairs.into_iter().next());
-        value.and_then(|(_, v)| v.parse().ok()).unwrap_or(30)
+        let seconds = value.and_then(|(_, v)| v.parse().ok()).unwrap_or(30);
+        let mut known = self.known_visibility();
+        known.insert(queue.to_string(), (seconds, now));
+        seconds
+    }
+
+    fn known_visibility(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u32, u64)>> {
+        // Only whole entries are ever written under it: a poisoned map is whole.
+        self.visibility
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A queue's settings changed, or it went: its visibility timeout is read again.
+    pub(crate) fn forget_visibility(&self, queue: &str) {
+        self.known_visibility().remove(queue);
     }
 
     fn deleted(&self, handle: &str) {
         let Some((id, mut message)) = self.book.take_by_handle(handle) else {
             return;
         };
-        self.book.forget(&message);
         let now = self.clock.now_ms();
-        // Late: the handle's lease ran out before the delete came (it is not the open lease's,
+        let current = message.lease.as_ref().is_some_and(|l| l.handle == handle);
+        // Late: the handle's lease ran out before the delete came (it is not the open lease,
         // which the message's next receive ended, or the open lease's deadline has passed).
-        let (late, number) = match message.lease.take() {
-            Some(lease) if lease.handle == handle => {
-                let late = now > lease.deadline_ms;
-                let number = lease.number;
-                Spans::end_lease(lease, now, LeaseEnd::Deleted);
-                (late, Some(number))
-            }
-            open => {
-                if let Some(lease) = open {
-                    Spans::end_lease(lease, now, LeaseEnd::Deleted);
-                }
-                (true, None)
-            }
-        };
-        let parent = &message.parent;
+        let late = !current || message.lease.as_ref().is_some_and(|l| now > l.deadline_ms);
+        let number = message.lease.as_ref().filter(|_| current).map(|l| l.number);
+        let parent = message.parent.clone();
+        let queue = message.queue.clone();
+        let removes = !late || self.late_delete_removes;
         self.spans
-            .delete((&message.queue, &id), number, late, now, parent);
+            .delete((&queue, &id), number, (late, removes), now, &parent);
+        if removes {
+            if let Some(lease) = message.lease.take() {
+                Spans::end_lease(lease, now, LeaseEnd::Deleted);
+            }
+            self.book.forget(&message);
+            return;
+        }
+        // A late delete in the strict lease mode does nothing: the message is still there,
+        // and a lease by a newer receive is still its holder's.
+        if current {
+            if let Some(lease) = message.lease.take() {
+                Spans::end_lease(lease, now, LeaseEnd::RanOut);
+            }
+        }
+        self.put(id, message);
     }
 
     fn visibility_changed(&self, handle: &str, seconds: u32) {
@@ -185,18 +248,19 @@ impl Traced {
         };
         let now = self.clock.now_ms();
         if let Some(mut lease) = message.lease.take() {
+            let new_deadline = now.saturating_add(u64::from(seconds) * 1000);
             if lease.handle != handle || now > lease.deadline_ms {
                 // An older lease's handle, or one that ran out: changes nothing traced.
                 message.lease = Some(lease);
-            } else if seconds == 0 {
+            } else if new_deadline < lease.deadline_ms {
+                // Visibility 0, or a backoff's put-back: the lease is given back early.
                 Spans::end_lease(lease, now, LeaseEnd::Released);
             } else {
-                Spans::extended(&mut lease, now, now + u64::from(seconds) * 1000);
+                Spans::extended(&mut lease, now, new_deadline);
                 message.lease = Some(lease);
             }
         }
-        let let_go = self.book.put(id, message);
-        self.let_go(let_go);
+        self.put(id, message);
     }
 }
 
@@ -273,122 +337,6 @@ impl Messages for Traced {
 
     fn wake_all(&self) {
         self.inner.wake_all()
-    }
-}
-
-#[async_trait]
-impl Backend for Traced {
-    fn naming(&self) -> &Naming {
-        self.inner.naming()
-    }
-
-    async fn tick(&self) {
-        self.inner.tick().await
-    }
-
-    async fn flush(&self) {
-        self.inner.flush().await
-    }
-
-    async fn ready(&self) -> Result<()> {
-        self.inner.ready().await
-    }
-
-    fn refusing_sends(&self) -> Option<String> {
-        self.inner.refusing_sends()
-    }
-}
-
-#[async_trait]
-impl QueueAdmin for Traced {
-    async fn create_queue(&self, queue: &str, attributes: Pairs, tags: Pairs) -> Result<()> {
-        self.inner.create_queue(queue, attributes, tags).await
-    }
-
-    async fn queue_exists(&self, queue: &str) -> Result<()> {
-        self.inner.queue_exists(queue).await
-    }
-
-    async fn delete_queue(&self, queue: &str) -> Result<()> {
-        self.inner.delete_queue(queue).await
-    }
-
-    async fn list_queues(&self, listing: QueueListing) -> Result<QueuePage> {
-        self.inner.list_queues(listing).await
-    }
-
-    async fn list_dead_letter_source_queues(&self, queue: &str, page: Page) -> Result<QueuePage> {
-        self.inner.list_dead_letter_source_queues(queue, page).await
-    }
-
-    async fn get_attributes(&self, queue: &str, names: Vec<String>) -> Result<Pairs> {
-        self.inner.get_attributes(queue, names).await
-    }
-
-    async fn set_attributes(&self, queue: &str, attributes: Pairs) -> Result<()> {
-        self.inner.set_attributes(queue, attributes).await
-    }
-
-    async fn purge(&self, queue: &str) -> Result<()> {
-        self.inner.purge(queue).await
-    }
-
-    async fn tag(&self, queue: &str, tags: Pairs) -> Result<()> {
-        self.inner.tag(queue, tags).await
-    }
-
-    async fn untag(&self, queue: &str, keys: Vec<String>) -> Result<()> {
-        self.inner.untag(queue, keys).await
-    }
-
-    async fn list_tags(&self, queue: &str) -> Result<Pairs> {
-        self.inner.list_tags(queue).await
-    }
-
-    async fn add_permission(&self, queue: &str, permission: Permission) -> Result<()> {
-        self.inner.add_permission(queue, permission).await
-    }
-
-    async fn remove_permission(&self, queue: &str, label: &str) -> Result<()> {
-        self.inner.remove_permission(queue, label).await
-    }
-
-    async fn start_move_task(&self, task: MoveTaskStart) -> Result<String> {
-        self.inner.start_move_task(task).await
-    }
-
-    async fn cancel_move_task(&self, handle: &str) -> Result<u64> {
-        self.inner.cancel_move_task(handle).await
-    }
-
-    async fn list_move_tasks(
-        &self,
-        source_arn: &str,
-        max: Option<u32>,
-    ) -> Result<Vec<MoveTaskInfo>> {
-        self.inner.list_move_tasks(source_arn, max).await
-    }
-}
-
-#[async_trait]
-impl Measurements for Traced {
-    async fn record_empty_receive(&self, queue: &str) {
-        self.inner.record_empty_receive(queue).await
-    }
-
-    async fn lease_report(&self, queue: &str) -> Result<LeaseReport> {
-        self.inner.lease_report(queue).await
-    }
-
-    async fn lease_reports(&self, name_prefix: &str) -> Vec<(String, LeaseReport)> {
-        self.inner.lease_reports(name_prefix).await
-    }
-}
-
-#[async_trait]
-impl TimeTravel for Traced {
-    async fn clock_advanced(&self, by_ms: u64) -> Result<u64> {
-        self.inner.clock_advanced(by_ms).await
     }
 }
 

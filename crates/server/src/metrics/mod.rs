@@ -5,6 +5,7 @@
 //! format 0.0.4, as the scraper asks.
 
 mod families;
+mod grows;
 mod per_queue;
 mod totals;
 
@@ -19,6 +20,7 @@ use prometheus_client::registry::Registry;
 use serde::Deserialize;
 
 use crate::state::AppState;
+use grows::Retired;
 use per_queue::QueueReports;
 use totals::{Pressure, Totals};
 
@@ -31,8 +33,15 @@ pub(crate) enum Scope {
     Queues(String),
 }
 
+/// What scrapes keep: the last answer built, and what the queues counted (`grows`).
+#[derive(Default)]
+pub(crate) struct Scrapes {
+    last: Option<LastScrape>,
+    retired: Retired,
+}
+
 /// The last answer built: when its build began, what it answers and its text.
-pub(crate) struct LastScrape {
+struct LastScrape {
     began: Instant,
     scope: Scope,
     format: Format,
@@ -94,8 +103,8 @@ async fn scrape(state: &AppState, scope: Scope, format: Format) -> Response {
     // One scrape builds at a time. A scraper that waited for it takes its answer when that
     // build began after the scraper arrived and answers the same question, so the answer is
     // never older than the request.
-    let mut last = state.last_scrape.lock().await;
-    let text = match &*last {
+    let mut scrapes = state.scrapes.lock().await;
+    let text = match &scrapes.last {
         Some(l) if l.began >= arrived && l.scope == scope && l.format == format => l.text.clone(),
         _ => {
             let began = Instant::now();
@@ -103,30 +112,35 @@ async fn scrape(state: &AppState, scope: Scope, format: Format) -> Response {
                 Scope::Totals => "",
                 Scope::Queues(prefix) => prefix.as_str(),
             };
-            let reports = state.backend.lease_reports(prefix).await;
-            let registry: Box<dyn FnOnce() -> Registry + Send> = match &scope {
-                Scope::Totals => {
-                    let pressure = Pressure::of(state);
-                    Box::new(move || {
-                        let mut registry = Registry::default();
-                        registry.register_collector(Box::new(Totals::of(reports)));
-                        registry.register_collector(Box::new(pressure));
-                        registry
-                    })
-                }
-                Scope::Queues(_) => Box::new(move || {
-                    let mut registry = Registry::default();
-                    registry.register_collector(Box::new(QueueReports(reports)));
-                    registry
-                }),
+            // A backend that cannot say answers no figures rather than zeros (which
+            // Prometheus would take for a restart).
+            let Ok(reports) = state.backend.lease_reports(prefix).await else {
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
             };
+            let pressure = Pressure::of(state);
+            let mut retired = std::mem::take(&mut scrapes.retired);
+            let totals = scope == Scope::Totals;
             // Adding up or writing every queue's lines is long work: off the async workers.
-            let encoded = tokio::task::spawn_blocking(move || encode(&registry(), format)).await;
-            let Ok(Ok(text)) = encoded else {
+            let encoded = tokio::task::spawn_blocking(move || {
+                let mut registry = Registry::default();
+                if totals {
+                    registry.register_collector(Box::new(Totals::of(reports, &mut retired)));
+                    registry.register_collector(Box::new(pressure));
+                } else {
+                    registry.register_collector(Box::new(QueueReports(reports)));
+                }
+                (encode(&registry, format), retired)
+            })
+            .await;
+            let Ok((text, retired)) = encoded else {
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            };
+            scrapes.retired = retired;
+            let Ok(text) = text else {
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             };
             let text = Bytes::from(text);
-            *last = Some(LastScrape {
+            scrapes.last = Some(LastScrape {
                 began,
                 scope,
                 format,
@@ -135,7 +149,7 @@ async fn scrape(state: &AppState, scope: Scope, format: Format) -> Response {
             text
         }
     };
-    drop(last);
+    drop(scrapes);
     ([(header::CONTENT_TYPE, format.content_type())], text).into_response()
 }
 

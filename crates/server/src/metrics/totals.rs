@@ -1,10 +1,10 @@
 //! `/metrics`: the server's series, a fixed set whatever the number of queues: every queue's
-//! figures summed (or the largest, for ages and hold times), the number of queues, and the
-//! server's own pressure gauges.
+//! figures summed (or the largest, for ages and hold times; the counters with those of the
+//! queues gone, `grows`), the number of queues, and the server's own pressure gauges.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
-use leasehold_engine::{LeaseReport, HOLD_BUCKETS_MS};
+use leasehold_engine::LeaseReport;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -12,31 +12,25 @@ use prometheus_client::metrics::MetricType;
 use super::families::{
     counter, gauge, Labels, Total, COUNTERS, FINISHED_BY_RECEIVE_COUNT, GAUGES, HOLD_HISTOGRAM,
 };
+use super::grows::{Grows, Retired, RECEIVE_COUNT_SERIES};
 use super::per_queue::hold_buckets;
 use crate::state::AppState;
 
-/// Finished messages delivered more often than this are counted together, under
-/// `receive_count="11+"`, so the series stay few.
-const RECEIVE_COUNT_SERIES: u32 = 10;
-
 /// Every queue's figures added up, taken at scrape time.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Totals {
     queues: usize,
     /// Each of `GAUGES`' total, none for those without one.
     gauges: Vec<Option<f64>>,
-    counters: Vec<u64>,
-    hold_counts: Vec<u64>,
-    hold_sum_ms: u64,
-    /// Finished messages by receive count, those delivered more than `RECEIVE_COUNT_SERIES`
-    /// times under `RECEIVE_COUNT_SERIES + 1`.
-    by_receives: BTreeMap<u32, u64>,
+    /// The growing figures of the queues there and of those gone (`Retired`).
+    grows: Grows,
 }
 
 impl Totals {
-    /// Adds up `reports`; each is dropped once counted, so a scrape of many queues holds
-    /// little more than one report at a time beside the list.
-    pub(super) fn of(reports: Vec<(String, LeaseReport)>) -> Totals {
+    /// Adds up `reports`, and what the queues gone since the server started counted; each
+    /// report is dropped once counted, so a scrape of many queues holds little more than one
+    /// report at a time beside the list.
+    pub(super) fn of(reports: Vec<(String, LeaseReport)>, retired: &mut Retired) -> Totals {
         let mut totals = Totals {
             // Zero with no queue: every series is there whatever the queues (ages and
             // counts are never negative, so zero is also where a largest starts).
@@ -47,17 +41,21 @@ impl Totals {
                     Total::None => None,
                 })
                 .collect(),
-            counters: vec![0; COUNTERS.len()],
-            hold_counts: vec![0; HOLD_BUCKETS_MS.len() + 1],
-            ..Totals::default()
+            grows: Grows::zero(),
+            queues: 0,
         };
-        for (_, report) in reports {
-            totals.add(&report);
+        let mut seen = HashMap::new();
+        for (key, report) in reports {
+            totals.add_gauges(&report);
+            let grows = Grows::of(&report);
+            totals.grows.add(&grows);
+            retired.seen(&mut seen, key, grows);
         }
+        totals.grows.add(&retired.scraped(seen));
         totals
     }
 
-    fn add(&mut self, r: &LeaseReport) {
+    fn add_gauges(&mut self, r: &LeaseReport) {
         self.queues += 1;
         for (total, g) in self.gauges.iter_mut().zip(GAUGES) {
             let (Some(t), Some(value)) = (total.as_mut(), (g.of)(r)) else {
@@ -67,19 +65,6 @@ impl Totals {
                 Total::Max => t.max(value),
                 Total::Sum | Total::None => *t + value,
             };
-        }
-        for (total, c) in self.counters.iter_mut().zip(COUNTERS) {
-            *total = total.saturating_add((c.of)(r));
-        }
-        if let Some(buckets) = &r.hold_buckets {
-            for (total, count) in self.hold_counts.iter_mut().zip(&buckets.counts) {
-                *total = total.saturating_add(*count);
-            }
-            self.hold_sum_ms = self.hold_sum_ms.saturating_add(buckets.sum_ms);
-        }
-        for (count, messages) in &r.receive_count_histogram {
-            let bucket = (*count).clamp(1, RECEIVE_COUNT_SERIES + 1);
-            *self.by_receives.entry(bucket).or_default() += messages;
         }
     }
 }
@@ -97,15 +82,16 @@ impl Collector for Totals {
                 gauge(&mut encoder, g.name, g.help, &[(Vec::new(), *value)])?;
             }
         }
-        for (total, c) in self.counters.iter().zip(COUNTERS) {
+        for (total, c) in self.grows.counters.iter().zip(COUNTERS) {
             counter(&mut encoder, c.name, c.help, &[(Vec::new(), *total)])?;
         }
         let (name, help) = HOLD_HISTOGRAM;
         let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        let hold = &self.grows;
         family.encode_histogram::<NoLabelSet>(
-            self.hold_sum_ms as f64 / 1000.0,
-            self.hold_counts.iter().sum(),
-            &hold_buckets(&self.hold_counts),
+            hold.hold_sum_ms as f64 / 1000.0,
+            hold.hold_counts.iter().sum(),
+            &hold_buckets(&hold.hold_counts),
             None,
         )?;
         // Every count's series, zero or not, so the set is the same at every scrape.
@@ -115,7 +101,7 @@ impl Collector for Totals {
                     true => format!("{count}+"),
                     false => count.to_string(),
                 };
-                let messages = self.by_receives.get(&count).copied().unwrap_or(0);
+                let messages = self.grows.by_receives.get(&count).copied().unwrap_or(0);
                 (vec![("receive_count", label)], messages as f64)
             })
             .collect();

@@ -12,6 +12,7 @@ use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 
 use super::*;
+use leasehold_backend::QueueAdmin;
 
 const PRODUCER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const PRODUCER_SPAN: &str = "b7ad6b7169203331";
@@ -25,6 +26,10 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_in(LeaseMode::Aws).await
+}
+
+async fn setup_in(lease_mode: LeaseMode) -> Setup {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
@@ -34,7 +39,7 @@ async fn setup() -> Setup {
         region: "us-east-1".into(),
         account_id: "000000000000".into(),
     };
-    let engine = EngineSetup::serving(Arc::new(clock.clone()), LeaseMode::Aws, naming);
+    let engine = EngineSetup::serving(Arc::new(clock.clone()), lease_mode, naming);
     let backend: Arc<dyn Backend> = Arc::new(Embedded::in_memory(engine));
     let attributes = vec![("VisibilityTimeout".to_string(), "30".to_string())];
     backend
@@ -42,7 +47,7 @@ async fn setup() -> Setup {
         .await
         .unwrap();
     let spans = Spans::new(provider.tracer("test"));
-    let traced = Traced::new(backend, Arc::new(clock.clone()), spans);
+    let traced = Traced::new(backend, Arc::new(clock.clone()), spans, lease_mode);
     Setup {
         traced,
         clock,
@@ -290,4 +295,96 @@ async fn past_its_capacity_the_book_lets_the_oldest_go() {
     }
     let inner = traced.book.drain();
     assert_eq!(inner.len(), 2);
+}
+
+/// In the strict lease mode a late delete does nothing: its span says so, and the lease of
+/// the message's next receive is still its holder's, ended by that holder's delete.
+#[tokio::test]
+async fn a_late_delete_that_removes_nothing_leaves_the_next_lease_alone() {
+    let s = setup_in(LeaseMode::Strict).await;
+    s.traced
+        .send("orders", traced_message(&producer_traceparent("01")))
+        .await
+        .unwrap();
+    let first = s.receive(None).await;
+    s.advance_s(31);
+    let second = s.receive(None).await;
+    let late = s.traced.delete("orders", vec![first.receipt_handle]).await;
+    assert_eq!(late.unwrap(), [Ok(())]);
+    s.advance_s(5);
+    let on_time = s.traced.delete("orders", vec![second.receipt_handle]).await;
+    assert_eq!(on_time.unwrap(), [Ok(())]);
+    let spans = s.spans();
+    let deletes: Vec<&SpanData> = spans.iter().filter(|s| s.name == "delete orders").collect();
+    assert_eq!(deletes.len(), 2, "{spans:?}");
+    assert_eq!(
+        attributes(deletes[0])["leasehold.delete.late"],
+        Value::from(true)
+    );
+    assert_eq!(
+        attributes(deletes[0])["leasehold.delete.removed"],
+        Value::from(false)
+    );
+    assert_eq!(
+        attributes(deletes[1])["leasehold.delete.late"],
+        Value::from(false)
+    );
+    assert_eq!(
+        attributes(deletes[1])["leasehold.delete.removed"],
+        Value::from(true)
+    );
+    let second_lease = spans
+        .iter()
+        .filter(|s| s.name == "lease orders")
+        .find(|s| attributes(s)["leasehold.lease.number"] == Value::from(2))
+        .unwrap();
+    assert_eq!(
+        attributes(second_lease)["leasehold.lease.end"],
+        Value::from("deleted")
+    );
+    assert_eq!(
+        attributes(second_lease)["leasehold.lease.held_ms"],
+        Value::from(5_000)
+    );
+}
+
+/// A FIFO queue's duplicate send answers the first send's id: the message's life goes on as
+/// it was (its lease open, its delete on time), with one more send span.
+#[tokio::test]
+async fn a_duplicate_send_does_not_start_the_message_s_life_again() {
+    let s = setup().await;
+    let attributes_in = vec![
+        ("FifoQueue".to_string(), "true".to_string()),
+        ("ContentBasedDeduplication".to_string(), "true".to_string()),
+    ];
+    s.traced
+        .create_queue("jobs.fifo", attributes_in, Vec::new())
+        .await
+        .unwrap();
+    let fifo_message = || NewMessage {
+        group_id: Some("g".into()),
+        ..traced_message(&producer_traceparent("01"))
+    };
+    let first = s.traced.send("jobs.fifo", fifo_message()).await.unwrap();
+    let request = ReceiveRequest::up_to(1);
+    let got = s.traced.receive("jobs.fifo", request).await.unwrap();
+    let handle = got.deliveries[0].receipt_handle.clone();
+    let again = s.traced.send("jobs.fifo", fifo_message()).await.unwrap();
+    assert_eq!(again.message_id, first.message_id);
+    let deleted = s.traced.delete("jobs.fifo", vec![handle]).await.unwrap();
+    assert_eq!(deleted, [Ok(())]);
+    let spans = s.spans();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    let sends = names.iter().filter(|n| **n == "send jobs.fifo").count();
+    assert_eq!(sends, 2, "{names:?}");
+    let delete = spans.iter().find(|s| s.name == "delete jobs.fifo").unwrap();
+    assert_eq!(
+        attributes(delete)["leasehold.delete.late"],
+        Value::from(false)
+    );
+    let lease = spans.iter().find(|s| s.name == "lease jobs.fifo").unwrap();
+    assert_eq!(
+        attributes(lease)["leasehold.lease.end"],
+        Value::from("deleted")
+    );
 }
