@@ -9,7 +9,7 @@ mod grows;
 mod per_queue;
 mod totals;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -33,11 +33,12 @@ pub(crate) enum Scope {
     Queues(String),
 }
 
-/// What scrapes keep: the last answer built, and what the queues counted (`grows`).
+/// What scrapes keep: the last answer built, and what the queues counted (`grows`), which
+/// the build updates even when the request that asked is gone (timed out, disconnected).
 #[derive(Default)]
 pub(crate) struct Scrapes {
     last: Option<LastScrape>,
-    retired: Retired,
+    retired: Arc<Mutex<Retired>>,
 }
 
 /// The last answer built: when its build began, what it answers and its text.
@@ -118,25 +119,24 @@ async fn scrape(state: &AppState, scope: Scope, format: Format) -> Response {
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             };
             let pressure = Pressure::of(state);
-            let mut retired = std::mem::take(&mut scrapes.retired);
+            let retired = scrapes.retired.clone();
             let totals = scope == Scope::Totals;
             // Adding up or writing every queue's lines is long work: off the async workers.
             let encoded = tokio::task::spawn_blocking(move || {
                 let mut registry = Registry::default();
                 if totals {
+                    // Usable after a panic (none is expected): at worst the counts of a queue
+                    // deleted meanwhile are missed.
+                    let mut retired = retired.lock().unwrap_or_else(PoisonError::into_inner);
                     registry.register_collector(Box::new(Totals::of(reports, &mut retired)));
                     registry.register_collector(Box::new(pressure));
                 } else {
                     registry.register_collector(Box::new(QueueReports(reports)));
                 }
-                (encode(&registry, format), retired)
+                encode(&registry, format)
             })
             .await;
-            let Ok((text, retired)) = encoded else {
-                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-            };
-            scrapes.retired = retired;
-            let Ok(text) = text else {
+            let Ok(Ok(text)) = encoded else {
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             };
             let text = Bytes::from(text);
